@@ -1,0 +1,181 @@
+"""Compare a measurement with a contract clause: every verdict of the project is decided here."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .probes._run import Reading
+from .probes.nvml import Host
+
+PASSED, FAILED, NOT_MEASURED = "passed", "failed", "not_measured"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One judged clause for one subject, as the results JSON lists it."""
+
+    clause: str
+    subject: str
+    outcome: str
+    measured: float | int | str | None
+    unit: str | None
+    required: str
+    message: str
+    evidence: tuple[str, ...] = ()
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == PASSED
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["evidence"] = list(self.evidence)
+        return data
+
+
+def not_measured(clause: str, subject: str, required: str, reason: str, unit: str | None = None,
+                 evidence: tuple[str, ...] = (), details: dict[str, Any] | None = None) -> Check:
+    return Check(clause, subject, NOT_MEASURED, None, unit, required, f"not measured: {reason}", evidence, details or {})
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def at_least(clause: str, subject: str, measured: float, minimum: float, unit: str, what: str,
+             evidence: tuple[str, ...] = (), details: dict[str, Any] | None = None,
+             maximum: float | None = None, maximum_reason: str = "") -> Check:
+    """measured >= minimum passes; above a physical `maximum` it is implausible and fails."""
+    required = f">= {_fmt(minimum)}"
+    measured = round(measured, 3) if isinstance(measured, float) else measured
+    if maximum is not None and measured > maximum:
+        return Check(clause, subject, FAILED, measured, unit, required,
+                     f"{what} {_fmt(measured)} {unit} is implausible: above {_fmt(maximum)} {unit} ({maximum_reason})",
+                     evidence, details or {})
+    ok = measured >= minimum
+    sign = ">=" if ok else "<"
+    return Check(clause, subject, PASSED if ok else FAILED, measured, unit, required,
+                 f"{what} {_fmt(measured)} {unit} {sign} {_fmt(minimum)} {unit}", evidence, details or {})
+
+
+# ------------------------------------------------------------------ gpus
+
+def gpu_count(host: Host, count: int, evidence: tuple[str, ...]) -> Check:
+    if host.error:
+        return not_measured("gpus.count", "host", f"== {count}", host.error, "GPUs", evidence)
+    found = len(host.gpus)
+    ok = found == count
+    return Check("gpus.count", "host", PASSED if ok else FAILED, found, "GPUs", f"== {count}",
+                 f"{found} GPUs found, contract says {count}", evidence)
+
+
+def _gpu_or_failure(host: Host, clause: str, index: int, required: str, unit: str | None,
+                    evidence: tuple[str, ...]) -> Check | None:
+    if host.error:
+        return not_measured(clause, f"GPU{index}", required, host.error, unit, evidence)
+    if index >= len(host.gpus):
+        return Check(clause, f"GPU{index}", FAILED, None, unit, required,
+                     f"GPU{index} not present: found {len(host.gpus)}", evidence)
+    return None
+
+
+def _all_gpus(host: Host, clause: str, required: str, unit: str | None, evidence: tuple[str, ...]) -> Check | None:
+    """Without gpus.count a per-GPU clause judges every GPU found; finding none fails."""
+    if host.error:
+        return not_measured(clause, "GPUs", required, host.error, unit, evidence)
+    if not host.gpus:
+        return Check(clause, "GPUs", FAILED, None, unit, required, "no GPU found", evidence)
+    return None
+
+
+def gpu_model(host: Host, index: int | None, model: str, evidence: tuple[str, ...]) -> Check:
+    """The contract's model is a case-insensitive substring of the GPU's name."""
+    required = f"name contains {model!r}"
+    if index is None:
+        failure = _all_gpus(host, "gpus.model", required, None, evidence)
+        if failure:
+            return failure
+        wrong = [g for g in host.gpus if model.lower() not in g.name.lower()]
+        names = ", ".join(sorted({g.name for g in host.gpus}))
+        message = (f"all {len(host.gpus)} GPUs are {names}" if not wrong else
+                   "; ".join(f"GPU{g.index} is {g.name!r}, which does not contain {model!r}" for g in wrong))
+        return Check("gpus.model", "GPUs", FAILED if wrong else PASSED, names, None, required, message, evidence)
+    failure = _gpu_or_failure(host, "gpus.model", index, required, None, evidence)
+    if failure:
+        return failure
+    name = host.gpus[index].name
+    ok = model.lower() in name.lower()
+    return Check("gpus.model", f"GPU{index}", PASSED if ok else FAILED, name, None, required,
+                 f"GPU{index} is {name!r}" + ("" if ok else f", which does not contain {model!r}"), evidence)
+
+
+def gpu_memory(host: Host, index: int | None, minimum_bytes: int, evidence: tuple[str, ...]) -> Check:
+    """Total memory as the driver reports it, in GB (10^9 bytes), at least the contract's."""
+    required = f">= {_fmt(minimum_bytes / 1e9)}"
+    if index is None:
+        failure = _all_gpus(host, "gpus.memory", required, "GB", evidence)
+        if failure:
+            return failure
+        smallest = min(host.gpus, key=lambda g: g.memory_total_bytes)
+        return at_least("gpus.memory", "GPUs", smallest.memory_total_bytes / 1e9, minimum_bytes / 1e9, "GB",
+                        f"smallest GPU memory (GPU{smallest.index})", evidence)
+    failure = _gpu_or_failure(host, "gpus.memory", index, required, "GB", evidence)
+    if failure:
+        return failure
+    total = host.gpus[index].memory_total_bytes
+    return at_least("gpus.memory", f"GPU{index}", total / 1e9, minimum_bytes / 1e9, "GB",
+                    f"GPU{index} total memory", evidence)
+
+
+def version(clause: str, found: str | None, spec: SpecifierSet, host: Host, evidence: tuple[str, ...]) -> Check:
+    """A driver or CUDA version against a PEP 440 specifier set."""
+    required = str(spec)
+    if host.error or not found:
+        return not_measured(clause, "host", required, host.error or "the version could not be read", None, evidence)
+    try:
+        ok = spec.contains(Version(found), prereleases=True)
+    except InvalidVersion:
+        return not_measured(clause, "host", required, f"version {found!r} is not a version number", None, evidence)
+    return Check(clause, "host", PASSED if ok else FAILED, found, None, required,
+                 f"{clause.split('.')[-1]} {found} {'satisfies' if ok else 'does not satisfy'} {required}", evidence)
+
+
+# ------------------------------------------------------------------ names and globs
+
+def match_names(patterns: tuple[str, ...], available: list[str]) -> list[tuple[str, str | None]]:
+    """(pattern, name) for each name each pattern matches, in order; (pattern, None) where none does."""
+    pairs: list[tuple[str, str | None]] = []
+    seen: set[str] = set()
+    for pattern in patterns:
+        hits = [name for name in sorted(available) if fnmatch.fnmatchcase(name, pattern)]
+        if not hits:
+            pairs.append((pattern, None))
+        for name in hits:
+            if name not in seen:
+                seen.add(name)
+                pairs.append((pattern, name))
+    return pairs
+
+
+# ------------------------------------------------------------------ nvlink
+
+def nvlink_pair(reading: Reading, i: int, j: int, min_links: int) -> Check:
+    """NVLinks between GPU i and GPU j from the topo matrix; PCIe paths count 0."""
+    subject, required = f"GPU{i}-GPU{j}", f">= {min_links}"
+    if reading.failure:
+        return not_measured("nvlink", subject, required, reading.failure, "links", reading.evidence)
+    topo = reading.value
+    if j >= topo.gpu_count:
+        return Check("nvlink", subject, FAILED, 0, "links", required,
+                     f"GPU{j} not present: found {topo.gpu_count}", reading.evidence)
+    links, label = topo.nvlinks(i, j), topo.labels[(i, j)]
+    ok = links >= min_links
+    shortfall = "" if ok else f", {links} < {min_links} links"
+    return Check("nvlink", subject, PASSED if ok else FAILED, links, "links", required,
+                 f"{label} between GPU{i} and GPU{j}{shortfall}", reading.evidence)

@@ -1,0 +1,70 @@
+"""Public fixtures of pytest-gpuaccept: the contract, the measurements, and the judge.
+
+They are what the shipped suites use, and a user's own acceptance tests may use them too
+(`pytest --fixtures` lists them). Each measurement runs once per session, whatever asks for it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from .checks import PASSED, Check
+from .contract import Contract
+from .probes import nvidia_smi
+from .probes._run import Reading, ToolRunner, parse_run
+from .probes.nvml import Host, parse_host
+from .report import CHECK_PROPERTY
+from .state import NVML_HOST_FILE, STATE, State
+
+
+def _state(request: pytest.FixtureRequest) -> State:
+    state = request.config.stash.get(STATE, None)
+    if state is None:
+        pytest.fail("pytest-gpuaccept fixtures need --contract=PATH", pytrace=False)
+    return state
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_contract(request: pytest.FixtureRequest) -> Contract:
+    """The validated contract of this run (frozen dataclasses, see docs/contract.md)."""
+    return _state(request).contract
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_runner(request: pytest.FixtureRequest) -> ToolRunner:
+    """The tool runner: argv lists, timeouts, exit codes, and evidence files for every run."""
+    return _state(request).runner
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_host(request: pytest.FixtureRequest) -> tuple[Host, tuple[str, ...]]:
+    """(Host, evidence): the NVML reading of the host (driver, CUDA, GPUs), taken once per run."""
+    state = _state(request)
+    reading = state.host_reading()
+    try:
+        host = parse_host(reading)
+    except ValueError as exc:
+        host = Host(str(reading.get("hostname", "")), None, None, (), str(exc))
+    return host, (NVML_HOST_FILE,)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_topology(request: pytest.FixtureRequest) -> Reading:
+    """`nvidia-smi topo -m`, run once per run and parsed into a Topology (or the reason it could not be)."""
+    state = _state(request)
+    return parse_run(nvidia_smi.run_topo(state.runner, timeout_s=min(state.runner.default_timeout_s, 120.0)),
+                     nvidia_smi.parse_topo)
+
+
+@pytest.fixture
+def gpuaccept_judge(request: pytest.FixtureRequest) -> Callable[[Check], None]:
+    """Record a Check for the report and results, and fail the test unless it passed (one line, no traceback)."""
+    def judge(check: Check) -> None:
+        request.node.user_properties.append((CHECK_PROPERTY, check.to_dict()))
+        if check.outcome != PASSED:
+            verdict = "" if check.message.startswith("not measured") else "failed: "
+            pytest.fail(f"{check.clause} {check.subject}: {verdict}{check.message}", pytrace=False)
+
+    return judge

@@ -1,0 +1,170 @@
+"""pytest glue: options, configuration, parametrization from the contract, collection, verdict."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import plan, report
+from .contract import ContractError, load_contract
+from .probes._run import ToolRunner
+from .report import ITEM_PROPERTY
+from .state import STATE, State
+
+DEFAULT_REPORT = "gpuaccept-report.html"
+DEFAULT_JSON = "gpuaccept-results.json"
+EVIDENCE_DIR = "gpuaccept-evidence"
+DEFAULT_TIMEOUT_S = 600.0
+
+# (option, ini name, metavar, help): each option is declared once, for the command line and the ini file.
+_OPTIONS = (
+    ("--contract", "gpuaccept_contract", "PATH",
+     "run the GPU acceptance suites against this contract YAML (see docs/contract.md)"),
+    ("--gpuaccept-json", "gpuaccept_json", "PATH", f"where to write the results JSON (default {DEFAULT_JSON})"),
+    ("--gpuaccept-replay", "gpuaccept_replay", "DIR",
+     "judge the tool runs and NVML readings recorded in an evidence folder instead of measuring"),
+    ("--gpuaccept-nvml", "gpuaccept_nvml", "FILE",
+     "read NVML readings from a recording (JSON as in nvml-host.json) instead of the driver"),
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpuaccept", "GPU server acceptance (pytest-gpuaccept)")
+    for flag, ini, metavar, help_text in _OPTIONS:
+        group.addoption(flag, dest=ini, metavar=metavar, default=None, help=help_text)
+        parser.addini(ini, help_text, default=None)
+
+
+def _option(config: pytest.Config, ini: str) -> str | None:
+    value = config.getoption(ini)
+    if value is None:
+        value = config.getini(ini) or None
+    return value
+
+
+def suites_dir() -> Path:
+    """The shipped acceptance suites: inside the package when installed, beside it in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "suites", here.parent / "suites"):
+        if (candidate / "test_gpus.py").is_file():
+            return candidate
+    raise pytest.UsageError(f"pytest-gpuaccept: the acceptance suites are missing from {here}; reinstall the package")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpuaccept(clause): an acceptance test judging this contract clause")
+    contract_path = _option(config, "gpuaccept_contract")
+    if contract_path is None:
+        return  # loaded in every pytest run of the environment: do nothing unless asked
+    try:
+        contract = load_contract(contract_path)
+    except ContractError as exc:
+        raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems)) from None
+
+    replay = _option(config, "gpuaccept_replay")
+    if replay is not None and not Path(replay, "manifest.json").is_file():
+        raise pytest.UsageError(f"--gpuaccept-replay: {replay} is not an evidence folder (no manifest.json in it)")
+    nvml_recording = _option(config, "gpuaccept_nvml")
+    if nvml_recording is not None and not Path(nvml_recording).is_file():
+        raise pytest.UsageError(f"--gpuaccept-nvml: file not found: {nvml_recording}")
+
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if config.option.htmlpath is None:
+        config.option.htmlpath = DEFAULT_REPORT
+    config.option.self_contained_html = True
+    report_path = Path(config.option.htmlpath).resolve()
+    json_path = Path(_option(config, "gpuaccept_json") or DEFAULT_JSON).resolve()
+    evidence_dir = Path(workerinput["gpuaccept_evidence"]) if workerinput else report_path.parent / EVIDENCE_DIR
+    if workerinput is None:
+        if evidence_dir.is_dir():
+            shutil.rmtree(evidence_dir)  # a new run's evidence must not mix with an old one's
+        evidence_dir.mkdir(parents=True)
+        if config.args_source != pytest.Config.ArgsSource.ARGS:
+            config.args = [str(suites_dir())]
+        _stop_on_sigterm()
+
+    timeout = contract.tools.timeout.seconds if contract.tools.timeout else DEFAULT_TIMEOUT_S
+    runner = ToolRunner(evidence_dir, timeout, dict(contract.tools.paths), Path(replay).resolve() if replay else None)
+    config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
+                                Path(nvml_recording).resolve() if nvml_recording else None,
+                                is_controller=workerinput is None)
+    config.pluginmanager.register(report.ReportPlugin(config.stash[STATE]), "gpuaccept-report")
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so that the report and results are still written (complete: false)."""
+    def handler(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        pass  # not the main thread: nothing to install
+
+
+def pytest_configure_node(node: Any) -> None:
+    """xdist: workers write their evidence into the controller's folder."""
+    state = node.config.stash.get(STATE, None)
+    if state is not None:
+        node.workerinput["gpuaccept_evidence"] = str(state.evidence_dir)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    if pluginmanager.hasplugin("xdist"):
+        # pytest_configure_node exists only where xdist is installed; register it only then.
+        class _XdistHooks:
+            pytest_configure_node = staticmethod(pytest_configure_node)
+
+        pluginmanager.register(_XdistHooks(), "gpuaccept-xdist")
+
+
+# ------------------------------------------------------------------ parametrization and collection
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    state = metafunc.config.stash.get(STATE, None)
+    if state is None:
+        return
+    gpus = state.contract.gpus
+    count = gpus.count if gpus is not None and gpus.count is not None else 0
+    if "gpu_index" in metafunc.fixturenames:
+        # Without gpus.count a per-GPU clause is one test over every GPU the host has (subject "GPUs").
+        indices: list[int | None] = list(range(count)) or [None]
+        metafunc.parametrize("gpu_index", indices, ids=[f"GPU{i}" if i is not None else "GPUs" for i in indices])
+    if "gpu_pair" in metafunc.fixturenames:
+        pairs = [(i, j) for i in range(count) for j in range(i + 1, count)]
+        metafunc.parametrize("gpu_pair", pairs, ids=[f"GPU{i}-GPU{j}" for i, j in pairs])
+
+
+def _subject(item: pytest.Item) -> str:
+    """The marker's `subject`, else the parameter id (GPU3, GPU0-GPU1, ens1f0)."""
+    marker = item.get_closest_marker("gpuaccept")
+    if "subject" in marker.kwargs:
+        return str(marker.kwargs["subject"])
+    callspec = getattr(item, "callspec", None)
+    return callspec.id if callspec is not None else "host"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drop the tests of clauses the contract does not have; tag the others with clause and subject."""
+    state = config.stash.get(STATE, None)
+    if state is None:
+        return
+    present = set(plan.present_clauses(state.contract))
+    keep = []
+    for item in items:
+        marker = item.get_closest_marker("gpuaccept")
+        if marker is not None:
+            clause = marker.args[0]
+            if clause not in present:
+                continue  # the section is not in the contract: not checked, and the report says so
+            test = f"suites/{item.path.name}::{item.name}"
+            item.user_properties.append((ITEM_PROPERTY, {"clause": clause, "subject": _subject(item), "test": test}))
+        keep.append(item)
+    items[:] = keep

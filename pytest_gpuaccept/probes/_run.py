@@ -1,0 +1,266 @@
+"""Run an external tool: argv list, timeout, exit code, bounded output, and an evidence record of it.
+
+Every tool run of a session goes through one ToolRunner. It writes, per run, the tool's stdout and
+stderr as printed and a JSON record (argv, exit code, duration) into the evidence folder. Runs are
+memoised by key under a host-wide file lock, so a tool runs once per session even with several
+xdist workers, and two measurements never overlap. With a replay folder nothing is executed: the
+recorded runs of an earlier bundle are read back instead.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+# The most of a tool's output kept, per stream. Beyond it the file is cut and the cut is marked.
+MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+TRUNCATION_MARK = "\n[gpuaccept: output truncated at {limit} bytes of {size}]\n"
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """What one execution of a tool did; `failure` says in one line why it cannot be trusted."""
+
+    key: str
+    argv: tuple[str, ...]
+    returncode: int | None
+    duration_s: float
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    error: str | None = None
+    truncated: bool = False
+    evidence: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    replayed: bool = False
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.argv)
+
+    @property
+    def failure(self) -> str | None:
+        """None when the tool ran to completion with exit code 0; else the reason, in one line."""
+        if self.error:
+            return self.error
+        if self.timed_out:
+            return f"`{self.command}` timed out after {self.timeout_s:g} s and was killed"
+        if self.returncode != 0:
+            tail = _last_line(self.stderr) or _last_line(self.stdout)
+            shown = f": {tail}" if tail else ""
+            return f"`{self.command}` exited with code {self.returncode}{shown}"
+        return None
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def slug(argv: list[str] | tuple[str, ...]) -> str:
+    """A file-name-safe key for a command line: `nvidia-smi_topo_-m`."""
+    words = [os.path.basename(argv[0])] + list(argv[1:])
+    text = _SLUG_UNSAFE.sub("_", "_".join(words)).strip("_.") or "tool"
+    return text[:100]
+
+
+@dataclass
+class ToolRunner:
+    """Runs tools for one acceptance session and keeps the evidence of each run."""
+
+    evidence_dir: Path
+    default_timeout_s: float = 600.0
+    tool_paths: dict[str, str] = field(default_factory=dict)
+    replay_dir: Path | None = None
+
+    def which(self, tool: str) -> str | None:
+        """The executable for a tool: the contract's `tools:` path, else PATH."""
+        if tool in self.tool_paths:
+            path = self.tool_paths[tool]
+            return path if os.access(path, os.X_OK) else None
+        return shutil.which(tool)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the host-wide lock of this session: one measurement at a time, across xdist workers."""
+        self.evidence_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.evidence_dir / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def run(self, tool: str, args: list[str], timeout_s: float | None = None, key: str | None = None) -> ToolRun:
+        """Run `tool args` once per session (memoised by key) and return what it did."""
+        executable = self.which(tool) if self.replay_dir is None else tool
+        argv = [executable or tool, *args]
+        key = key or slug([tool, *args])
+        timeout = timeout_s if timeout_s is not None else self.default_timeout_s
+        with self.exclusive():
+            recorded = self._load(self.evidence_dir, key)
+            if recorded is not None:
+                return recorded
+            if self.replay_dir is not None:
+                return self._replay(key, argv)
+            if executable is None:
+                where = f"at {self.tool_paths[tool]} (tools.{tool})" if tool in self.tool_paths else "on PATH"
+                run = ToolRun(key, tuple(argv), None, 0.0, "", "", error=f"{tool} not found {where}")
+                return self._save(run, b"", b"")
+            return self._execute(key, argv, timeout)
+
+    def _execute(self, key: str, argv: list[str], timeout: float) -> ToolRun:
+        out_path = self.evidence_dir / f"{key}.txt"
+        err_path = self.evidence_dir / f"{key}.stderr.txt"
+        started = time.monotonic()
+        timed_out = False
+        error = None
+        returncode: int | None = None
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            try:
+                proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                error = f"`{' '.join(argv)}` could not start: {exc.strerror or exc}"
+                proc = None
+            if proc is not None:
+                try:
+                    returncode = proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    kill_group(proc)
+                    returncode = proc.returncode
+                except BaseException:
+                    # Ctrl-C, SIGTERM: stop the tool's whole group, keep what it printed, then go on unwinding.
+                    kill_group(proc)
+                    self._finish(key, argv, out_path, err_path, proc.returncode, started, timeout,
+                                 error="interrupted while the tool ran")
+                    raise
+        return self._finish(key, argv, out_path, err_path, returncode, started, timeout, timed_out, error)
+
+    def _finish(self, key: str, argv: list[str], out_path: Path, err_path: Path, returncode: int | None,
+                started: float, timeout: float, timed_out: bool = False, error: str | None = None) -> ToolRun:
+        stdout, cut_out = bound_file(out_path)
+        stderr, cut_err = bound_file(err_path)
+        run = ToolRun(key, tuple(argv), returncode, round(time.monotonic() - started, 3), stdout, stderr,
+                      timed_out, error, cut_out or cut_err, (out_path.name, err_path.name, f"{key}.json"), timeout)
+        (self.evidence_dir / f"{key}.json").write_text(json.dumps(_record(run), indent=1))
+        return run
+
+    def _save(self, run: ToolRun, stdout: bytes, stderr: bytes) -> ToolRun:
+        (self.evidence_dir / f"{run.key}.txt").write_bytes(stdout)
+        (self.evidence_dir / f"{run.key}.stderr.txt").write_bytes(stderr)
+        run = ToolRun(**{**asdict(run), "evidence": (f"{run.key}.txt", f"{run.key}.stderr.txt", f"{run.key}.json")})
+        (self.evidence_dir / f"{run.key}.json").write_text(json.dumps(_record(run), indent=1))
+        return run
+
+    def _load(self, folder: Path, key: str) -> ToolRun | None:
+        meta = folder / f"{key}.json"
+        if not meta.is_file():
+            return None
+        record = json.loads(meta.read_text())
+        stdout = read_bounded(folder / record["stdout"])
+        stderr = read_bounded(folder / record["stderr"])
+        return ToolRun(key, tuple(record["argv"]), record["returncode"], record["duration_s"], stdout, stderr,
+                       record["timed_out"], record["error"], record["truncated"],
+                       (record["stdout"], record["stderr"], meta.name), record.get("timeout_s"),
+                       replayed=folder != self.evidence_dir or record.get("replayed", False))
+
+    def _replay(self, key: str, argv: list[str]) -> ToolRun:
+        assert self.replay_dir is not None
+        recorded = self._load(self.replay_dir, key)
+        if recorded is None:
+            run = ToolRun(key, tuple(argv), None, 0.0, "", "",
+                          error=f"`{' '.join(argv)}` is not in the replayed bundle {self.replay_dir}")
+            return self._save(run, b"", b"")
+        for name in recorded.evidence:
+            shutil.copyfile(self.replay_dir / name, self.evidence_dir / name)
+        return recorded
+
+    def record_json(self, name: str, data: object) -> str:
+        """Save a reading that came from a library, not a tool (NVML), as evidence; returns its file name."""
+        self.evidence_dir.mkdir(parents=True, exist_ok=True)
+        (self.evidence_dir / name).write_text(json.dumps(data, indent=1, sort_keys=True))
+        return name
+
+
+def _record(run: ToolRun) -> dict[str, object]:
+    return {
+        "argv": list(run.argv), "returncode": run.returncode, "duration_s": run.duration_s,
+        "timed_out": run.timed_out, "timeout_s": run.timeout_s, "error": run.error, "truncated": run.truncated,
+        "stdout": f"{run.key}.txt", "stderr": f"{run.key}.stderr.txt", "replayed": run.replayed,
+    }
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a tool and every process it started: SIGTERM to the group, SIGKILL after 2 s."""
+    for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait)
+            # The leader is gone; make sure no child of the group survives it.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def bound_file(path: Path, limit: int = MAX_OUTPUT_BYTES) -> tuple[str, bool]:
+    """Cut a captured output file to `limit` bytes, marking the cut; return its text and whether it was cut."""
+    size = path.stat().st_size if path.exists() else 0
+    if size > limit:
+        with open(path, "r+b") as handle:
+            handle.truncate(limit)
+            handle.seek(limit)
+            handle.write(TRUNCATION_MARK.format(limit=limit, size=size).encode())
+    return read_bounded(path, limit), size > limit
+
+
+def read_bounded(path: Path, limit: int = MAX_OUTPUT_BYTES) -> str:
+    """Read at most `limit` bytes (plus the mark) as text; bytes that are not UTF-8 become U+FFFD."""
+    if not path.exists():
+        return ""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 200)
+    return data.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A tool run and what its parser made of it; `failure` is why there is no value to judge."""
+
+    run: ToolRun | None
+    value: object | None
+    failure: str | None
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        return self.run.evidence if self.run else ()
+
+
+def parse_run(run: ToolRun, parser: Callable[[str], object]) -> Reading:
+    """Parse a run's stdout, or say why it cannot be trusted: tool failure or unparseable output."""
+    if run.failure:
+        return Reading(run, None, run.failure)
+    if run.truncated:
+        return Reading(run, None, f"output of `{run.command}` exceeded {MAX_OUTPUT_BYTES} bytes and was cut: not read")
+    try:
+        return Reading(run, parser(run.stdout), None)
+    except ValueError as exc:  # ParseError is a ValueError
+        return Reading(run, None, f"cannot read the output of `{run.command}`: {exc}")

@@ -1,0 +1,106 @@
+"""nvidia-smi: the `topo -m` matrix (how each GPU pair is connected)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import ParseError
+from ._run import ToolRun, ToolRunner
+
+TOOL = "nvidia-smi"
+TOPO_ARGS = ["topo", "-m"]
+_GPU = re.compile(r"^GPU(\d+)$")
+_NVLINK = re.compile(r"^NV(\d+)$")
+# Every label nvidia-smi has printed for a GPU pair; SOC is the old name of SYS.
+PCIE_LABELS = frozenset({"SYS", "SOC", "NODE", "PHB", "PXB", "PIX"})
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The GPU-by-GPU part of `nvidia-smi topo -m`: `labels[(i, j)]` for i < j, as printed."""
+
+    gpu_count: int
+    labels: dict[tuple[int, int], str]
+    nic_count: int
+
+    def nvlinks(self, i: int, j: int) -> int:
+        """NVLinks between two GPUs: NV# gives #, any PCIe/SYS/SOC path gives 0."""
+        match = _NVLINK.match(self.labels[(min(i, j), max(i, j))])
+        return int(match.group(1)) if match else 0
+
+
+def parse_topo(text: str) -> Topology:
+    """Read the matrix of `nvidia-smi topo -m`.
+
+    Accepts the header line `\\tGPU0\\tGPU1 ... NIC0 ... CPU Affinity ...` (tabs or spaces, any indent),
+    one row per GPU `GPU0\\t X \\tNV18\\t...` in any order, NIC/HCA rows, blank lines, and the Legend
+    after the matrix. Refuses (ParseError, quoting the line) a label it does not know, a row of the
+    wrong length, a missing or repeated GPU row, or a matrix that is not symmetric.
+    """
+    lines = text.replace("\r\n", "\n").split("\n")
+    header_at = None
+    columns: list[str] = []
+    for index, line in enumerate(lines):
+        tokens = line.split()
+        if tokens and tokens[0] == "GPU0" and (len(tokens) == 1 or (tokens[1] != "X" and not _is_label(tokens[1]))):
+            header_at, columns = index, tokens
+            break
+    if header_at is None:
+        raise ParseError(TOOL, "no matrix header starting with GPU0 in `topo -m` output")
+    gpu_count = 0
+    while gpu_count < len(columns) and columns[gpu_count] == f"GPU{gpu_count}":
+        gpu_count += 1
+    if gpu_count < len(columns) and _GPU.match(columns[gpu_count]):
+        raise ParseError(TOOL, "GPU columns out of order in the header", lines[header_at])
+    # Device columns (GPUs, then NICs or HCAs) end where the affinity columns begin.
+    device_columns = []
+    for token in columns:
+        if token in ("CPU", "NUMA", "GPU") and device_columns and device_columns[-1] != token:
+            break
+        device_columns.append(token)
+    nic_count = len(device_columns) - gpu_count
+
+    rows: dict[int, list[str]] = {}
+    for line in lines[header_at + 1:]:
+        tokens = line.split()
+        if not tokens:
+            continue
+        if tokens[0].rstrip(":") == "Legend":
+            break
+        match = _GPU.match(tokens[0])
+        if not match:
+            continue  # a NIC/HCA row: its cells describe NIC paths, not GPU pairs
+        index = int(match.group(1))
+        if index >= gpu_count:
+            raise ParseError(TOOL, f"row GPU{index} has no column in the header", line)
+        if index in rows:
+            raise ParseError(TOOL, f"row GPU{index} appears twice", line)
+        cells = tokens[1:1 + gpu_count]
+        if len(cells) < gpu_count:
+            raise ParseError(TOOL, f"row GPU{index} has {len(cells)} GPU cells, expected {gpu_count}", line)
+        for column, cell in enumerate(cells):
+            if column == index and cell != "X":
+                raise ParseError(TOOL, f"row GPU{index} should read X against itself, reads {cell!r}", line)
+            if column != index and not _is_label(cell):
+                raise ParseError(TOOL, f"unknown connection label {cell!r} in row GPU{index}", line)
+        rows[index] = cells
+    missing = [f"GPU{i}" for i in range(gpu_count) if i not in rows]
+    if missing:
+        raise ParseError(TOOL, f"matrix rows missing for {', '.join(missing)} (header has {gpu_count} GPUs)")
+    labels = {}
+    for i in range(gpu_count):
+        for j in range(i + 1, gpu_count):
+            if rows[i][j] != rows[j][i]:
+                raise ParseError(TOOL, f"matrix not symmetric: GPU{i}-GPU{j} is {rows[i][j]} but GPU{j}-GPU{i} is {rows[j][i]}")
+            labels[(i, j)] = rows[i][j]
+    return Topology(gpu_count, labels, nic_count)
+
+
+def _is_label(token: str) -> bool:
+    return token in PCIE_LABELS or bool(_NVLINK.match(token))
+
+
+def run_topo(runner: ToolRunner, timeout_s: float = 60.0) -> ToolRun:
+    """Run `nvidia-smi topo -m` (once per session: the runner memoises it)."""
+    return runner.run(TOOL, TOPO_ARGS, timeout_s)

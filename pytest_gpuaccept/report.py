@@ -1,0 +1,298 @@
+"""The report: results JSON, evidence manifest, and the pytest-html banner, table columns and extras."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import __version__, plan
+from .checks import FAILED, NOT_MEASURED, PASSED, not_measured
+from .probes.nvml import parse_host
+from .state import STATE, State, now
+
+CHECK_PROPERTY = "gpuaccept_check"
+ITEM_PROPERTY = "gpuaccept_item"
+MANIFEST = "manifest.json"
+RAW_SHOWN_BYTES = 64 * 1024  # of each raw output, shown inline; the evidence file keeps the rest
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def safe_text(text: str, limit: int | None = None) -> str:
+    """Escape for HTML, make control bytes (ANSI escapes, NUL) visible, and bound the length."""
+    cut = ""
+    if limit is not None and len(text) > limit:
+        cut = f"\n[... {len(text) - limit} more characters in the evidence file]"
+        text = text[:limit]
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return html.escape(text + cut)
+
+
+def _props(report: pytest.TestReport, name: str) -> dict[str, Any] | None:
+    for key, value in getattr(report, "user_properties", ()):
+        if key == name:
+            return value
+    return None
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def host_summary(reading: dict[str, Any]) -> dict[str, Any]:
+    """The `host` object of the results: informational, what could be read."""
+    try:
+        host = parse_host(reading)
+    except ValueError as exc:
+        return {"hostname": reading.get("hostname", ""), "driver": None, "cuda": None, "gpus": [], "error": str(exc)}
+    summary: dict[str, Any] = {
+        "hostname": host.hostname, "driver": host.driver, "cuda": host.cuda,
+        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial} for g in host.gpus],
+    }
+    if host.error:
+        summary["error"] = host.error
+    return summary
+
+
+def verdict_of(checks: list[dict[str, Any]], complete: bool) -> str:
+    """accepted only when the run is complete, at least one check ran, and every check passed."""
+    return "accepted" if complete and checks and all(c["outcome"] == PASSED for c in checks) else "rejected"
+
+
+class ReportPlugin:
+    """Collects the checks (on the xdist controller or the only process) and writes the results."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.results: dict[str, Any] | None = None
+        self.manifest_digest = ""
+        self.other_failures = 0
+
+    # -------------------------------------------------------------- collecting checks
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.state.is_controller:
+            return
+        item = _props(report, ITEM_PROPERTY)
+        if item is None:
+            if report.failed:
+                self.other_failures += 1  # a user's own test: its failure rejects the run too
+            return
+        key = (item["clause"], item["subject"])
+        check = _props(report, CHECK_PROPERTY)
+        if check is not None and report.when == "call":
+            check = dict(check)
+            if report.failed and check["outcome"] == PASSED:
+                check["outcome"] = FAILED
+                check["message"] += f" (but the test failed: {_last_line(report.longreprtext)})"
+        elif report.failed and key not in self.state.checks:
+            reason = _last_line(report.longreprtext) or f"the test failed in {report.when}"
+            check = not_measured(item["clause"], item["subject"], "", f"crashed in {report.when}: {reason}").to_dict()
+        else:
+            return
+        check["test"] = item["test"]
+        self.state.checks[key] = check
+        report.extras = [*getattr(report, "extras", []), _extra(self.state, check)]
+
+    # -------------------------------------------------------------- pytest-html
+
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        cells.insert(2, '<th class="sortable" data-column-type="clause">Clause</th>')
+        cells.insert(3, "<th>Subject</th>")
+        cells.insert(4, "<th>Measured</th>")
+        cells.insert(5, "<th>Required</th>")
+
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
+        item = _props(report, ITEM_PROPERTY) or {}
+        check = self.state.checks.get((item.get("clause", ""), item.get("subject", ""))) or {}
+        measured = check.get("measured")
+        shown = "—" if measured is None else f"{measured} {check.get('unit') or ''}".strip()
+        cells.insert(2, f'<td class="col-clause">{safe_text(str(item.get("clause", "")))}</td>')
+        cells.insert(3, f"<td>{safe_text(str(item.get('subject', '')))}</td>")
+        cells.insert(4, f"<td>{safe_text(shown)}</td>")
+        cells.insert(5, f"<td>{safe_text(str(check.get('required', '')))}</td>")
+
+    def pytest_html_report_title(self, report: Any) -> None:
+        report.title = f"GPU acceptance: {self.state.contract.vendor}"
+
+    def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str],
+                                    session: pytest.Session) -> None:
+        if self.results is not None:
+            prefix.append(banner(self.results, self.state, self.manifest_digest))
+
+    # -------------------------------------------------------------- the verdict
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if not self.state.is_controller:
+            return
+        interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
+        self.results = self.finish(interrupted)
+        if self.results["verdict"] != "accepted" and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.results["verdict"] == "accepted" and session.exitstatus != pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def finish(self, interrupted: bool) -> dict[str, Any]:
+        """Judge what was asked and never checked, write results and manifest; return the results."""
+        state = self.state
+        expected = plan.expected_checks(state.contract, *state.listings())
+        complete = not interrupted
+        for clause, subject in expected:
+            if (clause, subject) not in state.checks:
+                complete = False
+                reason = "interrupted before it ran" if interrupted else "did not run (deselected, or the run stopped early)"
+                state.checks[(clause, subject)] = {**not_measured(clause, subject, "", reason).to_dict(), "test": ""}
+        order = {key: n for n, key in enumerate(expected)}
+        checks = sorted(state.checks.values(), key=lambda c: order.get((c["clause"], c["subject"]), len(order)))
+        for check in checks:
+            if not check.get("details"):
+                check.pop("details", None)
+        verdict = verdict_of(checks, complete)
+        if self.other_failures:
+            verdict = "rejected"
+        contract = state.contract
+        results = {
+            "gpuaccept": 1,
+            "verdict": verdict,
+            "complete": complete,
+            "started": state.started,
+            "finished": now(),
+            "contract": {"path": contract.path, "sha256": contract.sha256, "vendor": contract.vendor,
+                         "reference": contract.reference},
+            "host": host_summary(state.host_reading()),
+            "checks": checks,
+            "not_in_contract": [c for c in plan.ALL_CLAUSES if c not in plan.present_clauses(contract)],
+            "report": str(state.report_path),
+            "evidence": str(state.evidence_dir),
+            "tool_version": __version__,
+        }
+        if state.runner.replay_dir is not None:
+            results["replayed_from"] = str(state.runner.replay_dir)
+        if self.other_failures:
+            results["other_failures"] = self.other_failures
+        write_atomic(state.json_path, json.dumps(results, indent=1))
+        self.manifest_digest = write_manifest(state)
+        return results
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.results is None:
+            return
+        counts = {o: sum(c["outcome"] == o for c in self.results["checks"]) for o in (PASSED, FAILED, NOT_MEASURED)}
+        word = self.results["verdict"].upper()
+        incomplete = "" if self.results["complete"] else ", INCOMPLETE"
+        terminalreporter.write_sep(
+            "=", f"gpuaccept: {word}{incomplete}: {counts[PASSED]} passed, {counts[FAILED]} failed, "
+                 f"{counts[NOT_MEASURED]} not measured", green=word == "ACCEPTED", red=word != "ACCEPTED", bold=True)
+        terminalreporter.write_line(f"results: {self.state.json_path}")
+        terminalreporter.write_line(f"evidence: {self.state.evidence_dir} (manifest digest {self.manifest_digest})")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def write_manifest(state: State) -> str:
+    """SHA-256 of every evidence file, the contract and the results; returns the manifest's own digest."""
+    folder = state.evidence_dir
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in (MANIFEST, ".lock"))
+    manifest = {
+        "files": [{"path": p.relative_to(folder).as_posix(), "sha256": sha256_file(p)} for p in files],
+        "contract": {"path": str(Path(state.contract.path).resolve()), "sha256": state.contract.sha256},
+        "results": {"path": str(state.json_path), "sha256": sha256_file(state.json_path)},
+        "gpuaccept": __version__,
+    }
+    text = json.dumps(manifest, indent=1)
+    write_atomic(folder / MANIFEST, text)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ------------------------------------------------------------------ HTML
+
+def _extra(state: State, check: dict[str, Any]) -> dict[str, Any]:
+    from pytest_html import extras
+
+    return extras.html(check_html(state.evidence_dir, check))
+
+
+def check_html(evidence_dir: Path, check: dict[str, Any]) -> str:
+    """One check: its row of facts, its details, then the raw output of every tool run behind it."""
+    measured = "—" if check["measured"] is None else f"{check['measured']} {check.get('unit') or ''}"
+    rows = "".join(f"<tr><th>{k}</th><td>{safe_text(str(v))}</td></tr>" for k, v in (
+        ("clause", check["clause"]), ("subject", check["subject"]), ("measured", measured),
+        ("required", check["required"]), ("outcome", check["outcome"]), ("message", check["message"])))
+    parts = [f'<div class="gpuaccept-check"><table>{rows}</table>']
+    for title, table in check.get("details", {}).get("tables", []):
+        parts.append(f"<h4>{safe_text(title)}</h4>" + _table(table))
+    for name in check.get("evidence", []):
+        path = evidence_dir / name
+        if not path.is_file() or name.endswith(".json") and not name.startswith("nvml"):
+            continue
+        text = path.read_bytes()[: RAW_SHOWN_BYTES * 2].decode("utf-8", errors="replace")
+        if not text.strip():
+            continue
+        parts.append(f"<h4>raw: {safe_text(name)}</h4><pre>{safe_text(text, RAW_SHOWN_BYTES)}</pre>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _table(rows: list[list[Any]]) -> str:
+    head, *body = rows
+    cells = "".join(f"<th>{safe_text(str(c))}</th>" for c in head)
+    lines = "".join("<tr>" + "".join(f"<td>{safe_text(str(c))}</td>" for c in row) + "</tr>" for row in body)
+    return f"<table><tr>{cells}</tr>{lines}</table>"
+
+
+def banner(results: dict[str, Any], state: State, digest: str) -> str:
+    verdict = results["verdict"].upper()
+    color = "#1a7f37" if verdict == "ACCEPTED" else "#cf222e"
+    host = results["host"]
+    gpus = "".join(
+        f"<li>GPU{g['index']}: {safe_text(g['name'])} — uuid {safe_text(g['uuid'])}, serial {safe_text(g['serial'] or 'n/a')}</li>"
+        for g in host.get("gpus", []))
+    facts = [
+        ("vendor", results["contract"]["vendor"]), ("reference", results["contract"]["reference"] or "—"),
+        ("contract", results["contract"]["path"]), ("contract SHA-256", results["contract"]["sha256"]),
+        ("host", host.get("hostname", "")), ("driver", host.get("driver") or "—"), ("CUDA", host.get("cuda") or "—"),
+        ("started", results["started"]), ("finished", results["finished"]),
+        ("evidence manifest SHA-256", digest),
+    ]
+    if host.get("error"):
+        facts.append(("NVML", host["error"]))
+    if "replayed_from" in results:
+        facts.append(("replayed from", results["replayed_from"]))
+    rows = "".join(f"<tr><th>{k}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts)
+    counts = {o: sum(c["outcome"] == o for c in results["checks"]) for o in (PASSED, FAILED, NOT_MEASURED)}
+    summary = [["clause", "subject", "outcome", "measured", "unit", "required", "message"]] + [
+        [c["clause"], c["subject"], c["outcome"], "—" if c["measured"] is None else c["measured"], c["unit"] or "",
+         c["required"], c["message"]] for c in results["checks"]]
+    incomplete = "" if results["complete"] else (
+        "<p><b>INCOMPLETE RUN</b>: not every check ran (interrupted, crashed or deselected); the run is rejected.</p>")
+    return (
+        f'<div id="gpuaccept-verdict" style="border:3px solid {color};padding:8px;margin:8px 0">'
+        f'<h2 style="color:{color}">{verdict}</h2>{incomplete}'
+        f"<p>{counts[PASSED]} passed, {counts[FAILED]} failed, {counts[NOT_MEASURED]} not measured "
+        f"of {len(results['checks'])} checks.</p>"
+        f"<table>{rows}</table><ul>{gpus}</ul>"
+        f"<p>Not in contract (not checked): {safe_text(', '.join(results['not_in_contract']) or 'none')}</p>"
+        f"<h3>Checks</h3>{_table(summary)}</div>"
+    )
