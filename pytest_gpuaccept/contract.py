@@ -24,8 +24,14 @@ class ContractError(Exception):
     """One or more problems in a contract; each problem is one line naming file, line and key."""
 
     def __init__(self, problems: list[str]) -> None:
+        problems = sorted(problems, key=_line_of)  # in file order; stable within a line
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+def _line_of(problem: str) -> int:
+    match = re.search(r":(\d+): ", problem)
+    return int(match.group(1)) if match else 0
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,7 @@ class _Validator:
         entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
         for key_node, value_node in node.value:
             name = key_node.value if isinstance(key_node, yaml.ScalarNode) else _describe(key_node)
-            dotted = f"{key}.{name}" if key else str(name)
+            dotted = f"{key}.{name}" if key != "contract" else str(name)
             if name in entries:
                 self.problem(key_node, dotted, "duplicate key")
                 continue
@@ -447,7 +453,7 @@ def parse_contract(text: str, path: str = "<contract>", sha256: str = "") -> Con
         raise ContractError([f"{path}:{line}: contract: expected valid YAML, got a syntax error: {problem}"]) from None
     if root is None:
         raise ContractError([f"{path}:1: contract: expected a mapping with 'gpuaccept: 1', got an empty file"])
-    entries = v.mapping(root, "", _TOP)
+    entries = v.mapping(root, "contract", _TOP)
     if v.problems and not isinstance(root, yaml.MappingNode):
         raise ContractError(v.problems)
     lines = {name: key.start_mark.line + 1 for name, (key, _value) in entries.items()}

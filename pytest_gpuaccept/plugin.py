@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 from pathlib import Path
@@ -85,9 +84,11 @@ def pytest_configure(config: pytest.Config) -> None:
         if evidence_dir.is_dir():
             shutil.rmtree(evidence_dir)  # a new run's evidence must not mix with an old one's
         evidence_dir.mkdir(parents=True)
-        if config.args_source != pytest.Config.ArgsSource.ARGS:
-            config.args = [str(suites_dir())]
-        _stop_on_sigterm()
+        config.stash[_SIGTERM] = _stop_on_sigterm()
+
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        # No test path named: run the shipped suites (xdist workers re-parse the command line, so they too).
+        config.args = [str(suites_dir())]
 
     timeout = contract.tools.timeout.seconds if contract.tools.timeout else DEFAULT_TIMEOUT_S
     runner = ToolRunner(evidence_dir, timeout, dict(contract.tools.paths), Path(replay).resolve() if replay else None)
@@ -97,15 +98,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(report.ReportPlugin(config.stash[STATE]), "gpuaccept-report")
 
 
-def _stop_on_sigterm() -> None:
+_SIGTERM = pytest.StashKey[Any]()
+
+
+def _stop_on_sigterm() -> Any:
     """SIGTERM unwinds like Ctrl-C, so that the report and results are still written (complete: false)."""
     def handler(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     try:
-        signal.signal(signal.SIGTERM, handler)
+        return signal.signal(signal.SIGTERM, handler)
     except ValueError:
-        pass  # not the main thread: nothing to install
+        return None  # not the main thread: nothing installed
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    previous = config.stash.get(_SIGTERM, None)
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def pytest_configure_node(node: Any) -> None:
@@ -157,14 +167,17 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if state is None:
         return
     present = set(plan.present_clauses(state.contract))
-    keep = []
+    keep, absent = [], []
     for item in items:
         marker = item.get_closest_marker("gpuaccept")
         if marker is not None:
             clause = marker.args[0]
             if clause not in present:
-                continue  # the section is not in the contract: not checked, and the report says so
+                absent.append(item)  # not in the contract: not checked, and the report says so
+                continue
             test = f"suites/{item.path.name}::{item.name}"
             item.user_properties.append((ITEM_PROPERTY, {"clause": clause, "subject": _subject(item), "test": test}))
         keep.append(item)
+    if absent:
+        config.hook.pytest_deselected(items=absent)
     items[:] = keep

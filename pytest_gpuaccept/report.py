@@ -142,8 +142,8 @@ class ReportPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if not self.state.is_controller:
-            return
+        if not self.state.is_controller or session.config.option.collectonly:
+            return  # collecting measures nothing, so it judges nothing
         interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
         self.results = self.finish(interrupted)
         if self.results["verdict"] != "accepted" and session.exitstatus == pytest.ExitCode.OK:

@@ -1,0 +1,108 @@
+"""Test helpers: fake tools on PATH that replay recorded real outputs and log their argv."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass
+class FakeTools:
+    """Executables in a folder at the head of PATH. Each prints a recorded output chosen by its argv."""
+
+    bin_dir: Path
+    log: Path
+    tools: dict[str, list[dict[str, object]]] = field(default_factory=dict)
+
+    def add(self, name: str, stdout: Path | str | bytes = b"", *, when: str = "", rc: int = 0, stderr: str = "",
+            sleep: float = 0.0) -> None:
+        """Add a response: for argv containing `when` (first match wins; "" matches all)."""
+        if isinstance(stdout, Path):
+            data = stdout.read_bytes()
+        elif isinstance(stdout, str):
+            data = stdout.encode()
+        else:
+            data = stdout
+        blob = self.bin_dir / f".{name}.{len(self.tools.get(name, []))}.out"
+        blob.write_bytes(data)
+        self.tools.setdefault(name, []).append(
+            {"when": when, "stdout": str(blob), "rc": rc, "stderr": stderr, "sleep": sleep})
+        script = self.bin_dir / name
+        script.write_text(textwrap.dedent(f"""\
+            #!{sys.executable}
+            import json, sys, time
+            rules = {json.dumps(self.tools[name])!r}
+            with open({str(self.log)!r}, "a") as log:
+                log.write(json.dumps([{name!r}, *sys.argv[1:]]) + "\\n")
+            argv = " ".join(sys.argv[1:])
+            for rule in json.loads(rules):
+                if rule["when"] in argv:
+                    time.sleep(rule["sleep"])
+                    sys.stdout.buffer.write(open(rule["stdout"], "rb").read())
+                    sys.stdout.flush()
+                    sys.stderr.write(rule["stderr"])
+                    sys.exit(rule["rc"])
+            sys.stderr.write("fake {name}: no recorded output for: " + argv + "\\n")
+            sys.exit(64)
+            """))
+        script.chmod(0o755)
+
+    def calls(self, name: str | None = None) -> list[list[str]]:
+        if not self.log.exists():
+            return []
+        rows = [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [row for row in rows if name is None or row[0] == name]
+
+
+@pytest.fixture
+def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeTools:
+    """Fake tools first on PATH; real system tools (ethtool, iperf3) after them, nothing else."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:{SYSTEM_PATH}")
+    return FakeTools(bin_dir, tmp_path / "fake-tools.log")
+
+
+@dataclass
+class Accept:
+    """One acceptance run through pytester: its pytest result and the results JSON it wrote."""
+
+    result: pytest.RunResult
+    path: Path
+
+    @property
+    def json(self) -> dict:
+        return json.loads((self.path / "gpuaccept-results.json").read_text())
+
+    def checks(self, clause: str | None = None) -> list[dict]:
+        return [c for c in self.json["checks"] if clause is None or c["clause"] == clause]
+
+    @property
+    def html(self) -> str:
+        return (self.path / "gpuaccept-report.html").read_text()
+
+
+@pytest.fixture
+def accept(pytester: pytest.Pytester):
+    """Run `pytest --contract=<text>` in pytester's folder; returns an Accept."""
+    def run(contract: str, *args: str, subprocess: bool = False) -> Accept:
+        path = pytester.path / "vendor.yaml"
+        path.write_text(textwrap.dedent(contract))
+        argv = ["--contract", str(path), "-p", "no:cacheprovider", *args]
+        result = pytester.runpytest_subprocess(*argv) if subprocess else pytester.runpytest_inprocess(*argv)
+        return Accept(result, pytester.path)
+
+    return run
+
+
+def nvml_recording(name: str) -> str:
+    return f"--gpuaccept-nvml={DATA / 'nvml' / name}"

@@ -1,0 +1,200 @@
+"""End to end through pytester: contract -> gpus and nvlink checks -> report and results JSON.
+
+`nvidia-smi` is a fake on PATH replaying real `topo -m` outputs; NVML readings come from recordings.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, nvml_recording
+
+H100_8 = """\
+gpuaccept: 1
+vendor: "Example GPU Cloud"
+reference: "SLA-1"
+gpus:
+  count: 8
+  model: "H100 80GB HBM3"
+  memory: "80 GB"
+  driver: ">=550"
+  cuda: ">=12.4"
+nvlink:
+  every_pair: true
+  min_links: 18
+"""
+
+
+def test_an_nv18_h100_box_passes_all_28_pairs_with_18_links(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"))
+    pairs = run.checks("nvlink")
+    assert len(pairs) == 28
+    assert {(c["outcome"], c["measured"], c["unit"]) for c in pairs} == {("passed", 18, "links")}
+    assert pairs[0]["message"] == "NV18 between GPU0 and GPU1"
+    assert pairs[0]["test"] == "suites/test_nvlink.py::test_nvlink_pair[GPU0-GPU1]"
+    assert run.json["verdict"] == "accepted" and run.json["complete"] is True
+    assert run.result.ret == 0
+    assert fake_tools.calls("nvidia-smi") == [["nvidia-smi", "topo", "-m"]]  # once, for 28 pairs
+
+
+def test_nvlink_bridges_on_two_of_four_gpus_fail_four_pairs_with_zero(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "4gpu_nv4_bridge_pairs_no_nic_blog.txt")
+    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 4\nnvlink:\n  every_pair: true\n",
+                 nvml_recording("rtx5090_4gpu.json"))
+    pairs = {c["subject"]: c for c in run.checks("nvlink")}
+    assert len(pairs) == 6
+    failed = {s for s, c in pairs.items() if c["outcome"] == "failed"}
+    assert failed == {"GPU0-GPU2", "GPU0-GPU3", "GPU1-GPU2", "GPU1-GPU3"}
+    assert all(pairs[s]["measured"] == 0 for s in failed)
+    assert pairs["GPU0-GPU2"]["message"] == "SYS between GPU0 and GPU2, 0 < 1 links"
+    assert pairs["GPU0-GPU1"]["measured"] == 4 and pairs["GPU0-GPU1"]["outcome"] == "passed"
+    assert run.json["verdict"] == "rejected" and run.result.ret == 1
+    run.result.stdout.fnmatch_lines(["*nvlink GPU0-GPU2: failed: SYS between GPU0 and GPU2, 0 < 1 links*"])
+
+
+def test_a_pcie_box_sold_as_nvswitch_is_rejected(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt")
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"))
+    assert {c["outcome"] for c in run.checks("nvlink")} == {"failed"}
+    assert run.json["verdict"] == "rejected"
+
+
+def test_a_gpu_the_contract_expects_and_the_host_lacks_fails(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_4gpu_nv6_4nic_matrix_only.txt")
+    run = accept(H100_8.replace("min_links: 18", "min_links: 6"), nvml_recording("h100_sxm5_4gpu.json"))
+    by = {(c["clause"], c["subject"]): c for c in run.checks()}
+    assert by[("gpus.count", "host")]["measured"] == 4
+    assert by[("gpus.count", "host")]["outcome"] == "failed"
+    assert by[("gpus.model", "GPU7")]["message"] == "GPU7 not present: found 4"
+    assert by[("gpus.memory", "GPU7")]["outcome"] == "failed"
+    assert by[("nvlink", "GPU3-GPU7")]["message"] == "GPU7 not present: found 4"
+    assert by[("nvlink", "GPU0-GPU3")]["outcome"] == "passed"
+
+
+def test_a_40gb_card_sold_as_80gb_fails_model_and_memory(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept(H100_8.replace("H100 80GB HBM3", "A100-SXM4-80GB").replace(">=550", ">=530").replace(">=12.4", ">=12.0"),
+                 nvml_recording("a100_sxm4_40gb_8gpu.json"))
+    memory = run.checks("gpus.memory")[0]
+    assert (memory["outcome"], memory["measured"], memory["unit"]) == ("failed", 42.95, "GB")
+    assert memory["message"] == "GPU0 total memory 42.95 GB < 80 GB"
+    model = run.checks("gpus.model")[0]
+    assert model["message"] == "GPU0 is 'NVIDIA A100-SXM4-40GB', which does not contain 'A100-SXM4-80GB'"
+    assert run.checks("gpus.driver")[0]["outcome"] == "passed"
+
+
+def test_without_a_driver_every_check_is_not_measured_with_the_reason(accept, fake_tools):
+    # No nvidia-smi on PATH and no NVML library on this machine: nothing can be measured.
+    run = accept(H100_8)
+    assert run.result.ret == 1
+    checks = run.checks()
+    assert len(checks) == 1 + 8 + 8 + 1 + 1 + 28
+    assert {c["outcome"] for c in checks} == {"not_measured"}
+    assert all(c["measured"] is None for c in checks)
+    assert {c["message"] for c in run.checks("nvlink")} == {"not measured: nvidia-smi not found on PATH"}
+    assert run.checks("gpus.count")[0]["message"].startswith("not measured: NVML")
+    assert run.json["verdict"] == "rejected"
+    assert "REJECTED" in run.html
+
+
+def test_sections_not_built_yet_fail_as_not_measured(accept, fake_tools):
+    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 2\nutilisation:\n  min_percent: 80\n",
+                 nvml_recording("rtx5090_4gpu.json"))
+    util = run.checks("utilisation")
+    assert util and {c["outcome"] for c in util} == {"not_measured"}
+    assert run.json["verdict"] == "rejected"
+
+
+def test_the_report_has_the_verdict_identity_and_raw_output(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"))
+    page = run.html
+    for text in ("ACCEPTED", "Example GPU Cloud", "SLA-1", run.json["contract"]["sha256"], "560.35.03",
+                 "GPU-h100-00aaaaaaa-0000-0000-0000-000000000000", "1652322000000",
+                 "NV18 between GPU0 and GPU1", "nvidia-smi_topo_-m.txt", "CPU Affinity"):
+        assert text in page, text
+    assert "<script src=" not in page  # self-contained
+    evidence = run.path / "gpuaccept-evidence"
+    assert (evidence / "nvidia-smi_topo_-m.txt").read_bytes() == \
+        (DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt").read_bytes()
+    assert (evidence / "manifest.json").is_file()
+
+
+def test_html_and_json_paths_can_be_moved(accept, fake_tools, tmp_path):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    out = tmp_path / "out"
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), f"--html={out}/r.html",
+                 f"--gpuaccept-json={out}/r.json")
+    assert (out / "r.html").is_file() and (out / "r.json").is_file()
+    assert (out / "gpuaccept-evidence" / "nvidia-smi_topo_-m.txt").is_file()
+    assert run.result.ret == 0
+
+
+@pytest.mark.parametrize("contract, message", [
+    (H100_8.replace("memory:", "memroy:"), "vendor.yaml:7: gpus.memroy: unknown key (did you mean 'memory'?)*"),
+    (H100_8 + "allreduce:\n  min_busbw: 450\n",
+     "vendor.yaml:14: allreduce.min_busbw: expected a bandwidth such as '450 GB/s', got 450"),
+    (H100_8.replace("gpuaccept: 1\n", ""),
+     "vendor.yaml:1: gpuaccept: missing: expected 'gpuaccept: 1' (the format version) as the first key"),
+])
+def test_a_bad_contract_is_a_usage_error_before_any_tool_runs(accept, fake_tools, contract, message):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept(contract)
+    assert run.result.ret == 4
+    run.result.stderr.fnmatch_lines([f"*{message}"])
+    assert fake_tools.calls() == []
+    assert not (run.path / "gpuaccept-evidence").exists()
+
+
+def test_a_missing_contract_file_is_a_usage_error(pytester, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    result = pytester.runpytest_inprocess("--contract=missing.yaml")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*missing.yaml:0: contract: file not found*"])
+    assert fake_tools.calls() == []
+
+
+def test_collection_runs_no_tool_and_reads_no_gpu(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "--collect-only")
+    run.result.stdout.fnmatch_lines(["*48 tests collected (1 deselected)*"])
+    assert fake_tools.calls() == []
+    assert not (run.path / "gpuaccept-evidence" / "nvml-host.json").exists()
+
+
+def test_without_contract_the_plugin_does_nothing(pytester):
+    pytester.makepyfile("def test_plain(): assert True")
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / "gpuaccept-report.html").exists()
+    assert not (pytester.path / "gpuaccept-results.json").exists()
+
+
+def test_deselecting_a_check_leaves_the_run_incomplete_and_rejected(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "-k", "not GPU0-GPU1")
+    assert run.json["complete"] is False and run.json["verdict"] == "rejected"
+    missing = [c for c in run.checks("nvlink") if c["subject"] == "GPU0-GPU1"][0]
+    assert missing["outcome"] == "not_measured"
+    assert run.result.ret != 0
+
+
+def test_a_contract_runs_from_any_directory(pytester, fake_tools, tmp_path):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    contract = tmp_path / "elsewhere" / "vendor.yaml"
+    contract.parent.mkdir()
+    contract.write_text(H100_8)
+    result = pytester.runpytest_subprocess(f"--contract={contract}", nvml_recording("h100_sxm5_8gpu.json"))
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*gpuaccept: ACCEPTED*47 passed, 0 failed, 0 not measured*"])
+
+
+def test_under_xdist_the_topology_is_read_once_and_checks_listed_once(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "-n", "2", subprocess=True)
+    assert run.result.ret == 0, run.result.stdout.str()
+    assert fake_tools.calls("nvidia-smi") == [["nvidia-smi", "topo", "-m"]]
+    subjects = [(c["clause"], c["subject"]) for c in run.checks()]
+    assert len(subjects) == len(set(subjects)) == 47
+    assert run.json["verdict"] == "accepted"

@@ -1,0 +1,130 @@
+"""The contract loader: valid files load, and every kind of mistake is one line naming file, line and key."""
+
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuaccept.contract import ContractError, load_contract, parse_contract
+
+CONTRACTS = sorted((Path(__file__).parent.parent / "contracts").glob("*.yaml"))
+GOOD = """\
+gpuaccept: 1
+vendor: "Example GPU Cloud"
+gpus:
+  count: 8
+"""
+
+
+@pytest.mark.parametrize("path", CONTRACTS, ids=[p.name for p in CONTRACTS])
+def test_the_example_contracts_are_valid(path):
+    contract = load_contract(path)
+    assert contract.vendor and contract.sections()
+
+
+def test_the_spec_example_is_valid():
+    contract = parse_contract((Path(__file__).parent / "data" / "spec_example_contract.yaml").read_text())
+    assert contract.allreduce.min_busbw.gbyte_s == 450
+    assert contract.allreduce.max_bytes.nbytes == 8 * 2**30
+    assert contract.nvlink.min_links == 18
+    assert contract.rdma.line_rate.gbit_s == 400
+    assert contract.iperf3.streams == 8
+    assert contract.utilisation.workload == "builtin"
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ContractError) as info:
+        parse_contract(text, "vendor.yaml")
+    return info.value.problems
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("  memry: '80 GB'\n",
+     "vendor.yaml:5: gpus.memry: unknown key (did you mean 'memory'?); expected one of: count, model, memory, driver, cuda"),
+    ("  memory: 80\n", "vendor.yaml:5: gpus.memory: expected a size such as '8 GiB', got 80"),
+    ("  driver: 550\n", "vendor.yaml:5: gpus.driver: expected a version specifier such as '>=550' (quoted), got 550"),
+    ("  driver: '>>550'\n", "vendor.yaml:5: gpus.driver: expected a PEP 440 version specifier such as '>=550', got '>>550'"),
+    ("  count: 9\n", "vendor.yaml:5: gpus.count: duplicate key"),
+    ("  model: [H100]\n", "vendor.yaml:5: gpus.model: expected a non-empty text, got a list"),
+])
+def test_a_mistake_in_gpus_names_line_and_key(extra, expected):
+    assert problems(GOOD + extra) == [expected]
+
+
+@pytest.mark.parametrize("text, expected", [
+    (GOOD + "allreduce:\n  min_busbw: 450\n",
+     "vendor.yaml:6: allreduce.min_busbw: expected a bandwidth such as '450 GB/s', got 450"),
+    (GOOD + "allreduce:\n  min_busbw: '450 GiB/s'\n",
+     "vendor.yaml:6: allreduce.min_busbw: expected a bandwidth such as '450 GB/s', got '450 GiB/s'"),
+    (GOOD + "allreduce:\n  max_bytes: '8 GiB'\n", "vendor.yaml:5: allreduce.min_busbw: missing: this key is required"),
+    (GOOD + "nics:\n  interfaces: ['eth0;rm -rf /']\n  min_speed: '10 Gb/s'\n",
+     "vendor.yaml:6: nics.interfaces: expected names of the characters A-Za-z0-9_.:-*?[], got 'eth0;rm -rf /'"),
+    (GOOD + "nics:\n  interfaces: ['eth[0']\n  min_speed: '10 Gb/s'\n",
+     "vendor.yaml:6: nics.interfaces: expected a valid glob, got 'eth[0' (unbalanced brackets)"),
+    (GOOD + "nics:\n  interfaces: []\n  min_speed: '10 Gb/s'\n",
+     "vendor.yaml:6: nics.interfaces: expected a non-empty list of names or globs such as ['ens1f0', 'ib*'], got a list"),
+    (GOOD + "rdma:\n  devices: [mlx5_0]\n  min_fraction_of_line_rate: 90\n",
+     "vendor.yaml:7: rdma.min_fraction_of_line_rate: expected a number in (0, 1], got 90"),
+    (GOOD + "iperf3:\n  server: '-s'\n  min_throughput: '10 Gb/s'\n",
+     "vendor.yaml:6: iperf3.server: expected a host name or IP address (letters, digits, '.', ':', '-'), got '-s'"),
+    (GOOD + "utilisation:\n  min_percent: 80\n  workload: python\n",
+     "vendor.yaml:7: utilisation.workload: expected 'builtin' or an argv list such as ['torchrun', 'train.py'], got 'python'"),
+    (GOOD + "gpus2: {}\n",
+     "vendor.yaml:5: gpus2: unknown key (did you mean 'gpus'?); expected one of: gpuaccept, vendor, reference, description, tools, gpus, nvlink, allreduce, nics, rdma, iperf3, utilisation, health"),
+    (GOOD + "tools:\n  all_reduce_perf: build/all_reduce_perf\n",
+     "vendor.yaml:6: tools.all_reduce_perf: expected an absolute path, got 'build/all_reduce_perf'"),
+    (GOOD + "tools:\n  timeout: 600\n", "vendor.yaml:6: tools.timeout: expected a duration such as '60 s', got 600"),
+    (GOOD + "nvlink:\n  every_pair: false\n",
+     "vendor.yaml:5: nvlink.every_pair: expected true: 'false' checks nothing, remove the nvlink section instead"),
+    (GOOD + "health: {}\n", "vendor.yaml:5: health: expected at least one key: an empty section checks nothing"),
+])
+def test_a_mistake_in_a_section_names_line_and_key(text, expected):
+    assert problems(text) == [expected]
+
+
+def test_nvlink_without_gpu_count_is_invalid():
+    text = "gpuaccept: 1\nvendor: X\nnvlink:\n  every_pair: true\n"
+    assert problems(text) == [
+        "vendor.yaml:3: nvlink: needs gpus.count: this clause is judged over the host's GPUs, add gpus.count"]
+
+
+def test_a_missing_format_version_is_named():
+    assert problems("vendor: X\ngpus:\n  count: 8\n") == [
+        "vendor.yaml:1: gpuaccept: missing: expected 'gpuaccept: 1' (the format version) as the first key"]
+
+
+def test_an_unknown_format_version_is_refused():
+    assert problems("gpuaccept: 2\nvendor: X\ngpus: {count: 1}\n") == [
+        "vendor.yaml:1: gpuaccept: expected 1 (the only format this version reads), got 2"]
+
+
+def test_every_problem_is_listed_not_just_the_first():
+    found = problems("gpuaccept: 1\ngpus:\n  count: -1\n  modle: x\n")
+    assert found == [
+        "vendor.yaml:1: vendor: missing: expected the vendor's name, e.g. vendor: \"Example GPU Cloud\"",
+        "vendor.yaml:3: gpus.count: expected a whole number from 1 to 64, got -1",
+        "vendor.yaml:4: gpus.modle: unknown key (did you mean 'model'?); expected one of: count, model, memory, driver, cuda",
+    ]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", "vendor.yaml:1: contract: expected a mapping with 'gpuaccept: 1', got an empty file"),
+    ("- a\n- b\n", "vendor.yaml:1: contract: expected a mapping, got a list"),
+    ("gpuaccept: 1\nvendor: [\n", "vendor.yaml:3: contract: expected valid YAML, got a syntax error: expected the node content, but found '<stream end>'"),
+    ("gpuaccept: 1\nvendor: X\n", "vendor.yaml:1: contract: expected at least one section to check (gpus, nvlink, allreduce, nics, rdma, iperf3, utilisation, health), got none"),
+])
+def test_a_file_that_is_not_a_contract(text, expected):
+    assert problems(text) == [expected]
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(ContractError) as info:
+        load_contract(tmp_path / "nope.yaml")
+    assert info.value.problems == [f"{tmp_path / 'nope.yaml'}:0: contract: file not found"]
+
+
+def test_the_contract_digest_is_of_its_bytes(tmp_path):
+    import hashlib
+
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD)
+    assert load_contract(path).sha256 == hashlib.sha256(GOOD.encode()).hexdigest()
