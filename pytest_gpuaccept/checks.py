@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -179,3 +179,96 @@ def nvlink_pair(reading: Reading, i: int, j: int, min_links: int) -> Check:
     shortfall = "" if ok else f", {links} < {min_links} links"
     return Check("nvlink", subject, PASSED if ok else FAILED, links, "links", required,
                  f"{label} between GPU{i} and GPU{j}{shortfall}", reading.evidence)
+
+
+# ------------------------------------------------------------------ all_reduce
+
+# Bidirectional NVLink bandwidth per GPU by model (published figures), in GB/s. A busbw above it is not
+# physics: even NVLS in-switch reduction (which lets H100 exceed its 450 GB/s one-way) stays below it.
+_NVLINK_BOUND_GBYTE_S = (("GB200", 1800.0), ("B200", 1800.0), ("B100", 1800.0), ("H200", 900.0), ("H100", 900.0),
+                         ("H800", 400.0), ("A100", 600.0), ("A800", 400.0), ("V100", 300.0), ("P100", 160.0))
+_PCIE_BOUND_GBYTE_S = 128.0  # PCIe 5.0 x16, both directions
+
+
+def busbw_bound(gpu_names: list[str]) -> tuple[float, str] | None:
+    """The highest busbw the GPUs could physically reach, and why; None where the model is unknown."""
+    if not gpu_names:
+        return None
+    bounds = []
+    for name in gpu_names:
+        known = next(((b, m) for m, b in _NVLINK_BOUND_GBYTE_S if m in name.upper()), None)
+        if known is None and any(word in name.upper() for word in ("RTX", "L40", "L4", "A10", "A40", "T4")):
+            known = (_PCIE_BOUND_GBYTE_S, "PCIe 5.0 x16")
+        if known is None:
+            return None
+        bounds.append(known)
+    value, model = min(bounds)
+    reason = f"{model} NVLink, both directions" if model != "PCIe 5.0 x16" else "PCIe 5.0 x16, both directions"
+    return value, reason
+
+
+def allreduce(readings: list[Reading], min_busbw_gbyte_s: float, max_bytes: int, gpu_count: int,
+              bound: tuple[float, str] | None, tool: str) -> Check:
+    """Out-of-place busbw at the largest size, best of the clean runs; any sign of a bad run fails it."""
+    required = f">= {_fmt(min_busbw_gbyte_s)}"
+    evidence = tuple(name for r in readings for name in r.evidence)
+    tables = []
+    problems: list[str] = []
+    best = None
+    for n, reading in enumerate(readings, 1):
+        label = f"run {n}" if len(readings) > 1 else "run"
+        result = reading.value
+        if result is None:
+            problems.append(f"{label}: {reading.failure}")
+            continue
+        tables.append((f"{label}: {reading.run.command}", _busbw_table(result, min_busbw_gbyte_s)))
+        run_problems = _run_problems(result, max_bytes, gpu_count)
+        if reading.run.returncode not in (0, None):
+            run_problems.insert(0, f"exited with code {reading.run.returncode}")
+        problems += [f"{label}: {p}" for p in run_problems]
+        largest = result.largest
+        if largest is not None and (best is None or largest.oop_busbw_gbyte_s > best.oop_busbw_gbyte_s):
+            best = largest
+    details = {"tables": tables, "tool": tool}
+    if problems:
+        measured = best.oop_busbw_gbyte_s if best is not None else None
+        outcome = FAILED if measured is not None else NOT_MEASURED
+        prefix = "" if measured is not None else "not measured: "
+        return Check("allreduce", "all_reduce", outcome, measured, "GB/s", required,
+                     prefix + "; ".join(problems), evidence, details)
+    runs = f" (best of {len(readings)} runs, {tool})" if len(readings) > 1 else f" ({tool})"
+    check = at_least("allreduce", "all_reduce", best.oop_busbw_gbyte_s, min_busbw_gbyte_s, "GB/s",
+                     "busbw", evidence, details, bound[0] if bound else None, bound[1] if bound else "")
+    message = check.message.replace(" GB/s ", f" GB/s at {best.size_bytes} bytes ", 1) + runs
+    return replace(check, message=message)
+
+
+def _run_problems(result: Any, max_bytes: int, gpu_count: int) -> list[str]:
+    problems = []
+    if result.error_lines:
+        problems.append("errors in the output: " + " | ".join(repr(line[:160]) for line in result.error_lines[:3]))
+    wrong = [r for r in result.rows if (r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0]
+    if wrong:
+        problems.append(f"#wrong is nonzero at {', '.join(str(r.size_bytes) for r in wrong[:5])} bytes: results are corrupt")
+    largest = result.largest
+    if largest is None:
+        problems.append("no result rows")
+        return problems
+    if result.check_column == "#wrong" and largest.oop_wrong is None:
+        problems.append("results were not validated (#wrong is N/A): run with -c 1")
+    if largest.size_bytes < max_bytes:
+        problems.append(f"the sweep stopped at {largest.size_bytes} bytes, short of max_bytes {max_bytes}: "
+                        "the contracted size was not measured")
+    if result.ranks != gpu_count:
+        found = "an unknown number of" if result.ranks is None else str(result.ranks)
+        problems.append(f"ran on {found} ranks, the contract has {gpu_count} GPUs")
+    return problems
+
+
+def _busbw_table(result: Any, threshold: float) -> list[list[Any]]:
+    rows: list[list[Any]] = [["size (B)", "out-of-place busbw (GB/s)", "in-place busbw (GB/s)", "#wrong",
+                              "threshold (GB/s)"]]
+    for r in result.rows:
+        rows.append([r.size_bytes, r.oop_busbw_gbyte_s, "—" if r.ip_busbw_gbyte_s is None else r.ip_busbw_gbyte_s,
+                     "N/A" if r.oop_wrong is None else r.oop_wrong, _fmt(threshold)])
+    return rows

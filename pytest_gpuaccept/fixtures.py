@@ -12,11 +12,13 @@ import pytest
 
 from .checks import PASSED, Check
 from .contract import Contract
-from .probes import nvidia_smi
+from .probes import nccl_tests, nvidia_smi
 from .probes._run import Reading, ToolRunner, parse_run
 from .probes.nvml import Host, parse_host
 from .report import CHECK_PROPERTY
 from .state import NVML_HOST_FILE, STATE, State
+
+TORCH_ALLREDUCE = "pytest_gpuaccept.workloads.torch_allreduce"
 
 
 def _state(request: pytest.FixtureRequest) -> State:
@@ -68,3 +70,25 @@ def gpuaccept_judge(request: pytest.FixtureRequest) -> Callable[[Check], None]:
             pytest.fail(f"{check.clause} {check.subject}: {verdict}{check.message}", pytrace=False)
 
     return judge
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> tuple[list[Reading], str]:
+    """(readings, tool): every all_reduce run the contract asks for (`repeats`), parsed; tool names what measured.
+
+    nccl-tests' all_reduce_perf by default; PyTorch distributed only where the contract says `tool: torch`.
+    """
+    state = _state(request)
+    clause = gpuaccept_contract.allreduce
+    args = nccl_tests.all_reduce_args(gpuaccept_contract.gpus.count, clause.min_bytes.nbytes,
+                                      clause.max_bytes.nbytes, clause.args)
+    readings = []
+    for repeat in range(1, clause.repeats + 1):
+        if clause.tool == "torch":
+            run = state.runner.run("python", ["-m", TORCH_ALLREDUCE, *args[:6], "-f", "2"],
+                                   key=f"torch_all_reduce.run{repeat}")
+        else:
+            run = nccl_tests.run_all_reduce(state.runner, args, repeat)
+        readings.append(parse_run(run, nccl_tests.parse_all_reduce))
+    tool = "PyTorch distributed (NCCL backend), not nccl-tests" if clause.tool == "torch" else "nccl-tests"
+    return readings, tool

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args = [str(suites_dir())]
 
     timeout = contract.tools.timeout.seconds if contract.tools.timeout else DEFAULT_TIMEOUT_S
-    runner = ToolRunner(evidence_dir, timeout, dict(contract.tools.paths), Path(replay).resolve() if replay else None)
+    tool_paths = {"python": sys.executable, **contract.tools.paths}  # workloads run in this interpreter
+    runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None)
     config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
                                 Path(nvml_recording).resolve() if nvml_recording else None,
                                 is_controller=workerinput is None)
@@ -152,12 +154,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _subject(item: pytest.Item) -> str:
-    """The marker's `subject`, else the parameter id (GPU3, GPU0-GPU1, ens1f0)."""
+    """The marker's `subject`, else the GPU, pair or name parameter (GPU3, GPU0-GPU1, ens1f0)."""
     marker = item.get_closest_marker("gpuaccept")
     if "subject" in marker.kwargs:
         return str(marker.kwargs["subject"])
-    callspec = getattr(item, "callspec", None)
-    return callspec.id if callspec is not None else "host"
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "gpu_index" in params:
+        return "GPUs" if params["gpu_index"] is None else f"GPU{params['gpu_index']}"
+    if "gpu_pair" in params:
+        return "GPU{}-GPU{}".format(*params["gpu_pair"])
+    if "subject" in params:
+        return str(params["subject"])
+    return "host"
 
 
 @pytest.hookimpl(tryfirst=True)

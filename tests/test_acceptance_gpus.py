@@ -158,7 +158,7 @@ def test_a_missing_contract_file_is_a_usage_error(pytester, fake_tools):
 def test_collection_runs_no_tool_and_reads_no_gpu(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "--collect-only")
-    run.result.stdout.fnmatch_lines(["*48 tests collected (1 deselected)*"])
+    run.result.stdout.fnmatch_lines(["*47/* tests collected (* deselected)*"])
     assert fake_tools.calls() == []
     assert not (run.path / "gpuaccept-evidence" / "nvml-host.json").exists()
 

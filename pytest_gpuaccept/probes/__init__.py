@@ -10,3 +10,4 @@ class ParseError(ValueError):
         quoted = f": {line.strip()[:200]!r}" if line is not None else ""
         super().__init__(f"{tool}: {message}{quoted}")
         self.tool = tool
+        self.message = message

@@ -1,0 +1,165 @@
+"""nccl-tests (`all_reduce_perf`): the busbw-over-size table, and every sign that a run went wrong."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import ParseError
+from ._run import ToolRun, ToolRunner, slug
+
+TOOL = "all_reduce_perf"
+# Launcher prefixes: Open MPI `--tag-output` "[1,0]<stdout>:", srun `-l` " 0: ".
+_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
+_RANK = re.compile(r"^#\s*Rank\s+(\d+)\b")
+_PARAMS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
+_ERROR_LINE = re.compile(r"NCCL WARN|NCCL failure|NCCL error|Test failure|Out of bounds values\s*:\s*\d+\s+FAILED"
+                         r"|Cuda failure|CUDA failure|unhandled .* error", re.IGNORECASE)
+_CHECK_COLUMNS = ("#wrong", "error", "res")
+
+
+@dataclass(frozen=True)
+class Row:
+    size_bytes: int
+    oop_busbw_gbyte_s: float
+    ip_busbw_gbyte_s: float | None
+    oop_time_us: float
+    oop_algbw_gbyte_s: float
+    oop_wrong: int | None  # None where the column is N/A (validation off) or an old float `error`
+    ip_wrong: int | None
+
+
+@dataclass(frozen=True)
+class NcclResult:
+    """One nccl-tests run as printed; `busbw_at_largest` is what a contract is judged on."""
+
+    rows: tuple[Row, ...]
+    ranks: int | None
+    n_gpus: int | None
+    max_bytes_asked: int | None
+    nccl_tests_version: str | None
+    nccl_version: str | None
+    collective: str | None
+    avg_bus_bandwidth: float | None
+    check_column: str | None
+    error_lines: tuple[str, ...]
+    validation_off: bool
+
+    @property
+    def largest(self) -> Row | None:
+        return max(self.rows, key=lambda r: r.size_bytes) if self.rows else None
+
+    @property
+    def wrong_nonzero(self) -> bool | None:
+        if self.check_column != "#wrong":
+            return None
+        return any((r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0 for r in self.rows)
+
+
+def _number(token: str) -> float | None:
+    if token == "N/A":
+        return None
+    try:
+        return float(token)
+    except ValueError:
+        raise ParseError(TOOL, f"expected a number or N/A, got {token!r}") from None
+
+
+def parse_all_reduce(text: str) -> NcclResult:
+    """Read an nccl-tests text log (any collective; all_reduce_perf is what the suite runs).
+
+    Accepts the `#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong` table
+    and its older forms (no redop/root, an `error` column of floats, NCCL 1 `bytes N type op ... res`),
+    launcher prefixes, NCCL INFO/WARN lines and other noise between rows, and the 2.17+ version and
+    start/end lines. A row that does not fit the header's columns is refused, quoting it.
+    """
+    header: list[str] | None = None
+    rows: list[Row] = []
+    ranks: set[int] = set()
+    errors: list[str] = []
+    n_gpus = max_bytes = None
+    tests_version = nccl_version = collective = None
+    avg = None
+    validation_off = False
+    for raw in text.replace("\r\n", "\n").split("\n"):
+        line = _PREFIX.sub("", raw, count=1).rstrip()
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if _ERROR_LINE.search(stripped):
+            errors.append(stripped)
+            continue
+        if match := _RANK.match(stripped):
+            ranks.add(int(match.group(1)))
+            continue
+        if match := _PARAMS.search(stripped):
+            n_gpus, max_bytes = int(match.group(2)), int(match.group(4))
+            validation_off = "validation: 0" in stripped
+            continue
+        if match := re.match(r"^#\s*nccl-tests version\s+(\S+)", stripped):
+            tests_version = match.group(1)
+            continue
+        if match := re.match(r"^#?\s*NCCL version\s+(\S+)", stripped):
+            nccl_version = match.group(1)
+            continue
+        if match := re.match(r"^#\s*NCCL Tests compiled with NCCL\s+(\S+)", stripped):
+            nccl_version = match.group(1)
+            continue
+        if match := re.match(r"^#\s*Collective test starting:\s*(\S+)", stripped):
+            collective = re.sub(r"_perf(_mpi)?$", "", match.group(1))
+            continue
+        if match := re.match(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)", stripped):
+            avg = float(match.group(1))
+            continue
+        if stripped.startswith("#"):
+            tokens = stripped.lstrip("#").split()
+            if tokens and tokens[0] in ("size", "bytes") and "busbw" in tokens:
+                header = tokens
+            continue
+        tokens = stripped.split()
+        if header is None or not tokens[0].isdigit():
+            continue  # launcher and library noise before or between rows
+        if len(tokens) != len(header):
+            raise ParseError(TOOL, f"a row of {len(tokens)} columns under a header of {len(header)}", raw)
+        rows.append(_row(header, tokens, raw))
+    if header is None and not errors:
+        raise ParseError(TOOL, "no result table (no '# size ... busbw' header) in the output")
+    check = next((c for c in _CHECK_COLUMNS if c in (header or [])), None)
+    return NcclResult(tuple(rows), max(ranks) + 1 if ranks else None, n_gpus, max_bytes, tests_version,
+                      nccl_version, collective, avg, check, tuple(errors), validation_off)
+
+
+def _row(header: list[str], tokens: list[str], raw: str) -> Row:
+    busbw = [i for i, name in enumerate(header) if name == "busbw"]
+    times = [i for i, name in enumerate(header) if name == "time"]
+    algbw = [i for i, name in enumerate(header) if name == "algbw"]
+    checks = [i for i, name in enumerate(header) if name in _CHECK_COLUMNS]
+    try:
+        size = int(tokens[0])
+        oop = _number(tokens[busbw[0]])
+        if oop is None:
+            raise ParseError(TOOL, "busbw is N/A", raw)
+        ip = _number(tokens[busbw[1]]) if len(busbw) > 1 else None
+        wrong = [_wrong(header[i], tokens[i]) for i in checks]
+        return Row(size, oop, ip, _number(tokens[times[0]]) or 0.0, _number(tokens[algbw[0]]) or 0.0,
+                   wrong[0] if wrong else None, wrong[1] if len(wrong) > 1 else None)
+    except ParseError as exc:
+        raise ParseError(TOOL, exc.message, raw) from None
+
+
+def _wrong(column: str, token: str) -> int | None:
+    if column != "#wrong" or token == "N/A":
+        return None  # old `error` / `res` columns hold a max error, not a count
+    if not token.isdigit():
+        raise ParseError(TOOL, f"#wrong is not a count: {token!r}")
+    return int(token)
+
+
+def all_reduce_args(gpus: int, min_bytes: int, max_bytes: int, extra: tuple[str, ...]) -> list[str]:
+    """One process driving every GPU of the host, validation on, sizes doubling up to the contract's."""
+    return ["-g", str(gpus), "-b", str(min_bytes), "-e", str(max_bytes), "-f", "2", "-c", "1", *extra]
+
+
+def run_all_reduce(runner: ToolRunner, args: list[str], repeat: int, timeout_s: float | None = None) -> ToolRun:
+    """Run all_reduce_perf; each repeat is its own run with its own evidence."""
+    return runner.run(TOOL, args, timeout_s, key=f"{slug([TOOL, *args])}.run{repeat}")

@@ -1,0 +1,118 @@
+"""all_reduce bus bandwidth with PyTorch distributed (NCCL), for hosts without nccl-tests.
+
+Prints a table in nccl-tests' text format so that one parser reads both; the first line says which
+tool measured. Same sizes (-b, -e, -f) and the same busbw formula: algbw * 2 * (n - 1) / n.
+torch.distributed.all_reduce is in-place only, so both column groups hold the in-place measurement.
+Run: python -m pytest_gpuaccept.workloads.torch_allreduce -g 8 -b 8388608 -e 8589934592 -f 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _sizes(low: int, high: int, factor: int) -> list[int]:
+    sizes, size = [], low
+    while size <= high:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def _worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    cuda = args.backend == "nccl"
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if rank == 0:
+        print(f"# gpuaccept torch.distributed all_reduce, backend {args.backend}, torch {torch.__version__}")
+        print(f"# nThread 1 nGpus {world} minBytes {args.b} maxBytes {args.e} step: {args.f}(factor) "
+              f"warmup iters: {args.w} iters: {args.n} agg iters: 1 validation: 1 graph: 0")
+        print("#")
+        print("# Using devices")
+    dist.barrier()
+    for r in range(world):
+        if r == rank:
+            name = torch.cuda.get_device_name(rank) if cuda else "cpu"
+            print(f"#  Rank {rank:2d} Group  0 Pid {os.getpid():6d} on {socket.gethostname()} device {rank:2d} {name}",
+                  flush=True)
+        dist.barrier()
+    if rank == 0:
+        print("#\n#                                                              out-of-place                       in-place")
+        print("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong")
+        print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)", flush=True)
+    for size in _sizes(args.b, args.e, args.f):
+        count = size // 4
+        data = torch.ones(count, dtype=torch.float32, device=device)
+        for _ in range(args.w):
+            dist.all_reduce(data)
+        _sync(cuda)
+        start = time.perf_counter()
+        for _ in range(args.n):
+            dist.all_reduce(data)
+        _sync(cuda)
+        seconds = (time.perf_counter() - start) / args.n
+        # Validate: all ones reduced (w + n) times by sum over `world` ranks.
+        data.fill_(1.0)
+        dist.all_reduce(data)
+        _sync(cuda)
+        wrong = torch.tensor([int((data != world).sum().item())], device=device)
+        dist.all_reduce(wrong)
+        algbw = size / seconds / 1e9
+        busbw = algbw * 2 * (world - 1) / world
+        if rank == 0:
+            cells = f"{seconds * 1e6:8.1f} {algbw:7.2f} {busbw:7.2f} {int(wrong.item()):7d}"
+            print(f"{size:12d} {count:13d}     float     sum      -1 {cells} {cells}", flush=True)
+        del data
+    dist.barrier()
+    if rank == 0:
+        print("# Out of bounds values : 0 OK")
+    dist.destroy_process_group()
+
+
+def _sync(cuda: bool) -> None:
+    if cuda:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-g", type=int, required=True, help="processes (one GPU each)")
+    parser.add_argument("-b", type=int, required=True, help="smallest message, bytes")
+    parser.add_argument("-e", type=int, required=True, help="largest message, bytes")
+    parser.add_argument("-f", type=int, default=2, help="size factor")
+    parser.add_argument("-n", type=int, default=20, help="timed iterations")
+    parser.add_argument("-w", type=int, default=5, help="warmup iterations")
+    parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"), help="gloo: CPU self-test only")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except ImportError:
+        print("gpuaccept: PyTorch is not installed: pip install 'pytest-gpuaccept[torch]'", file=sys.stderr)
+        return 3
+    if args.backend == "nccl" and torch.cuda.device_count() < args.g:
+        print(f"gpuaccept: {args.g} GPUs asked, torch sees {torch.cuda.device_count()}", file=sys.stderr)
+        return 2
+    mp.spawn(_worker, args=(args.g, _free_port(), args), nprocs=args.g, join=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""all_reduce: the nccl-tests parser on every real log of the corpus, and the clause end to end."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import DATA, nvml_recording
+from pytest_gpuaccept.probes import ParseError
+from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
+
+EXPECTED = yaml.safe_load((DATA / "EXPECTED.yaml").read_text())["allreduce"]
+FILES = sorted((DATA / "allreduce").iterdir())
+
+
+def test_every_corpus_log_has_expectations():
+    assert {f.name for f in FILES} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_real_logs_parse_to_the_expected_facts(path):
+    expected = EXPECTED[path.name]
+    result = parse_all_reduce(path.read_text())
+    largest = result.largest
+    assert result.ranks == expected["ranks"]
+    assert result.nccl_tests_version == expected["nccl_tests_version"]
+    assert result.nccl_version == expected["nccl_version"]
+    assert (largest.size_bytes if largest else None) == expected["largest_size_bytes"]
+    assert (largest.oop_busbw_gbyte_s if largest else None) == expected["oop_busbw_at_largest"]
+    assert (largest.ip_busbw_gbyte_s if largest else None) == expected["ip_busbw_at_largest"]
+    assert max((r.oop_busbw_gbyte_s for r in result.rows), default=None) == expected["max_oop_busbw"]
+    assert result.avg_bus_bandwidth == expected["avg_bus_bandwidth"]
+    assert (result.wrong_nonzero if result.rows else None) == expected["wrong_nonzero"]
+    assert bool(result.error_lines) == expected["errors_present"]
+    if result.collective is not None:
+        assert result.collective == expected["collective"]
+
+
+def test_the_ancient_failure_log_quotes_the_failure():
+    result = parse_all_reduce((DATA / "allreduce" / "p100pcie_8gpu_nccl1_ancient_format_failure.txt").read_text())
+    assert result.error_lines == ("NCCL failure all_reduce.cu:95 'unhandled cuda error'",)
+
+
+def test_a_row_that_does_not_fit_the_header_is_refused():
+    text = (DATA / "allreduce" / "rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt").read_text()
+    broken = text.replace("   134217728      33554432     float     sum      -1  5355.16   25.06   43.86",
+                          "   134217728      33554432     float     sum      -1  5355.16   25.06")
+    with pytest.raises(ParseError, match="a row of 12 columns under a header of 13"):
+        parse_all_reduce(broken)
+
+
+@pytest.mark.parametrize("text", ["", "bash: all_reduce_perf: command not found\n", "<html>502</html>"])
+def test_output_without_a_table_is_refused(text):
+    with pytest.raises(ParseError, match="no result table"):
+        parse_all_reduce(text)
+
+
+# ------------------------------------------------------------------ end to end, fake all_reduce_perf
+
+P5 = DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt"
+RTX = DATA / "allreduce" / "rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt"
+
+
+def contract(min_busbw: str, max_bytes: str = "16 GiB", count: int = 8, extra: str = "") -> str:
+    return (f"gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\nallreduce:\n  min_busbw: '{min_busbw}'\n"
+            f"  max_bytes: '{max_bytes}'\n{extra}")
+
+
+def log_with_ranks(path: Path, ranks: int = 8) -> bytes:
+    """The P5 table is printed without its device lines; add the 8 rank lines nccl-tests prints before it."""
+    lines = "".join(f"#  Rank {r:2d} Group  0 Pid  100 on p5 device {r:2d} [0x{r:02x}] NVIDIA H100 80GB HBM3\n"
+                    for r in range(ranks))
+    return lines.encode() + path.read_bytes()
+
+
+@pytest.mark.parametrize("threshold, outcome", [("482.05 GB/s", "passed"), ("484.05 GB/s", "failed")])
+def test_measured_is_the_out_of_place_busbw_at_the_largest_size(accept, fake_tools, threshold, outcome):
+    fake_tools.add("all_reduce_perf", log_with_ranks(P5))
+    run = accept(contract(threshold), nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["measured"] == pytest.approx(483.05, abs=0.01)
+    assert (check["outcome"], check["unit"]) == (outcome, "GB/s")
+    sign = ">=" if outcome == "passed" else "<"
+    assert check["message"] == f"busbw 483.05 GB/s at 17179869184 bytes {sign} {threshold} (nccl-tests)"
+    assert fake_tools.calls("all_reduce_perf") == [
+        ["all_reduce_perf", "-g", "8", "-b", "8388608", "-e", "17179869184", "-f", "2", "-c", "1"]]
+    assert "156.742" not in check["message"]  # never the sweep average
+
+
+def test_the_report_shows_the_busbw_table_and_the_command(accept, fake_tools):
+    fake_tools.add("all_reduce_perf", log_with_ranks(P5))
+    run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
+    page = run.html
+    assert "out-of-place busbw (GB/s)" in page and "480.43" in page
+    assert "all_reduce_perf -g 8 -b 8388608 -e 17179869184 -f 2 -c 1" in page
+
+
+def test_repeats_run_each_time_and_the_best_counts(accept, fake_tools):
+    fake_tools.add("all_reduce_perf", log_with_ranks(P5))
+    run = accept(contract("450 GB/s", extra="  repeats: 3\n"), nvml_recording("h100_sxm5_8gpu.json"))
+    assert len(fake_tools.calls("all_reduce_perf")) == 3
+    check = run.checks("allreduce")[0]
+    assert check["outcome"] == "passed" and "best of 3 runs" in check["message"]
+    assert len([e for e in check["evidence"] if e.endswith(".txt") and "stderr" not in e]) == 3
+
+
+@pytest.mark.parametrize("mutate, reason", [
+    (lambda t: t.replace(b"483.05      0    62200", b"483.05      3    62200"),
+     "#wrong is nonzero at 17179869184 bytes: results are corrupt"),
+    (lambda t: t + b"p5:1234:1234 [0] NCCL WARN Cuda failure 'out of memory'\n",
+     "errors in the output: \"p5:1234:1234 [0] NCCL WARN Cuda failure 'out of memory'\""),
+    (lambda t: t.replace(b"# Out of bounds values : 0 OK", b"# Out of bounds values : 12 FAILED"),
+     "errors in the output: '# Out of bounds values : 12 FAILED'"),
+])
+def test_a_corrupt_or_failing_run_never_passes(accept, fake_tools, mutate, reason):
+    fake_tools.add("all_reduce_perf", mutate(log_with_ranks(P5)))
+    run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["outcome"] == "failed"
+    assert check["message"] == f"run: {reason}"
+    assert run.json["verdict"] == "rejected"
+
+
+def test_a_log_that_ends_in_an_nccl_failure_is_not_measured(accept, fake_tools):
+    fake_tools.add("all_reduce_perf", DATA / "allreduce" / "p100pcie_8gpu_nccl1_ancient_format_failure.txt", rc=1)
+    run = accept(contract("1 GB/s", max_bytes="128 MiB"), nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["outcome"] == "not_measured"
+    assert "exited with code 1" in check["message"]
+
+
+def test_a_sweep_that_stops_short_of_max_bytes_is_not_a_pass(accept, fake_tools):
+    fake_tools.add("all_reduce_perf", RTX)
+    run = accept(contract("1 GB/s", max_bytes="8 GiB"), nvml_recording("rtx5090_4gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["outcome"] == "failed"
+    assert check["message"] == ("run: the sweep stopped at 134217728 bytes, short of max_bytes 8589934592: "
+                                "the contracted size was not measured")
+
+
+def test_a_rank_count_other_than_the_gpu_count_fails(accept, fake_tools):
+    fake_tools.add("all_reduce_perf", log_with_ranks(P5, ranks=4))
+    run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
+    assert run.checks("allreduce")[0]["message"] == "run: ran on 4 ranks, the contract has 8 GPUs"
+
+
+def test_a_missing_binary_is_not_measured(accept, fake_tools):
+    run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert (check["outcome"], check["measured"]) == ("not_measured", None)
+    assert check["message"] == "not measured: run: all_reduce_perf not found on PATH"
+
+
+def test_a_hang_past_the_timeout_is_killed_and_not_measured(accept, fake_tools):
+    fake_tools.add("all_reduce_perf", log_with_ranks(P5), sleep=30)
+    run = accept(contract("1 GB/s", extra="") + "tools:\n  timeout: '1 s'\n", nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["outcome"] == "not_measured"
+    assert check["message"].endswith("timed out after 1 s and was killed")
+    assert run.result.duration < 20
+
+
+def test_a_busbw_above_what_the_hardware_allows_is_implausible(accept, fake_tools):
+    # The real H100 log replayed on a host that NVML says has RTX 5090s on PCIe: 483 GB/s is impossible there.
+    fake_tools.add("all_reduce_perf", log_with_ranks(P5, ranks=4))
+    run = accept(contract("1 GB/s", count=4), nvml_recording("rtx5090_4gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["outcome"] == "failed"
+    assert "is implausible: above 128 GB/s (PCIe 5.0 x16, both directions)" in check["message"]
+
+
+def test_a_busbw_above_the_nvlink_bound_fails_as_implausible(accept, fake_tools):
+    inflated = log_with_ranks(P5).replace(b"483.05      0    62200", b"983.05      0    62200")
+    fake_tools.add("all_reduce_perf", inflated)
+    run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["outcome"] == "failed"
+    assert check["message"] == ("busbw 983.05 GB/s at 17179869184 bytes is implausible: above 900 GB/s "
+                                "(H100 NVLink, both directions) (nccl-tests)")
+
+
+def test_the_torch_alternative_is_chosen_by_the_contract_and_labelled(accept, fake_tools):
+    run = accept(contract("1 GB/s", extra="  tool: torch\n"), nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert fake_tools.calls("all_reduce_perf") == []  # never nccl-tests when torch is chosen, and vice versa
+    assert check["outcome"] == "not_measured"
+    assert check["details"]["tool"] == "PyTorch distributed (NCCL backend), not nccl-tests"
