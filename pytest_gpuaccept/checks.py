@@ -272,3 +272,53 @@ def _busbw_table(result: Any, threshold: float) -> list[list[Any]]:
         rows.append([r.size_bytes, r.oop_busbw_gbyte_s, "—" if r.ip_busbw_gbyte_s is None else r.ip_busbw_gbyte_s,
                      "N/A" if r.oop_wrong is None else r.oop_wrong, _fmt(threshold)])
     return rows
+
+
+def nvlink_links(reading: Reading, index: int, links_per_gpu: int | None, speed_gbyte_s: float | None) -> Check:
+    """Every NVLink of a GPU active, at least `links_per_gpu` of them, each at least `speed` (nvlink -s)."""
+    subject = f"GPU{index}"
+    wants = [f">= {links_per_gpu} active" if links_per_gpu else "", f"each >= {_fmt(speed_gbyte_s)} GB/s" if speed_gbyte_s else ""]
+    required = ", ".join(w for w in wants if w)
+    if reading.failure:
+        return not_measured("nvlink.links", subject, required, reading.failure, "links", reading.evidence)
+    links = reading.value.links.get(index)
+    if links is None:
+        return Check("nvlink.links", subject, FAILED, 0, "links", required,
+                     f"GPU{index} not in `nvidia-smi nvlink -s` output (found GPUs {sorted(reading.value.links)})",
+                     reading.evidence)
+    active = {n: s for n, s in links.items() if s is not None}
+    problems = []
+    if links_per_gpu is not None and len(active) < links_per_gpu:
+        down = sorted(n for n, s in links.items() if s is None)
+        problems.append(f"{len(active)} of {links_per_gpu} links active" + (f" (inactive: {down})" if down else ""))
+    slow = sorted(n for n, s in active.items() if speed_gbyte_s is not None and s + 1e-9 < speed_gbyte_s)
+    if slow:
+        problems.append(f"links {slow} below {_fmt(speed_gbyte_s)} GB/s ({', '.join(f'{active[n]:g}' for n in slow)} GB/s)")
+    speeds = sorted({s for s in active.values()})
+    shown = f"{len(active)} links active at {', '.join(f'{s:g}' for s in speeds)} GB/s" if active else "no link active"
+    return Check("nvlink.links", subject, FAILED if problems else PASSED, len(active), "links", required,
+                 shown + ("; " + "; ".join(problems) if problems else ""), reading.evidence)
+
+
+def nvlink_errors(before: Reading, after: Reading, index: int) -> Check:
+    """NVLink error counters of a GPU must not increase across the load (nvlink -e before and after)."""
+    subject, required = f"GPU{index}", "== 0 new"
+    evidence = before.evidence + after.evidence
+    failure = before.failure or after.failure
+    if failure:
+        return not_measured("nvlink.errors", subject, required, failure, "errors", evidence)
+    if index not in before.value.counters or index not in after.value.counters:
+        return Check("nvlink.errors", subject, FAILED, None, "errors", required,
+                     f"GPU{index} not in `nvidia-smi nvlink -e` output", evidence)
+    grown = []
+    for link, counters in sorted(after.value.counters[index].items()):
+        for name, value in counters.items():
+            old = before.value.counters[index].get(link, {}).get(name, 0)
+            if value > old:
+                grown.append(f"link {link} {name} {old} -> {value}")
+    increase = after.value.total(index) - before.value.total(index)
+    if grown:
+        return Check("nvlink.errors", subject, FAILED, increase, "errors", required,
+                     "error counters increased during the load: " + "; ".join(grown[:6]), evidence)
+    return Check("nvlink.errors", subject, PASSED, 0, "errors", required,
+                 f"no NVLink error counter increased ({after.value.total(index)} in total, as before the load)", evidence)

@@ -417,6 +417,8 @@ def _cross_checks(v: _Validator, sections: dict[str, Any], lines: dict[str, int]
         at("nvlink.every_pair", "expected true: 'false' checks nothing, remove the nvlink section instead")
     if isinstance(nvlink, NVLink) and has_count and gpus.count < 2:
         at("nvlink", f"needs gpus.count of at least 2 to have GPU pairs, got {gpus.count}")
+    if isinstance(nvlink, NVLink) and nvlink.errors_stable and "allreduce" not in sections:
+        at("nvlink.errors_stable", "needs an allreduce section: the error counters are compared across its load")
     allreduce = sections.get("allreduce")
     if isinstance(allreduce, AllReduce) and allreduce.min_bytes.nbytes > allreduce.max_bytes.nbytes:
         at("allreduce.min_bytes", f"expected at most max_bytes ({allreduce.max_bytes}), got {allreduce.min_bytes}")

@@ -80,6 +80,8 @@ def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Cont
     """
     state = _state(request)
     clause = gpuaccept_contract.allreduce
+    if gpuaccept_contract.nvlink is not None and gpuaccept_contract.nvlink.errors_stable:
+        nvidia_smi.run_nvlink_errors(state.runner, "before")  # the counters before the load starts
     args = nccl_tests.all_reduce_args(gpuaccept_contract.gpus.count, clause.min_bytes.nbytes,
                                       clause.max_bytes.nbytes, clause.args)
     readings = []
@@ -92,3 +94,19 @@ def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Cont
         readings.append(parse_run(run, nccl_tests.parse_all_reduce))
     tool = "PyTorch distributed (NCCL backend), not nccl-tests" if clause.tool == "torch" else "nccl-tests"
     return readings, tool
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_nvlink_status(request: pytest.FixtureRequest) -> Reading:
+    """`nvidia-smi nvlink -s`: the state and speed of every NVLink of every GPU, once per run."""
+    return parse_run(nvidia_smi.run_nvlink_status(_state(request).runner), nvidia_smi.parse_nvlink_status)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_nvlink_errors(request: pytest.FixtureRequest) -> tuple[Reading, Reading]:
+    """(before, after): NVLink error counters read around the all_reduce load (which runs once per run)."""
+    runner = _state(request).runner
+    request.getfixturevalue("gpuaccept_allreduce")  # reads `before`, then loads the links
+    before = parse_run(nvidia_smi.run_nvlink_errors(runner, "before"), nvidia_smi.parse_nvlink_errors)
+    after = parse_run(nvidia_smi.run_nvlink_errors(runner, "after"), nvidia_smi.parse_nvlink_errors)
+    return before, after

@@ -185,3 +185,11 @@ def test_the_torch_alternative_is_chosen_by_the_contract_and_labelled(accept, fa
     assert fake_tools.calls("all_reduce_perf") == []  # never nccl-tests when torch is chosen, and vice versa
     assert check["outcome"] == "not_measured"
     assert check["details"]["tool"] == "PyTorch distributed (NCCL backend), not nccl-tests"
+
+
+def test_the_torch_workload_output_reads_with_the_same_parser():
+    result = parse_all_reduce((DATA / "torch" / "allreduce_gloo_cpu_2rank.txt").read_text())
+    assert result.ranks == 2 and result.n_gpus == 2
+    assert result.largest.size_bytes == 16777216
+    assert result.wrong_nonzero is False
+    assert result.largest.oop_busbw_gbyte_s > 0

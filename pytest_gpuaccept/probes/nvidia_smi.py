@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Iterator
 
 from . import ParseError
 from ._run import ToolRun, ToolRunner
@@ -104,3 +105,82 @@ def _is_label(token: str) -> bool:
 def run_topo(runner: ToolRunner, timeout_s: float = 60.0) -> ToolRun:
     """Run `nvidia-smi topo -m` (once per session: the runner memoises it)."""
     return runner.run(TOOL, TOPO_ARGS, timeout_s)
+
+
+# ------------------------------------------------------------------ nvlink -s / nvlink -e
+
+STATUS_ARGS = ["nvlink", "-s"]
+ERRORS_ARGS = ["nvlink", "-e"]
+_GPU_HEADER = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: (\S+)\))?$")
+_LINK_SPEED = re.compile(r"^Link (\d+): (?:([\d.]+) GB/s|<?(inactive|Inactive|Not Active)>?)$")
+_LINK_COUNTER = re.compile(r"^Link (\d+): ([A-Za-z][A-Za-z0-9 ]*?): (\d+)$")
+
+
+@dataclass(frozen=True)
+class LinkStatus:
+    """`nvidia-smi nvlink -s`: per GPU, per link, the speed in GB/s, or None where the link is inactive."""
+
+    links: dict[int, dict[int, float | None]]
+
+
+@dataclass(frozen=True)
+class LinkErrors:
+    """`nvidia-smi nvlink -e`: per GPU, per link, each error counter by name."""
+
+    counters: dict[int, dict[int, dict[str, int]]]
+
+    def total(self, gpu: int) -> int:
+        return sum(sum(c.values()) for c in self.counters.get(gpu, {}).values())
+
+
+def _per_gpu_lines(text: str, tool_args: str) -> Iterator[tuple[int, str]]:
+    """(gpu, line) for each link line, in order; a line other than a GPU header or a link line is refused."""
+    gpu = None
+    for line in text.replace("\r\n", "\n").split("\n"):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if match := _GPU_HEADER.match(stripped):
+            gpu = int(match.group(1))
+            continue
+        if gpu is None or not stripped.startswith("Link "):
+            raise ParseError(TOOL, f"unexpected line in `nvlink {tool_args}` output", line)
+        yield gpu, stripped
+
+
+def parse_nvlink_status(text: str) -> LinkStatus:
+    """Read `nvidia-smi nvlink -s`: `GPU 0: NAME (UUID: ...)` then `Link 0: 26.562 GB/s` or `Link 3: <inactive>`.
+
+    Elided output (`[snip]`, `[...]`) is refused: a missing link must not read as a healthy one.
+    """
+    links: dict[int, dict[int, float | None]] = {}
+    for gpu, line in _per_gpu_lines(text, "-s"):
+        match = _LINK_SPEED.match(line)
+        if not match:
+            raise ParseError(TOOL, "unreadable link status", line)
+        links.setdefault(gpu, {})[int(match.group(1))] = float(match.group(2)) if match.group(2) else None
+    if not links:
+        raise ParseError(TOOL, "no GPU in `nvlink -s` output")
+    return LinkStatus(links)
+
+
+def parse_nvlink_errors(text: str) -> LinkErrors:
+    """Read `nvidia-smi nvlink -e`: `Link 0: Replay Errors: 0`, `Link 0: CRC Errors: 0`, ... per GPU."""
+    counters: dict[int, dict[int, dict[str, int]]] = {}
+    for gpu, line in _per_gpu_lines(text, "-e"):
+        match = _LINK_COUNTER.match(line)
+        if not match:
+            raise ParseError(TOOL, "unreadable error counter", line)
+        counters.setdefault(gpu, {}).setdefault(int(match.group(1)), {})[match.group(2)] = int(match.group(3))
+    if not counters:
+        raise ParseError(TOOL, "no GPU in `nvlink -e` output")
+    return LinkErrors(counters)
+
+
+def run_nvlink_status(runner: ToolRunner, timeout_s: float = 60.0) -> ToolRun:
+    return runner.run(TOOL, STATUS_ARGS, timeout_s)
+
+
+def run_nvlink_errors(runner: ToolRunner, when: str, timeout_s: float = 60.0) -> ToolRun:
+    """The error counters `before` or `after` the load; two runs with their own evidence."""
+    return runner.run(TOOL, ERRORS_ARGS, timeout_s, key=f"nvidia-smi_nvlink_-e.{when}")

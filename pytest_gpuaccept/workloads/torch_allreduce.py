@@ -52,6 +52,7 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
                   flush=True)
         dist.barrier()
     if rank == 0:
+        print("# torch.distributed.all_reduce is in-place: both column groups hold the in-place measurement")
         print("#\n#                                                              out-of-place                       in-place")
         print("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong")
         print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)", flush=True)

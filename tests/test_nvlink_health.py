@@ -1,0 +1,116 @@
+"""NVLink health: `nvidia-smi nvlink -s` link state and speed, `nvlink -e` counters across the load."""
+
+import re
+
+import pytest
+
+from conftest import DATA, nvml_recording
+from pytest_gpuaccept.probes import ParseError
+from pytest_gpuaccept.probes.nvidia_smi import parse_nvlink_errors, parse_nvlink_status
+
+STATUS_H100 = (DATA / "nvlink" / "h100_status_i0_18links.txt").read_text()
+ERRORS_H100 = (DATA / "nvlink" / "h100_errorcounters_e_elided_masked_uuid.txt").read_text()
+
+
+def test_a_real_h100_status_reads_18_links_at_26_562():
+    status = parse_nvlink_status(STATUS_H100)
+    assert list(status.links) == [0]
+    assert status.links[0] == {n: 26.562 for n in range(18)}
+
+
+def test_a_markdown_mangled_v100_status_reads_6_links():
+    status = parse_nvlink_status((DATA / "nvlink" / "v100_sxm2_status_i0_markdown_mangled.txt").read_text())
+    assert status.links[0] == {n: 25.781 for n in range(6)}
+
+
+@pytest.mark.parametrize("name, parse, line", [
+    ("dgx1_v100_status_all_gpus_snipped.txt", parse_nvlink_status, "[snip]"),
+    ("h100_errorcounters_e_elided_masked_uuid.txt", parse_nvlink_errors, "[...]"),
+    ("dgx1_v100_capabilities_snipped.txt", parse_nvlink_status, "Link 0, P2P is supported: true"),
+])
+def test_elided_or_foreign_output_is_refused_quoting_the_line(name, parse, line):
+    with pytest.raises(ParseError) as info:
+        parse((DATA / "nvlink" / name).read_text())
+    assert str(info.value).endswith(repr(line))
+
+
+def h100_status(gpus: int, inactive: set[tuple[int, int]] = frozenset(), slow: set[tuple[int, int]] = frozenset()) -> str:
+    """The real GPU0 block of `nvlink -s`, repeated for each GPU (a live 8-GPU run prints one block per GPU)."""
+    head, *links = STATUS_H100.splitlines()
+    out = []
+    for gpu in range(gpus):
+        out.append(head.replace("GPU 0:", f"GPU {gpu}:"))
+        for n, line in enumerate(links):
+            if (gpu, n) in inactive:
+                line = re.sub(r"[\d.]+ GB/s", "<inactive>", line)
+            elif (gpu, n) in slow:
+                line = line.replace("26.562", "13.281")
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def h100_errors(gpus: int, crc: dict[tuple[int, int], int] = {}) -> str:
+    """The real counter lines of `nvlink -e` with the author's "[...]" expanded to all 18 links."""
+    head = ERRORS_H100.splitlines()[0]
+    out = []
+    for gpu in range(gpus):
+        out.append(head.replace("GPU 0:", f"GPU {gpu}:"))
+        for n in range(18):
+            out += [f"         Link {n}: Replay Errors: 0", f"         Link {n}: Recovery Errors: 0",
+                    f"         Link {n}: CRC Errors: {crc.get((gpu, n), 0)}", ""]
+    return "\n".join(out)
+
+
+def test_the_counters_parse_per_link():
+    errors = parse_nvlink_errors(h100_errors(2, {(1, 4): 7}))
+    assert errors.counters[1][4] == {"Replay Errors": 0, "Recovery Errors": 0, "CRC Errors": 7}
+    assert errors.total(1) == 7 and errors.total(0) == 0
+
+
+CONTRACT = """\
+gpuaccept: 1
+vendor: V
+gpus:
+  count: 8
+nvlink:
+  every_pair: true
+  min_links: 18
+  links_per_gpu: 18
+  link_speed: "26.5 GB/s"
+  errors_stable: true
+allreduce:
+  min_busbw: "1 GB/s"
+"""
+
+
+def test_healthy_links_pass_and_counters_that_grow_under_load_fail(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt", when="topo")
+    fake_tools.add("nvidia-smi", h100_status(8, inactive={(3, 5)}, slow={(6, 0)}), when="nvlink -s")
+    fake_tools.add("nvidia-smi", h100_errors(8), when="nvlink -e")
+    # all_reduce_perf rewrites the counters the second `nvlink -e` will print: as if the load caused CRC errors.
+    fake_tools.add("all_reduce_perf", b"", rc=1)
+    after = fake_tools.bin_dir / ".nvidia-smi.2.out"
+    grown = h100_errors(8, {(2, 11): 5})
+    wrapper = fake_tools.bin_dir / "all_reduce_perf"
+    wrapper.write_text(wrapper.read_text().replace("import json, sys, time",
+                       f"import json, sys, time\nopen({str(after)!r}, 'w').write({grown!r})"))
+    run = accept(CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    links = {c["subject"]: c for c in run.checks("nvlink.links")}
+    assert links["GPU0"]["outcome"] == "passed" and links["GPU0"]["measured"] == 18
+    assert links["GPU0"]["message"] == "18 links active at 26.562 GB/s"
+    assert links["GPU3"]["outcome"] == "failed" and links["GPU3"]["measured"] == 17
+    assert links["GPU3"]["message"] == "17 links active at 26.562 GB/s; 17 of 18 links active (inactive: [5])"
+    assert links["GPU6"]["message"].endswith("links [0] below 26.5 GB/s (13.281 GB/s)")
+    errors = {c["subject"]: c for c in run.checks("nvlink.errors")}
+    assert errors["GPU0"]["outcome"] == "passed"
+    assert errors["GPU2"]["outcome"] == "failed" and errors["GPU2"]["measured"] == 5
+    assert errors["GPU2"]["message"] == "error counters increased during the load: link 11 CRC Errors 0 -> 5"
+    calls = [c[1:] for c in fake_tools.calls()]
+    assert calls.index(["nvlink", "-e"]) < calls.index(["-g", "8", "-b", "8388608", "-e", "8589934592", "-f", "2", "-c", "1"])
+    assert calls.count(["nvlink", "-e"]) == 2 and calls.count(["nvlink", "-s"]) == 1
+
+
+def test_without_nvidia_smi_link_health_is_not_measured(accept, fake_tools):
+    run = accept(CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    assert {c["outcome"] for c in run.checks("nvlink.links") + run.checks("nvlink.errors")} == {"not_measured"}
+    assert len(run.checks("nvlink.links")) == 8 and len(run.checks("nvlink.errors")) == 8
