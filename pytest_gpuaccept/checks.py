@@ -322,3 +322,77 @@ def nvlink_errors(before: Reading, after: Reading, index: int) -> Check:
                      "error counters increased during the load: " + "; ".join(grown[:6]), evidence)
     return Check("nvlink.errors", subject, PASSED, 0, "errors", required,
                  f"no NVLink error counter increased ({after.value.total(index)} in total, as before the load)", evidence)
+
+
+# ------------------------------------------------------------------ network
+
+def no_match(clause: str, pattern: str, available: list[str], unit: str, required: str) -> Check:
+    """A name or glob of the contract that matches nothing on the host fails; the message lists what there is."""
+    shown = ", ".join(available) if available else "none"
+    return Check(clause, pattern, FAILED, None, unit, required,
+                 f"no {'interface' if clause == 'nics' else 'RDMA device'} matches {pattern!r} (host has: {shown})")
+
+
+def unsafe_name(clause: str, name: str, unit: str, required: str) -> Check | None:
+    from .probes.sysfs import SAFE_NAME
+
+    if SAFE_NAME.match(name):
+        return None
+    return not_measured(clause, name, required, f"the host's name {name!r} is not safe to pass to a tool", unit)
+
+
+def nic_speed(reading: Reading, name: str, min_gbit_s: float) -> Check:
+    """Negotiated speed from ethtool, in Gb/s; no link or an unknown speed measures 0 and fails."""
+    required = f">= {_fmt(min_gbit_s)}"
+    if reading.failure:
+        return not_measured("nics", name, required, reading.failure, "Gb/s", reading.evidence)
+    link = reading.value
+    if link.link_detected is None:
+        return not_measured("nics", name, required, "ethtool did not report 'Link detected'", "Gb/s", reading.evidence)
+    if not link.link_detected:
+        return Check("nics", name, FAILED, 0, "Gb/s", required, f"{name}: no link (Link detected: no)", reading.evidence)
+    if link.speed_mbps is None:
+        return Check("nics", name, FAILED, 0, "Gb/s", required, f"{name}: Speed: Unknown!", reading.evidence)
+    return at_least("nics", name, link.speed_mbps / 1000.0, min_gbit_s, "Gb/s", f"{name} speed", reading.evidence)
+
+
+def rdma_bandwidth(reading: Reading | None, device: str, port: Any, line_rate_gbit_s: float | None,
+                   rate_source: str, fraction: float, evidence: tuple[str, ...]) -> Check:
+    """ib_write_bw BW average in Gb/s against fraction x line rate; above line rate is implausible.
+
+    `reading` is None where no tool ran: no port, a port that is down, or no line rate to compare with.
+    """
+    evidence = evidence + (reading.evidence if reading is not None else ())
+    required = f">= {fraction:g} x line rate"
+    if port is None:
+        return not_measured("rdma", device, required, f"{device} has no port in sysfs", "Gb/s", evidence)
+    if not port.active:
+        return Check("rdma", device, FAILED, 0, "Gb/s", required,
+                     f"{device} port {port.port} is not Active/LinkUp: {port.state}", evidence)
+    if line_rate_gbit_s is None:
+        return not_measured("rdma", device, required, f"no line rate: port {port.port} reports none "
+                            "and the contract gives no rdma.line_rate", "Gb/s", evidence)
+    minimum = fraction * line_rate_gbit_s
+    required = f">= {_fmt(minimum)}"
+    if reading is None:
+        return not_measured("rdma", device, required, "ib_write_bw did not run", "Gb/s", evidence)
+    if reading.failure:
+        return not_measured("rdma", device, required, reading.failure, "Gb/s", evidence)
+    measured = reading.value.last[2]
+    check = at_least("rdma", device, measured, minimum, "Gb/s", f"{device} ib_write_bw BW average", evidence,
+                     {"line_rate_gbit_s": line_rate_gbit_s, "fraction": round(measured / line_rate_gbit_s, 4)},
+                     maximum=line_rate_gbit_s, maximum_reason=f"the line rate, {rate_source}")
+    ratio = f" ({measured / line_rate_gbit_s:.1%} of {_fmt(line_rate_gbit_s)} Gb/s line rate, {rate_source})"
+    return replace(check, message=check.message + ratio)
+
+
+def iperf3_throughput(readings: list[Reading], server: str, min_gbit_s: float, processes_note: str) -> Check:
+    """Received throughput summed over every client process, in Gb/s; any client failing is not measured."""
+    required = f">= {_fmt(min_gbit_s)}"
+    evidence = tuple(name for r in readings for name in r.evidence)
+    failures = [r.failure for r in readings if r.failure]
+    if failures:
+        return not_measured("iperf3", server, required, failures[0], "Gb/s", evidence)
+    total = sum(r.value.received_bits_per_s for r in readings) / 1e9
+    check = at_least("iperf3", server, total, min_gbit_s, "Gb/s", f"received from {server}", evidence)
+    return replace(check, message=f"{check.message} ({processes_note})")

@@ -12,9 +12,10 @@ import pytest
 
 from .checks import PASSED, Check
 from .contract import Contract
-from .probes import nccl_tests, nvidia_smi
+from .probes import nccl_tests, nvidia_smi, sysfs
 from .probes._run import Reading, ToolRunner, parse_run
 from .probes.nvml import Host, parse_host
+from .probes.sysfs import IbPort
 from .report import CHECK_PROPERTY
 from .state import NVML_HOST_FILE, STATE, State
 
@@ -110,3 +111,21 @@ def gpuaccept_nvlink_errors(request: pytest.FixtureRequest) -> tuple[Reading, Re
     before = parse_run(nvidia_smi.run_nvlink_errors(runner, "before"), nvidia_smi.parse_nvlink_errors)
     after = parse_run(nvidia_smi.run_nvlink_errors(runner, "after"), nvidia_smi.parse_nvlink_errors)
     return before, after
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_host_names(request: pytest.FixtureRequest) -> tuple[list[str], list[str]]:
+    """(interfaces, RDMA devices) the host lists in sysfs: what the contract's names and globs match against."""
+    return _state(request).listings()
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_ib_ports(request: pytest.FixtureRequest) -> Callable[[str], tuple[list[IbPort], str]]:
+    """device -> (its ports from sysfs: state, rate, link layer, RoCE v2 GID index; the evidence file)."""
+    state = _state(request)
+
+    def ports(device: str) -> tuple[list[IbPort], str]:
+        reading, evidence = state.ib_device(device)
+        return sysfs.parse_ib_device(reading), evidence
+
+    return ports

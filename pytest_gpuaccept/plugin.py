@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from . import plan, report
+from .checks import match_names
 from .contract import ContractError, load_contract
 from .probes._run import ToolRunner
 from .report import ITEM_PROPERTY
@@ -30,6 +31,8 @@ _OPTIONS = (
      "judge the tool runs and NVML readings recorded in an evidence folder instead of measuring"),
     ("--gpuaccept-nvml", "gpuaccept_nvml", "FILE",
      "read NVML readings from a recording (JSON as in nvml-host.json) instead of the driver"),
+    ("--gpuaccept-sysfs", "gpuaccept_sysfs", "DIR",
+     "where the host's sysfs is mounted (default /sys; e.g. /host/sys in a container)"),
 )
 
 
@@ -96,7 +99,8 @@ def pytest_configure(config: pytest.Config) -> None:
     runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None)
     config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
                                 Path(nvml_recording).resolve() if nvml_recording else None,
-                                is_controller=workerinput is None)
+                                is_controller=workerinput is None,
+                                sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"))
     config.pluginmanager.register(report.ReportPlugin(config.stash[STATE]), "gpuaccept-report")
 
 
@@ -151,6 +155,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "gpu_pair" in metafunc.fixturenames:
         pairs = [(i, j) for i in range(count) for j in range(i + 1, count)]
         metafunc.parametrize("gpu_pair", pairs, ids=[f"GPU{i}-GPU{j}" for i, j in pairs])
+    # Globbed names: one test per name the host has that matches; a pattern matching nothing is a test too.
+    for fixture, section, key in (("nic", "nics", "interfaces"), ("rdma_device", "rdma", "devices")):
+        clause = getattr(state.contract, section)
+        if fixture in metafunc.fixturenames and clause is not None:
+            interfaces, devices = state.listings()
+            matches = match_names(getattr(clause, key), interfaces if section == "nics" else devices)
+            metafunc.parametrize(fixture, matches, ids=[name or pattern for pattern, name in matches])
 
 
 def _subject(item: pytest.Item) -> str:
@@ -163,8 +174,10 @@ def _subject(item: pytest.Item) -> str:
         return "GPUs" if params["gpu_index"] is None else f"GPU{params['gpu_index']}"
     if "gpu_pair" in params:
         return "GPU{}-GPU{}".format(*params["gpu_pair"])
-    if "subject" in params:
-        return str(params["subject"])
+    for name in ("nic", "rdma_device"):
+        if name in params:
+            pattern, match = params[name]
+            return match or pattern
     return "host"
 
 

@@ -6,19 +6,17 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from .checks import Check
 from .contract import Contract
-from .probes import nvml
+from .probes import nvml, sysfs
 from .probes._run import ToolRunner
 
 NVML_HOST_FILE = "nvml-host.json"
 NAMES_FILE = "host-names.json"
-# Where the host lists the names the contract's globs are matched against.
-NAME_SOURCES = {"net": Path("/sys/class/net"), "infiniband": Path("/sys/class/infiniband")}
 
 
 @dataclass
@@ -30,46 +28,53 @@ class State:
     evidence_dir: Path
     nvml_recording: Path | None
     is_controller: bool
+    sys_root: Path = Path("/sys")
     started: str = field(default_factory=lambda: now())
     # Judged checks by (clause, subject), as plain dicts: they arrive from xdist workers that way.
     checks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
-    def host_reading(self) -> dict[str, Any]:
-        """The NVML reading of this session: taken once (or replayed) and kept as evidence."""
+    def reading(self, name: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """A reading that is not a tool run (NVML, sysfs): taken once per run, or replayed, and kept as evidence."""
         with self.runner.exclusive():
-            saved = self.evidence_dir / NVML_HOST_FILE
+            saved = self.evidence_dir / name
             if saved.is_file():
                 return json.loads(saved.read_text())
-            source = self.nvml_recording
-            if source is None and self.runner.replay_dir is not None:
-                source = self.runner.replay_dir / NVML_HOST_FILE
-            if source is not None:
+            replay = self.runner.replay_dir
+            if replay is not None:
+                source = replay / name
                 try:
-                    reading = json.loads(source.read_text())
+                    data = json.loads(source.read_text())
                 except (OSError, ValueError) as exc:
-                    reading = {"hostname": "", "driver": None, "cuda": None, "gpus": [],
-                               "error": f"recorded NVML readings {source} unreadable: {exc}"}
-                reading["recorded"] = str(source)
+                    data = {"error": f"not in the replayed bundle {replay}: {exc}"}
             else:
-                reading = nvml.read_host()
-            self.runner.record_json(NVML_HOST_FILE, reading)
-            return reading
+                data = take()
+            self.runner.record_json(name, data)
+            return data
 
+    def host_reading(self) -> dict[str, Any]:
+        """The NVML reading of this session (or the recording given with --gpuaccept-nvml)."""
+        return self.reading(NVML_HOST_FILE, self._take_nvml)
+
+    def _take_nvml(self) -> dict[str, Any]:
+        if self.nvml_recording is None:
+            return nvml.read_host()
+        try:
+            reading = json.loads(self.nvml_recording.read_text())
+        except (OSError, ValueError) as exc:
+            reading = {"hostname": "", "driver": None, "cuda": None, "gpus": [],
+                       "error": f"recorded NVML readings {self.nvml_recording} unreadable: {exc}"}
+        reading["recorded"] = str(self.nvml_recording)
+        return reading
 
     def listings(self) -> tuple[list[str], list[str]]:
         """(network interfaces, RDMA devices) of the host, listed once (or replayed) and kept as evidence."""
-        with self.runner.exclusive():
-            saved = self.evidence_dir / NAMES_FILE
-            if saved.is_file():
-                names = json.loads(saved.read_text())
-            elif self.runner.replay_dir is not None and (self.runner.replay_dir / NAMES_FILE).is_file():
-                names = json.loads((self.runner.replay_dir / NAMES_FILE).read_text())
-                self.runner.record_json(NAMES_FILE, names)
-            else:
-                names = {key: sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-                         for key, folder in NAME_SOURCES.items()}
-                self.runner.record_json(NAMES_FILE, names)
+        names = self.reading(NAMES_FILE, lambda: sysfs.list_names(self.sys_root))
         return list(names.get("net", [])), list(names.get("infiniband", []))
+
+    def ib_device(self, device: str) -> tuple[dict[str, Any], str]:
+        """The sysfs reading of one RDMA device's ports, and its evidence file name."""
+        name = f"sysfs-infiniband-{device}.json"
+        return self.reading(name, lambda: sysfs.read_ib_device(self.sys_root, device)), name
 
 
 STATE = pytest.StashKey[State]()

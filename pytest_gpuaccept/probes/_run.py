@@ -75,6 +75,16 @@ def slug(argv: list[str] | tuple[str, ...]) -> str:
     return text[:100]
 
 
+@dataclass(frozen=True)
+class Command:
+    """One command of a group run together; `start_after_s` waits before starting it."""
+
+    tool: str
+    args: tuple[str, ...]
+    key: str | None = None
+    start_after_s: float = 0.0
+
+
 @dataclass
 class ToolRunner:
     """Runs tools for one acceptance session and keeps the evidence of each run."""
@@ -104,52 +114,87 @@ class ToolRunner:
 
     def run(self, tool: str, args: list[str], timeout_s: float | None = None, key: str | None = None) -> ToolRun:
         """Run `tool args` once per session (memoised by key) and return what it did."""
-        executable = self.which(tool) if self.replay_dir is None else tool
-        argv = [executable or tool, *args]
-        key = key or slug([tool, *args])
-        timeout = timeout_s if timeout_s is not None else self.default_timeout_s
-        with self.exclusive():
-            recorded = self._load(self.evidence_dir, key)
-            if recorded is not None:
-                return recorded
-            if self.replay_dir is not None:
-                return self._replay(key, argv)
-            if executable is None:
-                where = f"at {self.tool_paths[tool]} (tools.{tool})" if tool in self.tool_paths else "on PATH"
-                run = ToolRun(key, tuple(argv), None, 0.0, "", "", error=f"{tool} not found {where}")
-                return self._save(run, b"", b"")
-            return self._execute(key, argv, timeout)
+        return self.run_together([Command(tool, tuple(args), key)], timeout_s)[0]
 
-    def _execute(self, key: str, argv: list[str], timeout: float) -> ToolRun:
+    def run_together(self, commands: list[Command], timeout_s: float | None = None) -> list[ToolRun]:
+        """Run several commands at once (a server and its client, parallel clients) under one deadline.
+
+        Memoised as a group: when every key was run before in this session, the recorded runs are returned.
+        Nothing starts unless every executable is found.
+        """
+        timeout = timeout_s if timeout_s is not None else self.default_timeout_s
+        keys = [c.key or slug([c.tool, *c.args]) for c in commands]
+        executables = [self.which(c.tool) if self.replay_dir is None else c.tool for c in commands]
+        argvs = [[exe or c.tool, *c.args] for exe, c in zip(executables, commands)]
+        with self.exclusive():
+            recorded = [self._load(self.evidence_dir, key) for key in keys]
+            if all(run is not None for run in recorded):
+                return recorded  # type: ignore[return-value]
+            if self.replay_dir is not None:
+                return [self._replay(key, argv) for key, argv in zip(keys, argvs)]
+            missing = [c.tool for exe, c in zip(executables, commands) if exe is None]
+            if missing:
+                runs = []
+                for key, argv, exe, c in zip(keys, argvs, executables, commands):
+                    where = f"at {self.tool_paths[c.tool]} (tools.{c.tool})" if c.tool in self.tool_paths else "on PATH"
+                    error = f"{c.tool} not found {where}" if exe is None else f"not started: {missing[0]} not found"
+                    runs.append(self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=error), b"", b""))
+                return runs
+            return self._execute(keys, argvs, [c.start_after_s for c in commands], timeout)
+
+    def _execute(self, keys: list[str], argvs: list[list[str]], delays: list[float], timeout: float) -> list[ToolRun]:
+        started = time.monotonic()
+        deadline = started + timeout
+        files = []
+        procs: list[subprocess.Popen[bytes] | None] = []
+        errors: list[str | None] = []
+        returncodes: list[int | None] = [None] * len(keys)
+        timed_out = [False] * len(keys)
+        try:
+            for key, argv, delay in zip(keys, argvs, delays):
+                out = open(self.evidence_dir / f"{key}.txt", "wb")
+                err = open(self.evidence_dir / f"{key}.stderr.txt", "wb")
+                files += [out, err]
+                if delay:
+                    time.sleep(delay)  # let a server start listening before its client connects
+                try:
+                    procs.append(subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                                  start_new_session=True))
+                    errors.append(None)
+                except OSError as exc:
+                    procs.append(None)
+                    errors.append(f"`{' '.join(argv)}` could not start: {exc.strerror or exc}")
+            for n, proc in enumerate(procs):
+                if proc is None:
+                    continue
+                try:
+                    returncodes[n] = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out[n] = True
+                    kill_group(proc)
+                    returncodes[n] = proc.returncode
+        except BaseException:
+            # Ctrl-C, SIGTERM: stop every tool's whole group, keep what they printed, then go on unwinding.
+            for n, proc in enumerate(procs):
+                if proc is not None and proc.poll() is None:
+                    kill_group(proc)
+                    errors[n] = "interrupted while the tool ran"
+            for handle in files:
+                handle.close()
+            for n, (key, argv) in enumerate(zip(keys, argvs)):
+                error = errors[n] if n < len(errors) else "interrupted before the tool started"
+                self._finish(key, argv, procs[n].returncode if n < len(procs) and procs[n] else None,
+                             started, timeout, False, error or "interrupted while the tool ran")
+            raise
+        for handle in files:
+            handle.close()
+        return [self._finish(key, argv, returncodes[n], started, timeout, timed_out[n], errors[n])
+                for n, (key, argv) in enumerate(zip(keys, argvs))]
+
+    def _finish(self, key: str, argv: list[str], returncode: int | None, started: float, timeout: float,
+                timed_out: bool = False, error: str | None = None) -> ToolRun:
         out_path = self.evidence_dir / f"{key}.txt"
         err_path = self.evidence_dir / f"{key}.stderr.txt"
-        started = time.monotonic()
-        timed_out = False
-        error = None
-        returncode: int | None = None
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            try:
-                proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
-            except OSError as exc:
-                error = f"`{' '.join(argv)}` could not start: {exc.strerror or exc}"
-                proc = None
-            if proc is not None:
-                try:
-                    returncode = proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    kill_group(proc)
-                    returncode = proc.returncode
-                except BaseException:
-                    # Ctrl-C, SIGTERM: stop the tool's whole group, keep what it printed, then go on unwinding.
-                    kill_group(proc)
-                    self._finish(key, argv, out_path, err_path, proc.returncode, started, timeout,
-                                 error="interrupted while the tool ran")
-                    raise
-        return self._finish(key, argv, out_path, err_path, returncode, started, timeout, timed_out, error)
-
-    def _finish(self, key: str, argv: list[str], out_path: Path, err_path: Path, returncode: int | None,
-                started: float, timeout: float, timed_out: bool = False, error: str | None = None) -> ToolRun:
         stdout, cut_out = bound_file(out_path)
         stderr, cut_err = bound_file(err_path)
         run = ToolRun(key, tuple(argv), returncode, round(time.monotonic() - started, 3), stdout, stderr,

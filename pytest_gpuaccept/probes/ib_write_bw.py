@@ -1,0 +1,82 @@
+"""perftest `ib_write_bw`: RDMA write bandwidth between two ports (or a port and itself)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..units import mib_s_to_gbit
+from . import ParseError
+from ._run import Command
+
+TOOL = "ib_write_bw"
+_HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
+_FAILURE = re.compile(r"Couldn't|Unable to|Failed to|failed to|ERROR|Error|refused|No such", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class WriteBw:
+    """The table of one perftest run; bandwidths in Gb/s (MB/sec is MiB/s and converted)."""
+
+    test: str | None
+    device: str | None
+    link_type: str | None
+    rows: tuple[tuple[int, float, float], ...]  # (bytes, peak Gb/s, average Gb/s)
+    unit: str
+
+    @property
+    def last(self) -> tuple[int, float, float]:
+        return self.rows[-1]
+
+
+def parse_ib_write_bw(text: str) -> WriteBw:
+    """Read `ib_write_bw` output: the banner (` Device : mlx5_0`, ` Link type : IB`), then
+    ` #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]` and its rows; other lines
+    (CPU frequency warnings, GIDs) are skipped. No table is a refusal naming the tool's own error line.
+    """
+    test = device = link_type = unit = None
+    rows: list[tuple[int, float, float]] = []
+    failures = []
+    for raw in text.replace("\r\n", "\n").split("\n"):
+        line = raw.strip()
+        if match := _HEADER.search(line):
+            unit = match.group(2)
+            continue
+        if match := re.search(r"Device\s*:\s*(\S+)", line):
+            device = match.group(1)
+        if match := re.match(r"Link type\s*:\s*(\S+)", line):
+            link_type = match.group(1)
+        if re.search(r"BW Test$", line):
+            test = line
+        tokens = line.split()
+        if unit and len(tokens) == 5 and tokens[0].isdigit() and tokens[1].isdigit():
+            try:
+                peak, avg = float(tokens[2]), float(tokens[3])
+            except ValueError:
+                raise ParseError(TOOL, "unreadable bandwidth", raw) from None
+            if unit == "MB":
+                peak, avg = mib_s_to_gbit(peak), mib_s_to_gbit(avg)
+            rows.append((int(tokens[0]), peak, avg))
+        elif _FAILURE.search(line) and "CPU Frequency" not in line:
+            failures.append(line)
+    if not rows:
+        reason = f": {failures[0]!r}" if failures else ""
+        raise ParseError(TOOL, f"no bandwidth table in the output{reason}")
+    return WriteBw(test, device, link_type, tuple(rows), f"{unit}/sec")
+
+
+def perftest_args(device: str, message_size: int, port: int, gid_index: int | None) -> list[str]:
+    """Flags that make the number comparable to line rate: Gb/s, fixed size, long run, no CPU-freq abort."""
+    args = ["-d", device, "-s", str(message_size), "-p", str(port), "--report_gbits", "-F", "-D", "5"]
+    if gid_index is not None:
+        args += ["-x", str(gid_index)]  # RoCE v2 needs the GID index of the port's IPv4-mapped RoCE v2 GID
+    return args
+
+
+def commands(device: str, message_size: int, port: int, peer: str | None, gid_index: int | None) -> list[Command]:
+    """Without a peer: a server and a client on this host (loopback through the HCA); with one: the client only."""
+    args = perftest_args(device, message_size, port, gid_index)
+    if peer is not None:
+        return [Command(TOOL, (*args, peer), key=f"ib_write_bw_{device}_client")]
+    return [Command(TOOL, tuple(args), key=f"ib_write_bw_{device}_server"),
+            Command(TOOL, (*args, "localhost"), key=f"ib_write_bw_{device}_client", start_after_s=1.0)]

@@ -1,0 +1,66 @@
+"""iperf3: TCP throughput to a server, from `-J` JSON; version detection for the single-threaded ones."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from . import ParseError
+from ._run import Command, ToolRun, ToolRunner
+
+TOOL = "iperf3"
+MULTITHREADED_SINCE = (3, 16)  # before 3.16 one process is one thread: it cannot prove 100 Gb/s
+
+
+@dataclass(frozen=True)
+class Iperf3Result:
+    received_bits_per_s: float
+    sent_bits_per_s: float
+    version: str | None
+    streams: int | None
+    duration_s: float | None
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    """`iperf 3.12 (cJSON 1.7.15)` -> (3, 12)."""
+    match = re.search(r"iperf (\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def parse_iperf3_json(text: str) -> Iperf3Result:
+    """Read one `iperf3 -c ... -J` document; its `error` field, a second document or a cut one is refused."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        error = re.search(r"iperf3: error - (.+)", text)
+        raise ParseError(TOOL, f"iperf3 error: {error.group(1).strip()}" if error else "output is not iperf3 JSON (-J)")
+    try:
+        data, end = json.JSONDecoder().raw_decode(stripped)
+    except json.JSONDecodeError as exc:
+        raise ParseError(TOOL, f"JSON cut or invalid at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if stripped[end:].strip():
+        raise ParseError(TOOL, "more than one JSON document in the output")
+    if data.get("error"):
+        raise ParseError(TOOL, f"iperf3 error: {data['error']}")
+    try:
+        received = float(data["end"]["sum_received"]["bits_per_second"])
+        sent = float(data["end"]["sum_sent"]["bits_per_second"])
+    except (KeyError, TypeError, ValueError):
+        raise ParseError(TOOL, "no end.sum_received.bits_per_second in the JSON") from None
+    start = data.get("start", {})
+    test = start.get("test_start", {})
+    return Iperf3Result(received, sent, start.get("version"), test.get("num_streams"), test.get("duration"))
+
+
+def run_version(runner: ToolRunner) -> ToolRun:
+    return runner.run(TOOL, ["--version"], 30.0)
+
+
+def client_commands(server: str, port: int, streams: int, duration_s: float,
+                    version: tuple[int, int] | None) -> list[Command]:
+    """One client with -P streams where iperf3 is multi-threaded; else one single-stream client per port."""
+    seconds = str(max(1, round(duration_s)))
+    if version is not None and version >= MULTITHREADED_SINCE:
+        return [Command(TOOL, ("-c", server, "-p", str(port), "-J", "-t", seconds, "-P", str(streams)))]
+    return [Command(TOOL, ("-c", server, "-p", str(port + n), "-J", "-t", seconds, "-P", "1"))
+            for n in range(streams)]

@@ -1,0 +1,87 @@
+"""sysfs: the names of the host's network interfaces and RDMA devices, and the state of RDMA ports.
+
+Read as plain files (no tool runs). The readings are dicts so they can be kept as evidence and
+replayed; the parsers turn them into typed data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import ParseError
+
+# What a name from the host must look like before it reaches an argv or a file name.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+_RATE = re.compile(r"^(\d+(?:\.\d+)?) Gb/sec")
+_IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"
+
+
+def list_names(sys_root: Path) -> dict[str, list[str]]:
+    """Interfaces under class/net and RDMA devices under class/infiniband."""
+    names = {}
+    for key, sub in (("net", "class/net"), ("infiniband", "class/infiniband")):
+        folder = sys_root / sub
+        names[key] = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    return names
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def read_ib_device(sys_root: Path, device: str) -> dict[str, Any]:
+    """Every port of an RDMA device: state, phys_state, rate, link_layer, and its RoCE v2 GID index."""
+    ports_dir = sys_root / "class" / "infiniband" / device / "ports"
+    ports: dict[str, Any] = {}
+    if ports_dir.is_dir():
+        for port in sorted(ports_dir.iterdir(), key=lambda p: p.name):
+            info = {key: _read(port / key) for key in ("state", "phys_state", "rate", "link_layer")}
+            info["roce_v2_gid_index"] = _roce_v2_gid(port)
+            ports[port.name] = info
+    return {"device": device, "ports": ports}
+
+
+def _roce_v2_gid(port: Path) -> int | None:
+    types = port / "gid_attrs" / "types"
+    if not types.is_dir():
+        return None
+    for entry in sorted(types.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 1 << 30):
+        if _read(entry) == "RoCE v2" and (_read(port / "gids" / entry.name) or "").startswith(_IPV4_MAPPED):
+            return int(entry.name)
+    return None
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str
+    port: int
+    active: bool
+    state: str
+    rate_gbit_s: float | None
+    link_layer: str | None
+    roce_v2_gid_index: int | None
+
+
+def parse_rate(text: str | None) -> float | None:
+    """`400 Gb/sec (4X NDR)` -> 400.0."""
+    match = _RATE.match(text or "")
+    return float(match.group(1)) if match else None
+
+
+def parse_ib_device(reading: dict[str, Any]) -> list[IbPort]:
+    """The ports of a device reading; a port is active when state is ACTIVE and phys_state LinkUp."""
+    ports = []
+    for name, info in reading.get("ports", {}).items():
+        if not name.isdigit():
+            raise ParseError("sysfs", f"port {name!r} of {reading.get('device')} is not a number")
+        state, phys = info.get("state") or "", info.get("phys_state") or ""
+        ports.append(IbPort(reading["device"], int(name), "ACTIVE" in state and "LinkUp" in phys,
+                            f"{state or 'unknown'} / {phys or 'unknown'}", parse_rate(info.get("rate")),
+                            info.get("link_layer"), info.get("roce_v2_gid_index")))
+    return ports

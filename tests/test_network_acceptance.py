@@ -1,0 +1,204 @@
+"""nics, iperf3 and rdma end to end.
+
+Real `ethtool` and real `iperf3` over a veth pair into a network namespace this test owns (root needed:
+CI runs as root); RDMA through a sysfs tree in a temporary folder and a fake `ib_write_bw` replaying
+real perftest outputs.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import DATA
+
+BASE_PORT = 15201
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def veth():
+    """A veth pair: `gpaN-h` here (10.231.N.1), `gpaN-p` in namespace `gpaccept-N` (10.231.N.2)."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 to create a network namespace (CI runs as root)")
+    n = os.getpid() % 200 + 20
+    ns, host, peer = f"gpaccept-{n}", f"gpa{n}-h", f"gpa{n}-p"
+    _ip("netns", "add", ns)
+    try:
+        _ip("link", "add", host, "type", "veth", "peer", "name", peer)
+        _ip("link", "set", peer, "netns", ns)
+        _ip("addr", "add", f"10.231.{n}.1/24", "dev", host)
+        _ip("link", "set", host, "up")
+        _ip("-n", ns, "addr", "add", f"10.231.{n}.2/24", "dev", peer)
+        _ip("-n", ns, "link", "set", peer, "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        yield {"ns": ns, "host": host, "server": f"10.231.{n}.2"}
+    finally:
+        subprocess.run(["ip", "link", "del", host], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def iperf3_servers(veth):
+    """`iperf3 -s` in the namespace on BASE_PORT and BASE_PORT+1 (iperf3 < 3.16 needs one per stream)."""
+    if not shutil.which("iperf3"):
+        pytest.skip("iperf3 is not installed (.ci/run installs it)")
+    servers = [subprocess.Popen(["ip", "netns", "exec", veth["ns"], "iperf3", "-s", "-p", str(BASE_PORT + n)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in range(2)]
+    time.sleep(0.5)
+    yield veth
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def nics_contract(interfaces: str, speed: str) -> str:
+    return f"gpuaccept: 1\nvendor: V\nnics:\n  interfaces: {interfaces}\n  min_speed: '{speed}'\n"
+
+
+def test_real_ethtool_on_a_veth_below_the_contracted_speed_fails_with_10(accept, veth):
+    run = accept(nics_contract(f"['{veth['host']}']", "100 Gb/s"))
+    check = run.checks("nics")[0]
+    assert (check["subject"], check["outcome"], check["measured"], check["unit"]) == (veth["host"], "failed", 10, "Gb/s")
+    assert check["message"] == f"{veth['host']} speed 10 Gb/s < 100 Gb/s"
+    assert "Speed: 10000Mb/s" in run.html
+
+
+def test_real_ethtool_on_a_veth_at_the_contracted_speed_passes(accept, veth):
+    run = accept(nics_contract(f"['{veth['host']}']", "10 Gb/s"))
+    assert [(c["outcome"], c["measured"]) for c in run.checks("nics")] == [("passed", 10)]
+    assert run.json["verdict"] == "accepted"
+
+
+def test_a_glob_matching_no_interface_fails(accept, veth):
+    run = accept(nics_contract(f"['{veth['host']}', 'gpa-none*']", "10 Gb/s"))
+    checks = {c["subject"]: c for c in run.checks("nics")}
+    assert checks[veth["host"]]["outcome"] == "passed"
+    assert checks["gpa-none*"]["outcome"] == "failed"
+    assert checks["gpa-none*"]["message"].startswith("no interface matches 'gpa-none*' (host has: ")
+    assert run.json["verdict"] == "rejected"
+
+
+def test_real_iperf3_between_namespaces_passes_with_the_measured_value(accept, iperf3_servers):
+    server = iperf3_servers["server"]
+    run = accept(f"gpuaccept: 1\nvendor: V\niperf3:\n  server: '{server}'\n  min_throughput: '0.1 Gb/s'\n"
+                 f"  duration: '1 s'\n  streams: 2\n  port: {BASE_PORT}\n")
+    check = run.checks("iperf3")[0]
+    assert check["outcome"] == "passed", check["message"]
+    assert check["subject"] == server and check["unit"] == "Gb/s" and check["measured"] > 0.1
+    assert f"{check['measured']} Gb/s" in run.html
+    assert "end" in (run.path / "gpuaccept-evidence" / check["evidence"][0]).read_text()
+
+
+def test_a_truncated_iperf3_json_is_not_measured(accept, fake_tools):
+    fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
+    fake_tools.add("iperf3", DATA / "iperf3" / "json_3.9_TRUNCATED_invalid.json")
+    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n")
+    check = run.checks("iperf3")[0]
+    assert (check["outcome"], check["measured"]) == ("not_measured", None)
+    assert "JSON cut or invalid at line 70 column 26" in check["message"]
+    assert fake_tools.calls("iperf3")[1] == ["iperf3", "-c", "10.0.0.2", "-p", "5201", "-J", "-t", "10", "-P", "8"]
+
+
+def test_old_iperf3_runs_one_client_per_stream_on_consecutive_ports(accept, fake_tools):
+    fake_tools.add("iperf3", "iperf 3.9 (cJSON 1.7.13)\n", when="--version")
+    fake_tools.add("iperf3", DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
+    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '7 Gb/s'\n  streams: 4\n")
+    ports = sorted(call[4] for call in fake_tools.calls("iperf3")[1:])
+    assert ports == ["5201", "5202", "5203", "5204"]
+    check = run.checks("iperf3")[0]
+    assert check["measured"] == pytest.approx(4 * 1.8228, abs=0.001)
+    assert "iperf3 3.9 is single-threaded: 4 client processes on ports 5201-5204, summed" in check["message"]
+
+
+def test_an_iperf3_error_is_not_measured_with_its_own_text(accept, fake_tools):
+    fake_tools.add("iperf3", "iperf 3.17\n", when="--version")
+    fake_tools.add("iperf3", DATA / "iperf3" / "text_error_control_socket_closed.txt", rc=1)
+    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n")
+    assert "control socket has closed unexpectedly" in run.checks("iperf3")[0]["message"]
+
+
+# ------------------------------------------------------------------ RDMA
+
+def sysfs_tree(root, devices: dict[str, dict[str, str]]) -> str:
+    """A sysfs tree with the files the kernel provides for each RDMA port (state, phys_state, rate, link_layer)."""
+    (root / "class" / "net").mkdir(parents=True)
+    for device, files in devices.items():
+        port = root / "class" / "infiniband" / device / "ports" / "1"
+        port.mkdir(parents=True)
+        for name, value in files.items():
+            (port / name).write_text(value + "\n")
+    return f"--gpuaccept-sysfs={root}"
+
+
+IB_UP = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "100 Gb/sec (4X EDR)", "link_layer": "InfiniBand"}
+ROCE_200 = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "200 Gb/sec (4X HDR)", "link_layer": "Ethernet"}
+RDMA = "gpuaccept: 1\nvendor: V\nrdma:\n  devices: {devices}\n  min_fraction_of_line_rate: 0.9\n{extra}"
+
+
+def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
+    run = accept(RDMA.format(devices="['mlx5_*']", extra=""), sysfs)
+    check = run.checks("rdma")[0]
+    assert check["subject"] == "mlx5_0" and check["outcome"] == "passed"
+    assert check["measured"] == pytest.approx(90.495, abs=0.01)
+    assert check["message"] == ("mlx5_0 ib_write_bw BW average 90.5 Gb/s >= 90 Gb/s "
+                                "(90.5% of 100 Gb/s line rate, port 1 rate in sysfs)")
+    server, client = fake_tools.calls("ib_write_bw")
+    assert server == ["ib_write_bw", "-d", "mlx5_0", "-s", "65536", "-p", "18515", "--report_gbits", "-F", "-D", "5"]
+    assert client == server + ["localhost"]
+
+
+def test_a_bandwidth_above_line_rate_is_implausible(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "oci_roce_mlx5_5_4qp_report_gbits_rdmacm.txt")
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_5": IB_UP})
+    run = accept(RDMA.format(devices="[mlx5_5]", extra="  line_rate: '50 Gb/s'\n"), sysfs)
+    check = run.checks("rdma")[0]
+    assert check["outcome"] == "failed" and check["measured"] == 98.01
+    assert "is implausible: above 50 Gb/s (the line rate, from the contract)" in check["message"]
+
+
+def test_roce_below_the_fraction_fails_and_uses_the_contract_line_rate_and_peer(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "roce_mlx5_0_a_sweep_gbits_52G_k8s_pod.txt")
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": ROCE_200})
+    run = accept(RDMA.format(devices="[mlx5_0]", extra="  peer: 10.0.0.2\n  message_size: '1 MiB'\n"), sysfs)
+    check = run.checks("rdma")[0]
+    assert (check["outcome"], check["measured"]) == ("failed", 52.52)
+    assert check["message"] == ("mlx5_0 ib_write_bw BW average 52.52 Gb/s < 180 Gb/s "
+                                "(26.3% of 200 Gb/s line rate, port 1 rate in sysfs)")
+    assert fake_tools.calls("ib_write_bw") == [
+        ["ib_write_bw", "-d", "mlx5_0", "-s", "1048576", "-p", "18515", "--report_gbits", "-F", "-D", "5", "10.0.0.2"]]
+
+
+def test_a_failed_connection_is_not_measured_with_the_tools_words(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", " Couldn't connect to localhost:18515\nUnable to open file descriptor for socket connection\n", rc=1)
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
+    run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
+    check = run.checks("rdma")[0]
+    assert check["outcome"] == "not_measured"
+    assert "exited with code 1" in check["message"]
+
+
+def test_a_missing_ib_write_bw_is_not_measured(accept, fake_tools, tmp_path):
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
+    run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
+    assert run.checks("rdma")[0]["message"] == "not measured: ib_write_bw not found on PATH"
+
+
+def test_a_port_that_is_down_fails_and_a_missing_device_fails(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
+    down = {**IB_UP, "state": "1: DOWN", "phys_state": "3: Disabled"}
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": down})
+    run = accept(RDMA.format(devices="[mlx5_0, mlx5_1, mlx5_9]", extra=""), sysfs)
+    checks = {c["subject"]: c for c in run.checks("rdma")}
+    assert checks["mlx5_0"]["outcome"] == "passed"
+    assert (checks["mlx5_1"]["outcome"], checks["mlx5_1"]["measured"]) == ("failed", 0)
+    assert checks["mlx5_1"]["message"] == "mlx5_1 port 1 is not Active/LinkUp: 1: DOWN / 3: Disabled"
+    assert checks["mlx5_9"]["message"] == "no RDMA device matches 'mlx5_9' (host has: mlx5_0, mlx5_1)"
+    assert len(fake_tools.calls("ib_write_bw")) == 2  # only mlx5_0 was measured
