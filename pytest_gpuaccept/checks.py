@@ -396,3 +396,126 @@ def iperf3_throughput(readings: list[Reading], server: str, min_gbit_s: float, p
     total = sum(r.value.received_bits_per_s for r in readings) / 1e9
     check = at_least("iperf3", server, total, min_gbit_s, "Gb/s", f"received from {server}", evidence)
     return replace(check, message=f"{check.message} ({processes_note})")
+
+
+# ------------------------------------------------------------------ utilisation and health under load
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def _timeline(series: Any, min_percent: float | None, warmup_s: float) -> dict[str, Any]:
+    rows = [[s.t_s, s.util_percent, s.sm_clock_mhz, s.power_w, s.temp_c] for s in series.samples]
+    return {"timeline": {"fields": ["t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c"], "rows": rows,
+                         "threshold": min_percent, "warmup_s": warmup_s}}
+
+
+def utilisation(series: Any, index: int, min_percent: float, warmup_s: float, failure: str | None,
+                evidence: tuple[str, ...]) -> Check:
+    """The lowest GPU utilisation after warmup (mean and 5th percentile reported) against min_percent."""
+    subject, required = f"GPU{index}", f">= {_fmt(min_percent)}"
+    if series is None:
+        return not_measured("utilisation", subject, required, failure or f"GPU{index} was not sampled", "%", evidence)
+    details = _timeline(series, min_percent, warmup_s)
+    steady = [s for s in series.samples if s.t_s >= warmup_s and s.util_percent is not None]
+    if not steady:
+        return not_measured("utilisation", subject, required, failure or f"no utilisation sample after the "
+                            f"{_fmt(warmup_s)} s warmup", "%", evidence, details)
+    values = [float(s.util_percent) for s in steady]
+    lowest = min(steady, key=lambda s: s.util_percent)
+    mean, p5 = sum(values) / len(values), _percentile(values, 0.05)
+    stats = f"mean {mean:.1f} %, 5th percentile {p5:.1f} % over {len(values)} samples after the {_fmt(warmup_s)} s warmup"
+    details["stats"] = {"min": lowest.util_percent, "mean": round(mean, 2), "p5": round(p5, 2), "samples": len(values)}
+    if failure:
+        return Check("utilisation", subject, FAILED, lowest.util_percent, "%", required,
+                     f"the workload failed: {failure}", evidence, details)
+    if lowest.util_percent < min_percent:
+        return Check("utilisation", subject, FAILED, lowest.util_percent, "%", required,
+                     f"GPU{index} dropped to {_fmt(lowest.util_percent)} % at t={lowest.t_s:.1f} s "
+                     f"(below {_fmt(min_percent)} %); {stats}", evidence, details)
+    return Check("utilisation", subject, PASSED, lowest.util_percent, "%", required,
+                 f"GPU{index} lowest {_fmt(lowest.util_percent)} % >= {_fmt(min_percent)} %; {stats}", evidence, details)
+
+
+def health_ecc(series: Any, index: int, failure: str | None, evidence: tuple[str, ...]) -> Check:
+    subject, required = f"GPU{index}", "== 0"
+    if series is None:
+        return not_measured("health.ecc", subject, required, failure or "not sampled", "errors", evidence)
+    count = series.health.get("ecc_volatile_uncorrected")
+    if count is None:
+        return not_measured("health.ecc", subject, required, "volatile ECC counters are not supported on this GPU "
+                            "(or ECC is off)", "errors", evidence)
+    return Check("health.ecc", subject, PASSED if count == 0 else FAILED, count, "errors", required,
+                 f"{count} volatile uncorrectable ECC errors", evidence)
+
+
+def health_row_remapping(series: Any, index: int, failure: str | None, evidence: tuple[str, ...]) -> Check:
+    """No pending or failed row remapping; retired pages pending where the GPU retires pages instead."""
+    subject, required = f"GPU{index}", "no pending or failed remapping"
+    if series is None:
+        return not_measured("health.row_remapping", subject, required, failure or "not sampled", None, evidence)
+    rows = series.health.get("remapped_rows")
+    if rows is not None:
+        corrected, uncorrected, pending, failed = rows
+        bad = bool(pending) or bool(failed)
+        return Check("health.row_remapping", subject, FAILED if bad else PASSED, int(bool(pending)) + int(bool(failed)),
+                     None, required, f"remapped rows: {corrected} correctable, {uncorrected} uncorrectable, "
+                     f"pending {'yes' if pending else 'no'}, failure {'yes' if failed else 'no'}", evidence)
+    retired = series.health.get("retired_pages_pending")
+    if retired is None:
+        return not_measured("health.row_remapping", subject, required, "neither row remapping nor page retirement "
+                            "is supported on this GPU", None, evidence)
+    return Check("health.row_remapping", subject, FAILED if retired else PASSED, int(retired), None,
+                 "no retired pages pending", f"retired pages pending: {'yes' if retired else 'no'} "
+                 "(this GPU retires pages instead of remapping rows)", evidence)
+
+
+def health_throttle(series: Any, index: int, failure: str | None, evidence: tuple[str, ...]) -> Check:
+    """No hardware slowdown, thermal slowdown or power brake at any moment of the load."""
+    from .probes.nvml import BAD_THROTTLE, decode_reasons
+
+    subject, required = f"GPU{index}", "no HW slowdown / thermal / power brake"
+    if series is None or failure:
+        return not_measured("health.throttle", subject, required, failure or "not sampled", None, evidence)
+    masks = [s.throttle_reasons for s in series.samples if s.throttle_reasons is not None]
+    if not masks:
+        return not_measured("health.throttle", subject, required, "clock event reasons are not supported on this GPU",
+                            None, evidence)
+    seen = sorted({name for mask in masks for name in decode_reasons(mask)})
+    bad = [s for s in series.samples if s.throttle_reasons and s.throttle_reasons & BAD_THROTTLE]
+    details = {"throttle_reasons_seen": seen}
+    if bad:
+        first = bad[0]
+        names = ", ".join(decode_reasons(first.throttle_reasons & BAD_THROTTLE))
+        return Check("health.throttle", subject, FAILED, len(bad), "samples", required,
+                     f"{len(bad)} of {len(masks)} samples throttled, first at t={first.t_s:.1f} s: {names}; "
+                     f"all reasons seen: {', '.join(seen)}", evidence, details)
+    return Check("health.throttle", subject, PASSED, 0, "samples", required,
+                 f"no bad throttle reason in {len(masks)} samples; reasons seen: {', '.join(seen) or 'none'}",
+                 evidence, details)
+
+
+def health_pcie(series: Any, index: int, gen: int | None, width: int | None, warmup_s: float,
+                failure: str | None, evidence: tuple[str, ...]) -> Check:
+    """The PCIe link under load (after warmup: idle links downshift to save power) at least gen and width."""
+    subject = f"GPU{index}"
+    required = " ".join(x for x in (f"gen >= {gen}" if gen else "", f"x{width} or wider" if width else "") if x)
+    if series is None or failure:
+        return not_measured("health.pcie", subject, required, failure or "not sampled", None, evidence)
+    steady = [s for s in series.samples if s.t_s >= warmup_s and s.pcie_gen is not None and s.pcie_width is not None]
+    if not steady:
+        return not_measured("health.pcie", subject, required, "no PCIe link reading under load", None, evidence)
+    low_gen = min(s.pcie_gen for s in steady)
+    low_width = min(s.pcie_width for s in steady)
+    problems = []
+    if gen and low_gen < gen:
+        problems.append(f"gen {low_gen} < {gen}")
+    if width and low_width < width:
+        problems.append(f"x{low_width} < x{width}")
+    shown = f"PCIe gen {low_gen} x{low_width} under load (lowest of {len(steady)} samples)"
+    return Check("health.pcie", subject, FAILED if problems else PASSED, f"gen{low_gen} x{low_width}", None, required,
+                 shown + (": " + ", ".join(problems) if problems else ""), evidence)

@@ -419,6 +419,8 @@ def _cross_checks(v: _Validator, sections: dict[str, Any], lines: dict[str, int]
         at("nvlink", f"needs gpus.count of at least 2 to have GPU pairs, got {gpus.count}")
     if isinstance(nvlink, NVLink) and nvlink.errors_stable and "allreduce" not in sections:
         at("nvlink.errors_stable", "needs an allreduce section: the error counters are compared across its load")
+    if isinstance(sections.get("health"), Health) and "utilisation" not in sections:
+        at("health", "needs a utilisation section: the GPUs' health is read around its load")
     allreduce = sections.get("allreduce")
     if isinstance(allreduce, AllReduce) and allreduce.min_bytes.nbytes > allreduce.max_bytes.nbytes:
         at("allreduce.min_bytes", f"expected at most max_bytes ({allreduce.max_bytes}), got {allreduce.min_bytes}")

@@ -6,20 +6,25 @@ They are what the shipped suites use, and a user's own acceptance tests may use 
 
 from __future__ import annotations
 
-from typing import Callable
+import importlib.util
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import pytest
 
 from .checks import PASSED, Check
 from .contract import Contract
-from .probes import nccl_tests, nvidia_smi, sysfs
-from .probes._run import Reading, ToolRunner, parse_run
-from .probes.nvml import Host, parse_host
+from .probes import nccl_tests, nvidia_smi, nvml, sysfs
+from .probes._run import Command, Reading, ToolRun, ToolRunner, parse_run
+from .probes.nvml import GpuSeries, Host, parse_host
 from .probes.sysfs import IbPort
 from .report import CHECK_PROPERTY
 from .state import NVML_HOST_FILE, STATE, State
 
 TORCH_ALLREDUCE = "pytest_gpuaccept.workloads.torch_allreduce"
+TRAIN = "pytest_gpuaccept.workloads.train"
 
 
 def _state(request: pytest.FixtureRequest) -> State:
@@ -129,3 +134,61 @@ def gpuaccept_ib_ports(request: pytest.FixtureRequest) -> Callable[[str], tuple[
         return sysfs.parse_ib_device(reading), evidence
 
     return ports
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """The utilisation load: the workload's run, every GPU's NVML series, and why either cannot be trusted."""
+
+    run: ToolRun | None
+    series: dict[int, GpuSeries]
+    failure: str | None  # nothing could be sampled (no driver, no PyTorch, workload missing)
+    workload_failure: str | None  # the workload crashed or ended early: not a load to judge
+    evidence: tuple[str, ...]
+
+
+SAMPLES_FILE = "nvml-samples.json"
+SAMPLE_INTERVAL_S = 0.15  # NVML utilisation is a rolling fraction; 100-200 ms sampling resolves dips
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> LoadRun:
+    """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive)."""
+    state = _state(request)
+    clause = gpuaccept_contract.utilisation
+    count = gpuaccept_contract.gpus.count
+    host = parse_host(state.host_reading())
+    if host.error and state.runner.replay_dir is None:
+        return LoadRun(None, {}, host.error, None, (NVML_HOST_FILE,))
+    if clause.workload == "builtin":
+        if state.runner.replay_dir is None and importlib.util.find_spec("torch") is None:
+            return LoadRun(None, {}, "PyTorch is not installed for the builtin workload: "
+                           "pip install 'pytest-gpuaccept[torch]'", None, ())
+        command = Command("python", ("-m", TRAIN, "--gpus", str(count), "--duration", f"{clause.duration.seconds + 60:g}"),
+                          key="workload_builtin")
+    else:
+        command = Command(clause.workload[0], tuple(clause.workload[1:]), key="workload")
+
+    def sample(stop: threading.Event) -> dict[str, Any]:
+        if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
+            stop.wait(clause.duration.seconds)
+            recording = json.loads(state.nvml_recording.read_text())
+            return recording.get("utilisation", {"error": "the NVML recording has no utilisation samples"})
+        return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, clause.duration.seconds, stop)
+
+    run = state.runner.run_during(command, clause.duration.seconds, sample, SAMPLES_FILE)
+    evidence = (*run.evidence, SAMPLES_FILE)
+    if run.error:
+        return LoadRun(run, {}, run.error, None, run.evidence)
+    recording = state.reading(SAMPLES_FILE, lambda: {"error": "no NVML samples were recorded"})
+    try:
+        series = {s.index: s for s in nvml.parse_samples(recording)}
+    except ValueError as exc:
+        return LoadRun(run, {}, str(exc), None, evidence)
+    workload_failure = run.failure
+    if workload_failure is None and run.stopped_after_s is None and run.duration_s < clause.duration.seconds:
+        workload_failure = f"`{run.command}` ended after {run.duration_s:g} s, before the {clause.duration} duration"
+    if workload_failure:
+        tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
+        workload_failure += f"; its last output: {tail}" if tail else ""
+    return LoadRun(run, series, None, workload_failure, evidence)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from . import __version__, plan
+from . import __version__, charts, plan
 from .checks import FAILED, NOT_MEASURED, PASSED, not_measured
 from .probes.nvml import parse_host
 from .state import STATE, State, now
@@ -241,8 +241,15 @@ def check_html(evidence_dir: Path, check: dict[str, Any]) -> str:
         ("clause", check["clause"]), ("subject", check["subject"]), ("measured", measured),
         ("required", check["required"]), ("outcome", check["outcome"]), ("message", check["message"])))
     parts = [f'<div class="gpuaccept-check"><table>{rows}</table>']
-    for title, table in check.get("details", {}).get("tables", []):
-        parts.append(f"<h4>{safe_text(title)}</h4>" + _table(table))
+    details = check.get("details", {})
+    if "timeline" in details:
+        parts.append(charts.timeline_charts(details["timeline"]))
+    if details.get("throttle_reasons_seen"):
+        parts.append(f"<p>clock event reasons seen: {safe_text(', '.join(details['throttle_reasons_seen']))}</p>")
+    for title, table in details.get("tables", []):
+        threshold = float(str(check["required"]).lstrip(">= ")) if check["clause"] == "allreduce" else None
+        chart = charts.busbw_chart(table, threshold) if threshold is not None else ""
+        parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(table))
     for name in check.get("evidence", []):
         path = evidence_dir / name
         if not path.is_file() or name.endswith(".json") and not name.startswith("nvml"):

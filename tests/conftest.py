@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -88,7 +90,17 @@ class Accept:
 
     @property
     def html(self) -> str:
-        return (self.path / "gpuaccept-report.html").read_text()
+        """The report as a browser shows it: the page, plus the rows and extras pytest-html keeps in its JSON blob."""
+        page = (self.path / "gpuaccept-report.html").read_text()
+        blob = re.search(r'data-jsonblob="([^"]*)"', page)
+        data = json.loads(html.unescape(blob.group(1))) if blob else {}
+        parts = [page]
+        for results in data.get("tests", {}).values():
+            for result in results:
+                parts += result.get("resultsTableRow", [])
+                parts += [extra.get("content", "") for extra in result.get("extras", [])]
+                parts.append(result.get("log", ""))
+        return "\n".join(parts)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -44,6 +45,7 @@ class ToolRun:
     evidence: tuple[str, ...] = ()
     timeout_s: float | None = None
     replayed: bool = False
+    stopped_after_s: float | None = None  # a workload gpuaccept stopped itself once its duration was over
 
     @property
     def command(self) -> str:
@@ -56,7 +58,7 @@ class ToolRun:
             return self.error
         if self.timed_out:
             return f"`{self.command}` timed out after {self.timeout_s:g} s and was killed"
-        if self.returncode != 0:
+        if self.returncode != 0 and self.stopped_after_s is None:
             tail = _last_line(self.stderr) or _last_line(self.stdout)
             shown = f": {tail}" if tail else ""
             return f"`{self.command}` exited with code {self.returncode}{shown}"
@@ -191,6 +193,58 @@ class ToolRunner:
         return [self._finish(key, argv, returncodes[n], started, timeout, timed_out[n], errors[n])
                 for n, (key, argv) in enumerate(zip(keys, argvs))]
 
+    def run_during(self, command: Command, duration_s: float, during: Callable[[threading.Event], object],
+                   record_as: str) -> ToolRun:
+        """Start a workload, call `during(stop)` while it runs (sampling), then stop it cleanly.
+
+        `stop` is set when the workload ends by itself. What `during` returns is kept as evidence under
+        `record_as`, inside the same lock, so that every xdist worker reads the one recording.
+        """
+        key = command.key or slug([command.tool, *command.args])
+        executable = self.which(command.tool) if self.replay_dir is None else command.tool
+        argv = [executable or command.tool, *command.args]
+        with self.exclusive():
+            recorded = self._load(self.evidence_dir, key)
+            if recorded is not None:
+                return recorded
+            if self.replay_dir is not None:
+                if (self.replay_dir / record_as).is_file():
+                    shutil.copyfile(self.replay_dir / record_as, self.evidence_dir / record_as)
+                return self._replay(key, argv)
+            if executable is None:
+                run = ToolRun(key, tuple(argv), None, 0.0, "", "", error=f"{command.tool} not found on PATH")
+                return self._save(run, b"", b"")
+            started = time.monotonic()
+            stop = threading.Event()
+            with open(self.evidence_dir / f"{key}.txt", "wb") as out, \
+                    open(self.evidence_dir / f"{key}.stderr.txt", "wb") as err:
+                try:
+                    proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+                except OSError as exc:
+                    run = ToolRun(key, tuple(argv), None, 0.0, "", "",
+                                  error=f"`{' '.join(argv)}` could not start: {exc.strerror or exc}")
+                    return self._save(run, b"", b"")
+                watcher = threading.Thread(target=lambda: (proc.wait(), stop.set()), daemon=True)
+                watcher.start()
+                try:
+                    result = during(stop)
+                except BaseException:
+                    kill_group(proc)
+                    self._finish(key, argv, proc.returncode, started, duration_s, error="interrupted during the load")
+                    raise
+                stopped = None
+                if proc.poll() is None:
+                    stopped = round(time.monotonic() - started, 3)
+                    kill_group(proc)
+                watcher.join(timeout=10)
+            self.record_json(record_as, result)
+            run = self._finish(key, argv, proc.returncode, started, duration_s)
+            if stopped is not None:
+                run = ToolRun(**{**asdict(run), "stopped_after_s": stopped})
+                (self.evidence_dir / f"{key}.json").write_text(json.dumps(_record(run), indent=1))
+            return run
+
     def _finish(self, key: str, argv: list[str], returncode: int | None, started: float, timeout: float,
                 timed_out: bool = False, error: str | None = None) -> ToolRun:
         out_path = self.evidence_dir / f"{key}.txt"
@@ -219,7 +273,8 @@ class ToolRunner:
         return ToolRun(key, tuple(record["argv"]), record["returncode"], record["duration_s"], stdout, stderr,
                        record["timed_out"], record["error"], record["truncated"],
                        (record["stdout"], record["stderr"], meta.name), record.get("timeout_s"),
-                       replayed=folder != self.evidence_dir or record.get("replayed", False))
+                       replayed=folder != self.evidence_dir or record.get("replayed", False),
+                       stopped_after_s=record.get("stopped_after_s"))
 
     def _replay(self, key: str, argv: list[str]) -> ToolRun:
         assert self.replay_dir is not None
@@ -244,6 +299,7 @@ def _record(run: ToolRun) -> dict[str, object]:
         "argv": list(run.argv), "returncode": run.returncode, "duration_s": run.duration_s,
         "timed_out": run.timed_out, "timeout_s": run.timeout_s, "error": run.error, "truncated": run.truncated,
         "stdout": f"{run.key}.txt", "stderr": f"{run.key}.stderr.txt", "replayed": run.replayed,
+        "stopped_after_s": run.stopped_after_s,
     }
 
 

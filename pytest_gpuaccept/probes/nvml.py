@@ -86,3 +86,116 @@ def parse_host(reading: dict[str, Any]) -> Host:
                     reading.get("error"))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"NVML reading malformed: {exc!r}") from None
+
+
+# ------------------------------------------------------------------ sampling under load, and health
+
+# Clock event (throttle) reasons, NVML's bit values; HW_* and SW thermal mean the GPU was held back.
+THROTTLE_REASONS = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+BAD_THROTTLE = 0x8 | 0x20 | 0x40 | 0x80
+SAMPLE_FIELDS = ("t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c", "throttle_reasons", "pcie_gen", "pcie_width")
+
+
+def decode_reasons(mask: int) -> list[str]:
+    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+
+
+def _or_none(call: Any, *args: Any) -> Any:
+    """An NVML reading, or None where this GPU does not support it (reported as such, never as a pass)."""
+    import pynvml
+
+    try:
+        return call(*args)
+    except pynvml.NVMLError:
+        return None
+
+
+def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any) -> dict[str, Any]:
+    """Sample every GPU each `interval_s` for `duration_s` (or until `stop` is set); a plain-data recording."""
+    import time
+
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return {"error": f"NVML could not start, no NVIDIA driver here? ({type(exc).__name__}: {exc})"}
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(min(count, pynvml.nvmlDeviceGetCount()))]
+        reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        series: list[list[list[Any]]] = [[] for _ in handles]
+        start = time.monotonic()
+        while not stop.is_set() and time.monotonic() - start < duration_s:
+            tick = time.monotonic()
+            for n, handle in enumerate(handles):
+                util = _or_none(pynvml.nvmlDeviceGetUtilizationRates, handle)
+                power = _or_none(pynvml.nvmlDeviceGetPowerUsage, handle)
+                series[n].append([
+                    round(tick - start, 3), util.gpu if util is not None else None,
+                    _or_none(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
+                    round(power / 1000.0, 1) if power is not None else None,
+                    _or_none(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
+                    _or_none(reasons, handle),
+                    _or_none(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+                    _or_none(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+                ])
+            stop.wait(max(0.0, interval_s - (time.monotonic() - tick)))
+        health = [_health(pynvml, handle) for handle in handles]
+        return {"interval_s": interval_s, "fields": list(SAMPLE_FIELDS),
+                "gpus": [{"index": n, "samples": s, "health": h} for n, (s, h) in enumerate(zip(series, health))]}
+    except pynvml.NVMLError as exc:
+        return {"error": f"NVML read failed: {type(exc).__name__}: {exc}"}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _health(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """ECC, row remapping (or retired pages where the GPU has those instead), read after the load."""
+    remapped = _or_none(pynvml.nvmlDeviceGetRemappedRows, handle)
+    retired_pending = None
+    if remapped is None:
+        retired_pending = _or_none(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+    return {
+        "ecc_volatile_uncorrected": _or_none(pynvml.nvmlDeviceGetTotalEccErrors, handle,
+                                             pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
+        "remapped_rows": list(remapped) if remapped is not None else None,  # corr, uncorr, pending, failure
+        "retired_pages_pending": None if retired_pending is None else bool(retired_pending),
+    }
+
+
+@dataclass(frozen=True)
+class Sample:
+    t_s: float
+    util_percent: float | None
+    sm_clock_mhz: float | None
+    power_w: float | None
+    temp_c: float | None
+    throttle_reasons: int | None
+    pcie_gen: int | None
+    pcie_width: int | None
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    index: int
+    samples: tuple[Sample, ...]
+    health: dict[str, Any]
+
+
+def parse_samples(recording: dict[str, Any]) -> list[GpuSeries]:
+    """Typed view of a sampling recording (live or replayed); a malformed one raises ValueError."""
+    if recording.get("error"):
+        raise ValueError(recording["error"])
+    fields = recording.get("fields", list(SAMPLE_FIELDS))
+    if list(fields) != list(SAMPLE_FIELDS):
+        raise ValueError(f"NVML samples have fields {fields}, expected {list(SAMPLE_FIELDS)}")
+    try:
+        return [GpuSeries(int(g["index"]), tuple(Sample(*row) for row in g["samples"]), dict(g.get("health", {})))
+                for g in recording["gpus"]]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"NVML samples malformed: {exc!r}") from None

@@ -1,0 +1,164 @@
+"""utilisation and health under load: NVML sample series replayed through the NVML adapter.
+
+No GPU machine was at hand: the series are built here, in the shape `nvml.sample_gpus` records (one
+row per 200 ms: t, utilisation, SM clock, power, temperature, clock event reasons, PCIe gen, width).
+"""
+
+import importlib.util
+import json
+
+import pytest
+
+from conftest import DATA
+
+FIELDS = ["t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c", "throttle_reasons", "pcie_gen", "pcie_width"]
+
+
+def series(seconds: float = 12.0, util=lambda t: 0 if t < 0.6 else 99, reasons=lambda t: 0x4 if t >= 0.6 else 0x1,
+           pcie=lambda t: (5, 16) if t >= 0.6 else (1, 16)) -> list[list]:
+    rows = []
+    for n in range(int(seconds / 0.2)):
+        t = round(n * 0.2, 3)
+        busy = util(t) > 50
+        rows.append([t, util(t), 1980 if busy else 345, 690.5 if busy else 72.0, 71 if busy else 34, reasons(t), *pcie(t)])
+    return rows
+
+
+def recording(tmp_path, gpus: int = 4, overrides: dict | None = None, health: dict | None = None) -> str:
+    base = json.loads((DATA / "nvml" / "h100_sxm5_4gpu.json").read_text())
+    overrides = overrides or {}
+    base["utilisation"] = {"interval_s": 0.2, "fields": FIELDS, "gpus": [
+        {"index": i, "samples": overrides.get(i, series()),
+         "health": (health or {}).get(i, {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0],
+                                          "retired_pages_pending": None})}
+        for i in range(gpus)]}
+    path = tmp_path / "nvml-recording.json"
+    path.write_text(json.dumps(base))
+    return f"--gpuaccept-nvml={path}"
+
+
+CONTRACT = """\
+gpuaccept: 1
+vendor: V
+gpus:
+  count: 4
+utilisation:
+  min_percent: 80
+  duration: "1.5 s"
+  warmup: "1 s"
+  workload: ["train-job", "--config", "small.yaml"]
+health:
+  ecc: true
+  row_remapping: true
+  throttle: true
+  pcie_gen: 5
+  pcie_width: 16
+"""
+
+
+@pytest.fixture
+def workload(fake_tools):
+    fake_tools.add("train-job", "step 1 loss 10.4\n", sleep=30)
+    return fake_tools
+
+
+def test_a_steady_run_passes_every_gpu(accept, workload, tmp_path):
+    run = accept(CONTRACT, recording(tmp_path))
+    util = run.checks("utilisation")
+    assert [(c["subject"], c["outcome"], c["measured"], c["unit"]) for c in util] == [
+        (f"GPU{i}", "passed", 99, "%") for i in range(4)]
+    assert util[0]["message"] == ("GPU0 lowest 99 % >= 80 %; mean 99.0 %, 5th percentile 99.0 % over 55 samples "
+                                  "after the 1 s warmup")
+    assert run.json["verdict"] == "accepted", [c["message"] for c in run.checks() if c["outcome"] != "passed"]
+    assert workload.calls("train-job") == [["train-job", "--config", "small.yaml"]]
+    evidence = run.path / "gpuaccept-evidence"
+    assert json.loads((evidence / "workload.json").read_text())["stopped_after_s"] >= 1.0
+    assert (evidence / "nvml-samples.json").is_file()
+
+
+def test_a_dip_after_warmup_fails_naming_the_gpu_time_and_value(accept, workload, tmp_path):
+    dip = series(util=lambda t: 0 if t < 0.6 else (42 if 7.3 < t < 7.5 else 99))
+    run = accept(CONTRACT, recording(tmp_path, overrides={2: dip}))
+    check = {c["subject"]: c for c in run.checks("utilisation")}["GPU2"]
+    assert (check["outcome"], check["measured"]) == ("failed", 42)
+    assert check["message"].startswith("GPU2 dropped to 42 % at t=7.4 s (below 80 %); mean ")
+    assert run.json["verdict"] == "rejected"
+
+
+def test_a_dip_inside_warmup_does_not_count(accept, workload, tmp_path):
+    dip = series(util=lambda t: 0 if t < 0.6 else (10 if t < 0.9 else 99))
+    run = accept(CONTRACT, recording(tmp_path, overrides={1: dip}))
+    assert {c["outcome"] for c in run.checks("utilisation")} == {"passed"}
+
+
+def test_throttle_reasons_fail_and_appear_in_the_report(accept, workload, tmp_path):
+    hot = series(reasons=lambda t: (0x4 | 0x40) if 8.0 <= t < 9.0 else (0x4 if t >= 0.6 else 0x1))
+    run = accept(CONTRACT, recording(tmp_path, overrides={3: hot}))
+    checks = {c["subject"]: c for c in run.checks("health.throttle")}
+    assert checks["GPU3"]["outcome"] == "failed"
+    assert checks["GPU3"]["message"] == ("5 of 60 samples throttled, first at t=8.0 s: hw_thermal_slowdown; "
+                                         "all reasons seen: gpu_idle, hw_thermal_slowdown, sw_power_cap")
+    assert checks["GPU0"]["outcome"] == "passed"
+    assert "hw_thermal_slowdown" in run.html
+
+
+def test_pending_row_remapping_and_ecc_errors_fail(accept, workload, tmp_path):
+    bad = {1: {"ecc_volatile_uncorrected": 3, "remapped_rows": [1, 0, 1, 0], "retired_pages_pending": None},
+           2: {"ecc_volatile_uncorrected": None, "remapped_rows": None, "retired_pages_pending": None}}
+    run = accept(CONTRACT, recording(tmp_path, health=bad))
+    ecc = {c["subject"]: c for c in run.checks("health.ecc")}
+    remap = {c["subject"]: c for c in run.checks("health.row_remapping")}
+    assert (ecc["GPU1"]["outcome"], ecc["GPU1"]["measured"]) == ("failed", 3)
+    assert remap["GPU1"]["message"] == "remapped rows: 1 correctable, 0 uncorrectable, pending yes, failure no"
+    assert ecc["GPU2"]["outcome"] == "not_measured"  # unsupported is reported as such, never passed
+    assert remap["GPU2"]["message"].startswith("not measured: neither row remapping nor page retirement")
+
+
+def test_a_pcie_link_below_the_contract_under_load_fails(accept, workload, tmp_path):
+    narrow = series(pcie=lambda t: (5, 8) if t >= 0.6 else (1, 8))
+    run = accept(CONTRACT, recording(tmp_path, overrides={0: narrow}))
+    check = run.checks("health.pcie")[0]
+    assert check["outcome"] == "failed"
+    assert check["message"] == "PCIe gen 5 x8 under load (lowest of 55 samples): x8 < x16"
+
+
+def test_a_workload_crash_is_not_passed_and_shows_its_output(accept, fake_tools, tmp_path):
+    fake_tools.add("train-job", "", rc=1, stderr="RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    run = accept(CONTRACT, recording(tmp_path))
+    util = run.checks("utilisation")[0]
+    assert util["outcome"] == "failed"
+    assert "exited with code 1" in util["message"]
+    assert "CUDA error: an illegal memory access was encountered" in util["message"]
+    assert run.checks("health.throttle")[0]["outcome"] == "not_measured"
+
+
+def test_a_host_with_fewer_gpus_fails_the_missing_ones(accept, workload, tmp_path):
+    run = accept(CONTRACT, recording(tmp_path, gpus=3))
+    missing = {c["subject"]: c for c in run.checks("utilisation")}["GPU3"]
+    assert missing["outcome"] == "not_measured"
+    assert missing["message"] == "not measured: GPU3 not sampled: the host has 3 GPUs"
+
+
+def test_without_a_driver_every_utilisation_and_health_check_is_not_measured(accept, workload):
+    run = accept(CONTRACT)  # no recording: the real NVML, and this machine has no driver
+    checks = [c for c in run.checks() if c["clause"] == "utilisation" or c["clause"].startswith("health.")]
+    assert len(checks) == 4 * 5
+    assert {c["outcome"] for c in checks} == {"not_measured"}
+    assert all("NVML" in c["message"] for c in checks)
+    assert workload.calls("train-job") == []  # nothing to judge it with: the load is not started
+    assert run.json["verdict"] == "rejected"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="this machine has PyTorch")
+def test_without_pytorch_the_builtin_workload_is_not_measured_with_the_install_hint(accept, tmp_path):
+    run = accept(CONTRACT.replace('workload: ["train-job", "--config", "small.yaml"]', "workload: builtin"),
+                 recording(tmp_path))
+    checks = [c for c in run.checks() if c["clause"] == "utilisation" or c["clause"].startswith("health.")]
+    assert {c["outcome"] for c in checks} == {"not_measured"}
+    assert all("pip install 'pytest-gpuaccept[torch]'" in c["message"] for c in checks)
+
+
+def test_the_report_draws_the_timeline_with_threshold_and_warmup(accept, workload, tmp_path):
+    run = accept(CONTRACT, recording(tmp_path))
+    page = run.html
+    assert "<svg" in page and "threshold 80 %" in page and "warmup 1 s" in page
