@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from . import plan, report
+from .bundle import evidence_folder, verify
 from .checks import match_names
 from .contract import ContractError, load_contract
 from .probes._run import ToolRunner
@@ -71,8 +72,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems)) from None
 
     replay = _option(config, "gpuaccept_replay")
-    if replay is not None and not Path(replay, "manifest.json").is_file():
-        raise pytest.UsageError(f"--gpuaccept-replay: {replay} is not an evidence folder (no manifest.json in it)")
+    if replay is not None:
+        replay = str(evidence_folder(Path(replay)))
+        checked = verify(Path(replay), evidence_only=True)
+        if not checked.ok:  # judging edited evidence would be judging the editor, not the machine
+            raise pytest.UsageError(f"--gpuaccept-replay: the bundle {replay} does not verify:\n" +
+                                    "\n".join(checked.problems))
     nvml_recording = _option(config, "gpuaccept_nvml")
     if nvml_recording is not None and not Path(nvml_recording).is_file():
         raise pytest.UsageError(f"--gpuaccept-nvml: file not found: {nvml_recording}")
@@ -84,6 +89,9 @@ def pytest_configure(config: pytest.Config) -> None:
     report_path = Path(config.option.htmlpath).resolve()
     json_path = Path(_option(config, "gpuaccept_json") or DEFAULT_JSON).resolve()
     evidence_dir = Path(workerinput["gpuaccept_evidence"]) if workerinput else report_path.parent / EVIDENCE_DIR
+    if replay is not None and Path(replay).resolve() == evidence_dir:
+        raise pytest.UsageError(f"--gpuaccept-replay: {replay} is where this run writes its own evidence; "
+                                "replay from elsewhere or move the report with --html=OTHER/report.html")
     if workerinput is None:
         if evidence_dir.is_dir():
             shutil.rmtree(evidence_dir)  # a new run's evidence must not mix with an old one's

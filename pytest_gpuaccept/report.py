@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from . import __version__, charts, plan
+from .bundle import MANIFEST, sha256_file
 from .checks import FAILED, NOT_MEASURED, PASSED, not_measured
 from .probes.nvml import parse_host
 from .state import STATE, State, now
 
 CHECK_PROPERTY = "gpuaccept_check"
 ITEM_PROPERTY = "gpuaccept_item"
-MANIFEST = "manifest.json"
 RAW_SHOWN_BYTES = 64 * 1024  # of each raw output, shown inline; the evidence file keeps the rest
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -39,14 +39,6 @@ def _props(report: pytest.TestReport, name: str) -> dict[str, Any] | None:
         if key == name:
             return value
     return None
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -104,7 +96,8 @@ class ReportPlugin:
                 check["outcome"] = FAILED
                 check["message"] += f" (but the test failed: {_last_line(report.longreprtext)})"
         elif report.failed and key not in self.state.checks:
-            reason = _last_line(report.longreprtext) or f"the test failed in {report.when}"
+            crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
+            reason = _last_line(crash) or _last_line(report.longreprtext) or f"the test failed in {report.when}"
             check = not_measured(item["clause"], item["subject"], "", f"crashed in {report.when}: {reason}").to_dict()
         else:
             return
@@ -145,7 +138,10 @@ class ReportPlugin:
         if not self.state.is_controller or session.config.option.collectonly:
             return  # collecting measures nothing, so it judges nothing
         interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
-        self.results = self.finish(interrupted)
+        try:
+            self.results = self.finish(interrupted)
+        except Exception as exc:  # the verdict must survive a bug of ours: rejected, incomplete, and why
+            self.results = self.fallback(exc)
         if self.results["verdict"] != "accepted" and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.results["verdict"] == "accepted" and session.exitstatus != pytest.ExitCode.OK:
@@ -191,6 +187,19 @@ class ReportPlugin:
             results["other_failures"] = self.other_failures
         write_atomic(state.json_path, json.dumps(results, indent=1))
         self.manifest_digest = write_manifest(state)
+        return results
+
+    def fallback(self, exc: Exception) -> dict[str, Any]:
+        """Results written when judging itself crashed: never accepted."""
+        contract = self.state.contract
+        results = {
+            "gpuaccept": 1, "verdict": "rejected", "complete": False, "started": self.state.started,
+            "finished": now(), "contract": {"path": contract.path, "sha256": contract.sha256,
+                                            "vendor": contract.vendor, "reference": contract.reference},
+            "host": {}, "checks": list(self.state.checks.values()),
+            "error": f"pytest-gpuaccept failed while judging: {type(exc).__name__}: {exc}",
+        }
+        write_atomic(self.state.json_path, json.dumps(results, indent=1, default=str))
         return results
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -300,6 +309,6 @@ def banner(results: dict[str, Any], state: State, digest: str) -> str:
         f"<p>{counts[PASSED]} passed, {counts[FAILED]} failed, {counts[NOT_MEASURED]} not measured "
         f"of {len(results['checks'])} checks.</p>"
         f"<table>{rows}</table><ul>{gpus}</ul>"
-        f"<p>Not in contract (not checked): {safe_text(', '.join(results['not_in_contract']) or 'none')}</p>"
+        f"<p>Not in contract (not checked): {safe_text(', '.join(results.get('not_in_contract', [])) or 'none')}</p>"
         f"<h3>Checks</h3>{_table(summary)}</div>"
     )

@@ -26,8 +26,11 @@ class FakeTools:
     tools: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
     def add(self, name: str, stdout: Path | str | bytes = b"", *, when: str = "", rc: int = 0, stderr: str = "",
-            sleep: float = 0.0) -> None:
-        """Add a response: for argv containing `when` (first match wins; "" matches all)."""
+            sleep: float = 0.0, hang: float = 0.0) -> None:
+        """Add a response: for argv containing `when` (first match wins; "" matches all).
+
+        `sleep` waits before printing, `hang` after printing (a tool stuck with its output half written).
+        """
         if isinstance(stdout, Path):
             data = stdout.read_bytes()
         elif isinstance(stdout, str):
@@ -37,7 +40,7 @@ class FakeTools:
         blob = self.bin_dir / f".{name}.{len(self.tools.get(name, []))}.out"
         blob.write_bytes(data)
         self.tools.setdefault(name, []).append(
-            {"when": when, "stdout": str(blob), "rc": rc, "stderr": stderr, "sleep": sleep})
+            {"when": when, "stdout": str(blob), "rc": rc, "stderr": stderr, "sleep": sleep, "hang": hang})
         script = self.bin_dir / name
         script.write_text(textwrap.dedent(f"""\
             #!{sys.executable}
@@ -52,6 +55,8 @@ class FakeTools:
                     sys.stdout.buffer.write(open(rule["stdout"], "rb").read())
                     sys.stdout.flush()
                     sys.stderr.write(rule["stderr"])
+                    sys.stderr.flush()
+                    time.sleep(rule["hang"])
                     sys.exit(rule["rc"])
             sys.stderr.write("fake {name}: no recorded output for: " + argv + "\\n")
             sys.exit(64)

@@ -1,0 +1,128 @@
+"""The evidence bundle: verify names any changed byte; a replayed bundle gives the same verdict."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DATA, nvml_recording
+from pytest_gpuaccept.__main__ import main as cli
+
+CONTRACT = """\
+gpuaccept: 1
+vendor: "Example GPU Cloud"
+gpus:
+  count: 8
+  model: "H100"
+  memory: "80 GB"
+nvlink:
+  every_pair: true
+  min_links: 18
+allreduce:
+  min_busbw: "450 GB/s"
+  max_bytes: "16 GiB"
+"""
+
+
+def p5_log() -> bytes:
+    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid  100 on p5 device {r:2d} [0x{r:02x}] NVIDIA H100 80GB HBM3\n"
+                    for r in range(8))
+    return ranks.encode() + (DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt").read_bytes()
+
+
+@pytest.fixture
+def live(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    fake_tools.add("all_reduce_perf", p5_log())
+    run = accept(CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    assert run.json["verdict"] == "accepted"
+    return run
+
+
+def test_an_untouched_bundle_verifies(live, capsys):
+    assert cli(["verify", str(live.path)]) == 0
+    assert capsys.readouterr().out.startswith("OK: every file matches the manifest; manifest SHA-256 ")
+
+
+@pytest.mark.parametrize("target", [
+    "gpuaccept-evidence/nvidia-smi_topo_-m.txt", "gpuaccept-evidence/nvml-host.json",
+    "gpuaccept-evidence/all_reduce_perf_-g_8_-b_8388608_-e_17179869184_-f_2_-c_1.run1.json",
+    "gpuaccept-results.json", "vendor.yaml", "gpuaccept-evidence/manifest.json",
+])
+def test_changing_one_byte_anywhere_fails_verify_and_names_the_file(live, capsys, target):
+    path = live.path / target
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert cli(["verify", str(live.path)]) == 1
+    out = capsys.readouterr().out
+    name = target.split("/")[-1]
+    assert f"FAIL changed: " in out and name in out, out
+
+
+def test_an_added_or_removed_file_fails_verify(live, capsys):
+    (live.path / "gpuaccept-evidence" / "extra.txt").write_text("planted")
+    (live.path / "gpuaccept-evidence" / "nvidia-smi_topo_-m.stderr.txt").unlink()
+    assert cli(["verify", str(live.path / "gpuaccept-evidence")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL added: extra.txt (not in the manifest)" in out
+    assert "FAIL missing: nvidia-smi_topo_-m.stderr.txt" in out
+
+
+def test_verify_runs_as_a_module(live):
+    done = subprocess.run([sys.executable, "-m", "pytest_gpuaccept", "verify", str(live.path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "OK" in done.stdout
+
+
+def test_replaying_a_bundle_gives_the_same_checks_without_touching_hardware(live, accept, fake_tools, tmp_path):
+    bundle = tmp_path / "vendor-bundle"
+    shutil.copytree(live.path / "gpuaccept-evidence", bundle / "gpuaccept-evidence")
+    shutil.copy(live.path / "gpuaccept-report.html", bundle)
+    shutil.copy(live.path / "gpuaccept-results.json", bundle)
+    shutil.copy(live.path / "vendor.yaml", bundle)
+    calls_before = len(fake_tools.calls())
+    shutil.rmtree(fake_tools.bin_dir)  # no tool left: a replay must not need one
+    replayed = accept(CONTRACT, f"--gpuaccept-replay={bundle}", f"--html={tmp_path / 'replay' / 'report.html'}",
+                      f"--gpuaccept-json={tmp_path / 'replay' / 'results.json'}")
+    result = json.loads((tmp_path / "replay" / "results.json").read_text())
+    strip = lambda checks: [{k: v for k, v in c.items() if k != "details"} for c in checks]
+    assert strip(result["checks"]) == strip(live.json["checks"])
+    assert result["verdict"] == live.json["verdict"] == "accepted"
+    assert result["replayed_from"] == str(bundle / "gpuaccept-evidence")
+    assert replayed.result.ret == 0
+    assert len(fake_tools.calls()) == calls_before
+
+
+def test_a_stricter_contract_judges_the_same_bundle_differently(live, accept, tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(live.path, bundle)
+    replayed = accept(CONTRACT.replace("450 GB/s", "490 GB/s"), f"--gpuaccept-replay={bundle}",
+                      f"--html={tmp_path / 'r' / 'report.html'}", f"--gpuaccept-json={tmp_path / 'r' / 'results.json'}")
+    result = json.loads((tmp_path / "r" / "results.json").read_text())
+    allreduce = [c for c in result["checks"] if c["clause"] == "allreduce"][0]
+    assert (allreduce["outcome"], allreduce["measured"]) == ("failed", 483.05)
+    assert replayed.result.ret == 1
+
+
+def test_a_bundle_that_does_not_verify_is_refused_for_replay(live, accept, tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(live.path, bundle)
+    log = next((bundle / "gpuaccept-evidence").glob("all_reduce_perf*.run1.txt"))
+    log.write_bytes(log.read_bytes().replace(b"483.05", b"583.05"))
+    replayed = accept(CONTRACT, f"--gpuaccept-replay={bundle}", f"--html={tmp_path / 'r' / 'report.html'}")
+    assert replayed.result.ret == 4
+    replayed.result.stderr.fnmatch_lines(["*does not verify*", "changed: all_reduce_perf*.run1.txt"])
+
+
+def test_a_contract_asking_what_the_bundle_lacks_is_not_measured(live, accept, tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(live.path, bundle)
+    replayed = accept(CONTRACT + "nics:\n  interfaces: [eth0]\n  min_speed: '10 Gb/s'\n", f"--gpuaccept-replay={bundle}",
+                      f"--html={tmp_path / 'r' / 'report.html'}", f"--gpuaccept-json={tmp_path / 'r' / 'results.json'}")
+    result = json.loads((tmp_path / "r" / "results.json").read_text())
+    nics = [c for c in result["checks"] if c["clause"] == "nics"]
+    assert nics and all(c["outcome"] != "passed" for c in nics)
+    assert result["verdict"] == "rejected"
