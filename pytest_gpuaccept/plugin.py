@@ -13,8 +13,9 @@ import pytest
 from . import plan, report
 from .bundle import evidence_folder, verify
 from .checks import match_names
-from .contract import ContractError, load_contract
+from .contract import NAME_PATTERN, ContractError, load_contract
 from .probes._run import ToolRunner
+from .probes.sysfs import SAFE_NAME
 from .report import ITEM_PROPERTY
 from .state import STATE, State
 
@@ -169,7 +170,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if fixture in metafunc.fixturenames and clause is not None:
             interfaces, devices = state.listings()
             matches = match_names(getattr(clause, key), interfaces if section == "nics" else devices)
-            metafunc.parametrize(fixture, matches, ids=[name or pattern for pattern, name in matches])
+            metafunc.parametrize(fixture, matches, ids=[_safe_id(name or pattern) for pattern, name in matches])
+
+
+def _safe_id(name: str) -> str:
+    """A test id for a name from the host; pytest-html shows ids unescaped, so odd names are shown in hex."""
+    return name if SAFE_NAME.match(name) or NAME_PATTERN.match(name) else "unsafe-" + name.encode().hex()[:40]
 
 
 def _subject(item: pytest.Item) -> str:

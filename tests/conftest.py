@@ -44,10 +44,18 @@ class FakeTools:
         script = self.bin_dir / name
         script.write_text(textwrap.dedent(f"""\
             #!{sys.executable}
-            import json, sys, time
+            import json, signal, sys, time
             rules = {json.dumps(self.tools[name])!r}
             with open({str(self.log)!r}, "a") as log:
                 log.write(json.dumps([{name!r}, *sys.argv[1:]]) + "\\n")
+            started = time.time()
+
+            def stopped(*_):
+                with open({str(self.log)!r} + ".times", "a") as times:
+                    times.write(json.dumps([{name!r}, started, time.time()]) + "\\n")
+                sys.exit(143)
+
+            signal.signal(signal.SIGTERM, stopped)
             argv = " ".join(sys.argv[1:])
             for rule in json.loads(rules):
                 if rule["when"] in argv:
@@ -57,11 +65,20 @@ class FakeTools:
                     sys.stderr.write(rule["stderr"])
                     sys.stderr.flush()
                     time.sleep(rule["hang"])
+                    with open({str(self.log)!r} + ".times", "a") as times:
+                        times.write(json.dumps([{name!r}, started, time.time()]) + "\\n")
                     sys.exit(rule["rc"])
             sys.stderr.write("fake {name}: no recorded output for: " + argv + "\\n")
             sys.exit(64)
             """))
         script.chmod(0o755)
+
+    def intervals(self) -> list[tuple[str, float, float]]:
+        """(tool, start, end) of every run that finished."""
+        times = self.log.with_name(self.log.name + ".times")
+        if not times.exists():
+            return []
+        return [tuple(json.loads(line)) for line in times.read_text().splitlines()]
 
     def calls(self, name: str | None = None) -> list[list[str]]:
         if not self.log.exists():
