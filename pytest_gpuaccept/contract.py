@@ -278,7 +278,8 @@ def _names(value: Any, node: yaml.Node) -> tuple[str, ...]:
     for item in value.value:
         name = _scalar(item) if isinstance(item, yaml.ScalarNode) else item
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
-            raise ValueError(f"expected names of the characters A-Za-z0-9_.:-*?[], got {name if isinstance(name, str) else _describe(item)!r}")
+            found = name if isinstance(name, str) else _describe(item)
+            raise ValueError(f"expected names of the characters A-Za-z0-9_.:-*?[], got {found!r}")
         if name.count("[") != name.count("]"):
             raise ValueError(f"expected a valid glob, got {name!r} (unbalanced brackets)")
         names.append(name)

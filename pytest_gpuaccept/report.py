@@ -16,7 +16,7 @@ from . import __version__, charts, plan
 from .bundle import MANIFEST, sha256_file
 from .checks import FAILED, NOT_MEASURED, PASSED, not_measured
 from .probes.nvml import parse_host
-from .state import STATE, State, now
+from .state import State, now
 
 CHECK_PROPERTY = "gpuaccept_check"
 ITEM_PROPERTY = "gpuaccept_item"

@@ -10,7 +10,6 @@ from typing import Any, Callable
 
 import pytest
 
-from .checks import Check
 from .contract import Contract
 from .probes import nvml, sysfs
 from .probes._run import ToolRunner

@@ -3,10 +3,8 @@
 `nvidia-smi` is a fake on PATH replaying real `topo -m` outputs; NVML readings come from recordings.
 """
 
-from pathlib import Path
 
 import pytest
-
 from conftest import DATA, nvml_recording
 
 H100_8 = """\

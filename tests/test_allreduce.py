@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import DATA, nvml_recording
+
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
 

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import DATA, nvml_recording
+
 from pytest_gpuaccept.__main__ import main as cli
 
 CONTRACT = """\
@@ -59,7 +59,7 @@ def test_changing_one_byte_anywhere_fails_verify_and_names_the_file(live, capsys
     assert cli(["verify", str(live.path)]) == 1
     out = capsys.readouterr().out
     name = target.split("/")[-1]
-    assert f"FAIL changed: " in out and name in out, out
+    assert "FAIL changed: " in out and name in out, out
 
 
 def test_an_added_or_removed_file_fails_verify(live, capsys):
@@ -120,7 +120,7 @@ def test_a_bundle_that_does_not_verify_is_refused_for_replay(live, accept, tmp_p
 def test_a_contract_asking_what_the_bundle_lacks_is_not_measured(live, accept, tmp_path):
     bundle = tmp_path / "bundle"
     shutil.copytree(live.path, bundle)
-    replayed = accept(CONTRACT + "nics:\n  interfaces: [eth0]\n  min_speed: '10 Gb/s'\n", f"--gpuaccept-replay={bundle}",
+    accept(CONTRACT + "nics:\n  interfaces: [eth0]\n  min_speed: '10 Gb/s'\n", f"--gpuaccept-replay={bundle}",
                       f"--html={tmp_path / 'r' / 'report.html'}", f"--gpuaccept-json={tmp_path / 'r' / 'results.json'}")
     result = json.loads((tmp_path / "r" / "results.json").read_text())
     nics = [c for c in result["checks"] if c["clause"] == "nics"]

@@ -4,8 +4,8 @@ and always say what was wrong; markup and control bytes from tools are escaped a
 import re
 
 import pytest
-
 from conftest import DATA, nvml_recording
+
 from pytest_gpuaccept import checks
 from pytest_gpuaccept.contract import ContractError, parse_contract
 from pytest_gpuaccept.probes import ethtool, ib_write_bw, iperf3, nccl_tests, nvidia_smi
@@ -83,7 +83,7 @@ MALFORMED_OUTPUTS = [
     ("topo", TOPO.splitlines()[0]), ("topo", TOPO.replace("GPU1 ", "GPU9 ", 1)),
     ("nccl", ""), ("nccl", NCCL[: len(NCCL) // 2]), ("nccl", f"{SCRIPT}\n"), ("nccl", "\x00\x01\x02" * 100),
     ("nccl", NCCL.replace("   25.06   43.86", "   25.06   abc")), ("nccl", NCCL.replace("43.86       0", "43.86       x")),
-    ("nccl", NCCL.replace("43.86", "N/A")), ("nccl", "\n".join(l for l in NCCL.splitlines() if "size" not in l)),
+    ("nccl", NCCL.replace("43.86", "N/A")), ("nccl", "\n".join(line for line in NCCL.splitlines() if "size" not in line)),
     ("nccl", NCCL + "\nNCCL WARN NET/IB : Got completion with error 12\n"),
     ("ethtool", ""), ("ethtool", ETHTOOL.replace("25000Mb/s", "25000Gb/s")), ("ethtool", ETHTOOL.replace("yes", "maybe")),
     ("ethtool", SCRIPT), ("ethtool", ETHTOOL.replace("Link detected: yes\n", "")), ("ethtool", "\x00" * 64),

@@ -11,7 +11,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import DATA
 
 BASE_PORT = 15201

@@ -2,8 +2,8 @@
 
 import pytest
 import yaml
-
 from conftest import DATA
+
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.ethtool import parse_ethtool
 from pytest_gpuaccept.probes.ib_write_bw import parse_ib_write_bw

@@ -3,8 +3,8 @@
 import re
 
 import pytest
-
 from conftest import DATA, nvml_recording
+
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.nvidia_smi import parse_nvlink_errors, parse_nvlink_status
 
@@ -49,7 +49,7 @@ def h100_status(gpus: int, inactive: set[tuple[int, int]] = frozenset(), slow: s
     return "\n".join(out) + "\n"
 
 
-def h100_errors(gpus: int, crc: dict[tuple[int, int], int] = {}) -> str:
+def h100_errors(gpus: int, crc: dict[tuple[int, int], int] | None = None) -> str:
     """The real counter lines of `nvlink -e` with the author's "[...]" expanded to all 18 links."""
     head = ERRORS_H100.splitlines()[0]
     out = []
@@ -57,7 +57,7 @@ def h100_errors(gpus: int, crc: dict[tuple[int, int], int] = {}) -> str:
         out.append(head.replace("GPU 0:", f"GPU {gpu}:"))
         for n in range(18):
             out += [f"         Link {n}: Replay Errors: 0", f"         Link {n}: Recovery Errors: 0",
-                    f"         Link {n}: CRC Errors: {crc.get((gpu, n), 0)}", ""]
+                    f"         Link {n}: CRC Errors: {(crc or {}).get((gpu, n), 0)}", ""]
     return "\n".join(out)
 
 

@@ -8,7 +8,6 @@ import importlib.util
 import json
 
 import pytest
-
 from conftest import DATA
 
 FIELDS = ["t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c", "throttle_reasons", "pcie_gen", "pcie_width"]
