@@ -14,6 +14,8 @@ import socket
 import sys
 import time
 
+from . import spawn_per_gpu
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -102,17 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-w", type=int, default=5, help="warmup iterations")
     parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"), help="gloo: CPU self-test only")
     args = parser.parse_args(argv)
-    try:
-        import torch
-        import torch.multiprocessing as mp
-    except ImportError:
-        print("gpuaccept: PyTorch is not installed: pip install 'pytest-gpuaccept[torch]'", file=sys.stderr)
-        return 3
-    if args.backend == "nccl" and torch.cuda.device_count() < args.g:
-        print(f"gpuaccept: {args.g} GPUs asked, torch sees {torch.cuda.device_count()}", file=sys.stderr)
-        return 2
-    mp.spawn(_worker, args=(args.g, _free_port(), args), nprocs=args.g, join=True)
-    return 0
+    return spawn_per_gpu(_worker, args.g, (args.g, _free_port(), args), need_cuda=args.backend == "nccl")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import signal
 import sys
 import time
 
+from . import spawn_per_gpu
+
 
 def _worker(rank: int, args: argparse.Namespace) -> None:
     import torch
@@ -64,17 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args(argv)
-    try:
-        import torch
-        import torch.multiprocessing as mp
-    except ImportError:
-        print("gpuaccept: PyTorch is not installed: pip install 'pytest-gpuaccept[torch]'", file=sys.stderr)
-        return 3
-    if args.device == "cuda" and torch.cuda.device_count() < args.gpus:
-        print(f"gpuaccept: {args.gpus} GPUs asked, torch sees {torch.cuda.device_count()}", file=sys.stderr)
-        return 2
-    mp.spawn(_worker, args=(args,), nprocs=args.gpus, join=True)
-    return 0
+    return spawn_per_gpu(_worker, args.gpus, (args,), need_cuda=args.device == "cuda")
 
 
 if __name__ == "__main__":
