@@ -133,20 +133,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-def pytest_configure_node(node: Any) -> None:
-    """xdist: workers write their evidence into the controller's folder."""
-    state = node.config.stash.get(STATE, None)
-    if state is not None:
-        node.workerinput["gpuaccept_evidence"] = str(state.evidence_dir)
+class _XdistHooks:
+    """Hooks that exist only where pytest-xdist is installed and enabled: registered only then."""
+
+    @staticmethod
+    def pytest_configure_node(node: Any) -> None:
+        """Workers write their evidence into the controller's folder."""
+        state = node.config.stash.get(STATE, None)
+        if state is not None:
+            node.workerinput["gpuaccept_evidence"] = str(state.evidence_dir)
 
 
-def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    if pluginmanager.hasplugin("xdist"):
-        # pytest_configure_node exists only where xdist is installed; register it only then.
-        class _XdistHooks:
-            pytest_configure_node = staticmethod(pytest_configure_node)
-
-        pluginmanager.register(_XdistHooks(), "gpuaccept-xdist")
+@pytest.hookimpl(trylast=True)
+def pytest_plugin_registered(plugin: Any, manager: pytest.PytestPluginManager) -> None:
+    if manager.hasplugin("xdist") and not manager.hasplugin("gpuaccept-xdist"):
+        manager.register(_XdistHooks(), "gpuaccept-xdist")
 
 
 # ------------------------------------------------------------------ parametrization and collection

@@ -190,3 +190,9 @@ def test_under_xdist_the_topology_is_read_once_and_checks_listed_once(accept, fa
     subjects = [(c["clause"], c["subject"]) for c in run.checks()]
     assert len(subjects) == len(set(subjects)) == 47
     assert run.json["verdict"] == "accepted"
+
+
+def test_the_plugin_works_without_xdist(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "-p", "no:xdist")
+    assert run.result.ret == 0 and run.json["verdict"] == "accepted"
