@@ -152,12 +152,14 @@ def test_a_missing_binary_is_not_measured(accept, fake_tools):
 
 
 def test_a_hang_past_the_timeout_is_killed_and_not_measured(accept, fake_tools):
-    fake_tools.add("all_reduce_perf", log_with_ranks(P5), sleep=30)
+    fake_tools.add("all_reduce_perf", b"# nThread 1 nGpus 8 minBytes 8388608\n", hang=30)
     run = accept(contract("1 GB/s", extra="") + "tools:\n  timeout: '1 s'\n", nvml_recording("h100_sxm5_8gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "not_measured"
     assert check["message"].endswith("timed out after 1 s and was killed")
     assert run.result.duration < 20
+    partial = next((run.path / "gpuaccept-evidence").glob("all_reduce_perf*.run1.txt")).read_text()
+    assert partial == "# nThread 1 nGpus 8 minBytes 8388608\n"  # what it printed before hanging is kept
 
 
 def test_a_busbw_above_what_the_hardware_allows_is_implausible(accept, fake_tools):
