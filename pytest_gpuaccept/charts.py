@@ -33,7 +33,9 @@ def line_chart(title: str, xs: Sequence[float], lines: Sequence[tuple[str, Seque
              f'<text x="{PAD}" y="12" font-size="11" font-weight="bold">{html.escape(title)}</text>',
              f'<text x="2" y="{py(y_max) + 4:.1f}" font-size="9">{y_max:.4g} {html.escape(unit)}</text>',
              f'<text x="2" y="{py(y_min):.1f}" font-size="9">{y_min:.4g}</text>',
-             f'<text x="{WIDTH - PAD}" y="{HEIGHT - 2}" font-size="9" text-anchor="end">{html.escape(x_label)}</text>']
+             f'<text x="{PAD}" y="{HEIGHT - 2}" font-size="9">{min(xs):.4g}</text>',
+             f'<text x="{WIDTH - PAD}" y="{HEIGHT - 2}" font-size="9" text-anchor="end">'
+             f'{max(xs):.4g} {html.escape(x_label)}</text>']
     for label, values, colour in lines:
         coords = " ".join(f"{px(x):.1f},{py(v):.1f}" for x, v in zip(xs, values) if v is not None)
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}">'

@@ -259,23 +259,37 @@ def check_html(evidence_dir: Path, check: dict[str, Any]) -> str:
         threshold = float(str(check["required"]).lstrip(">= ")) if check["clause"] == "allreduce" else None
         chart = charts.busbw_chart(table, threshold) if threshold is not None else ""
         parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(table))
+    not_inline = []
     for name in check.get("evidence", []):
         path = evidence_dir / name
-        if not path.is_file() or name.endswith(".json") and not name.startswith("nvml"):
+        # Tool outputs are shown; run records and the sample series (drawn above) stay in the folder.
+        if not path.is_file() or (name.endswith(".json") and name != "nvml-host.json"):
+            not_inline.append(name)
             continue
         text = path.read_bytes()[: RAW_SHOWN_BYTES * 2].decode("utf-8", errors="replace")
-        if not text.strip():
-            continue
-        parts.append(f"<h4>raw: {safe_text(name)}</h4><pre>{safe_text(text, RAW_SHOWN_BYTES)}</pre>")
+        if text.strip():
+            parts.append(f"<h4>raw: {safe_text(name)}</h4><pre>{safe_text(text, RAW_SHOWN_BYTES)}</pre>")
+    if not_inline:
+        parts.append(f"<p>also in the evidence folder: {safe_text(', '.join(not_inline))}</p>")
     parts.append("</div>")
     return "".join(parts)
 
 
+_OUTCOME_COLOUR = {PASSED: "#1a7f37", FAILED: "#cf222e", NOT_MEASURED: "#9a6700"}
+_CELL = 'style="padding:1px 8px;border-bottom:1px solid #eee;text-align:left"'
+
+
+def _cell(value: Any) -> str:
+    colour = _OUTCOME_COLOUR.get(value) if isinstance(value, str) else None
+    shown = safe_text(str(value))
+    return f"<td {_CELL}>" + (f'<b style="color:{colour}">{shown}</b>' if colour else shown) + "</td>"
+
+
 def _table(rows: list[list[Any]]) -> str:
     head, *body = rows
-    cells = "".join(f"<th>{safe_text(str(c))}</th>" for c in head)
-    lines = "".join("<tr>" + "".join(f"<td>{safe_text(str(c))}</td>" for c in row) + "</tr>" for row in body)
-    return f"<table><tr>{cells}</tr>{lines}</table>"
+    cells = "".join(f"<th {_CELL}>{safe_text(str(c))}</th>" for c in head)
+    lines = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in body)
+    return f'<table style="border-collapse:collapse"><tr>{cells}</tr>{lines}</table>'
 
 
 def banner(results: dict[str, Any], state: State, digest: str) -> str:
