@@ -195,3 +195,18 @@ def test_the_torch_workload_output_reads_with_the_same_parser():
     assert result.largest.size_bytes == 16777216
     assert result.wrong_nonzero is False
     assert result.largest.oop_busbw_gbyte_s > 0
+
+
+@pytest.mark.parametrize("name, max_bytes", [
+    ("rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt", "128 MiB"),
+    ("v100sxm2_1node_8gpu_old_error_column.txt", "128 MiB"),
+])
+@pytest.mark.parametrize("delta, outcome", [(-1.0, "passed"), (1.0, "failed")])
+def test_real_8_gpu_logs_replayed_unchanged(accept, fake_tools, name, max_bytes, delta, outcome):
+    expected = EXPECTED[name]["oop_busbw_at_largest"]
+    fake_tools.add("all_reduce_perf", DATA / "allreduce" / name)
+    run = accept(contract(f"{expected + delta:.2f} GB/s", max_bytes=max_bytes, extra="  min_bytes: '8 B'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["measured"] == pytest.approx(expected, abs=0.01)
+    assert check["outcome"] == outcome, check["message"]
