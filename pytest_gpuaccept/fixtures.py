@@ -18,7 +18,7 @@ from .checks import PASSED, Check
 from .contract import Contract
 from .probes import nccl_tests, nvidia_smi, nvml, sysfs
 from .probes._run import Command, Reading, ToolRun, ToolRunner, parse_run
-from .probes.nvml import GpuSeries, Host, parse_host
+from .probes.nvml import GpuSeries, Host
 from .probes.sysfs import IbPort
 from .report import CHECK_PROPERTY
 from .state import NVML_HOST_FILE, STATE, State
@@ -49,13 +49,7 @@ def gpuaccept_runner(request: pytest.FixtureRequest) -> ToolRunner:
 @pytest.fixture(scope="session")
 def gpuaccept_host(request: pytest.FixtureRequest) -> tuple[Host, tuple[str, ...]]:
     """(Host, evidence): the NVML reading of the host (driver, CUDA, GPUs), taken once per run."""
-    state = _state(request)
-    reading = state.host_reading()
-    try:
-        host = parse_host(reading)
-    except ValueError as exc:
-        host = Host(str(reading.get("hostname", "")), None, None, (), str(exc))
-    return host, (NVML_HOST_FILE,)
+    return _state(request).host(), (NVML_HOST_FILE,)
 
 
 @pytest.fixture(scope="session")
@@ -157,7 +151,7 @@ def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract)
     state = _state(request)
     clause = gpuaccept_contract.utilisation
     count = gpuaccept_contract.gpus.count
-    host = parse_host(state.host_reading())
+    host = state.host()
     if host.error and state.runner.replay_dir is None:
         return LoadRun(None, {}, host.error, None, (NVML_HOST_FILE,))
     if clause.workload == "builtin":

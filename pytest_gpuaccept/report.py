@@ -95,6 +95,9 @@ class ReportPlugin:
             if report.failed and check["outcome"] == PASSED:
                 check["outcome"] = FAILED
                 check["message"] += f" (but the test failed: {_last_line(report.longreprtext)})"
+        elif report.when == "call" and report.passed and key not in self.state.checks:
+            check = not_measured(item["clause"], item["subject"], "", "the test passed without judging a "
+                                 "measurement (gpuaccept_judge was never called)").to_dict()
         elif report.failed and key not in self.state.checks:
             crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
             reason = _last_line(crash) or _last_line(report.longreprtext) or f"the test failed in {report.when}"

@@ -54,6 +54,14 @@ class State:
         """The NVML reading of this session (or the recording given with --gpuaccept-nvml)."""
         return self.reading(NVML_HOST_FILE, self._take_nvml)
 
+    def host(self) -> nvml.Host:
+        """The NVML reading as typed data; an unreadable recording is a Host whose `error` says why."""
+        reading = self.host_reading()
+        try:
+            return nvml.parse_host(reading)
+        except ValueError as exc:
+            return nvml.Host(str(reading.get("hostname", "")), None, None, (), str(exc))
+
     def _take_nvml(self) -> dict[str, Any]:
         if self.nvml_recording is None:
             return nvml.read_host()

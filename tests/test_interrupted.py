@@ -78,3 +78,15 @@ def test_an_exception_in_a_fixture_becomes_a_not_measured_check(pytester, fake_t
     assert len(pairs) == 28 and {c["outcome"] for c in pairs} == {"not_measured"}
     assert pairs[0]["message"] == "not measured: crashed in setup: RuntimeError: probe exploded"
     assert run.json["verdict"] == "rejected"
+
+
+def test_an_acceptance_test_that_judges_nothing_is_not_measured(pytester, accept, fake_tools):
+    """A suite test that forgets to judge passes in pytest, but its clause is not measured."""
+    suite = pytester.mkdir("mysuite")
+    (suite / "test_lazy.py").write_text(
+        "import pytest\n\n@pytest.mark.gpuaccept('gpus.count', subject='host')\ndef test_lazy():\n    pass\n")
+    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\n", nvml_recording("h100_sxm5_8gpu.json"), str(suite))
+    check = run.checks("gpus.count")[0]
+    assert check["outcome"] == "not_measured"
+    assert "without judging a measurement" in check["message"]
+    assert run.json["verdict"] == "rejected" and run.result.ret == 1
