@@ -184,6 +184,9 @@ def _subject(item: pytest.Item) -> str:
     marker = item.get_closest_marker("gpuaccept")
     if "subject" in marker.kwargs:
         return str(marker.kwargs["subject"])
+    state = item.config.stash[STATE]
+    if marker.args[0] == "iperf3" and state.contract.iperf3 is not None:
+        return state.contract.iperf3.server
     params = getattr(getattr(item, "callspec", None), "params", {})
     if "gpu_index" in params:
         return "GPUs" if params["gpu_index"] is None else f"GPU{params['gpu_index']}"

@@ -105,7 +105,7 @@ class ReportPlugin:
         else:
             return
         check["test"] = item["test"]
-        self.state.checks[key] = check
+        self.state.checks[(check["clause"], check["subject"])] = check
         report.extras = [*getattr(report, "extras", []), _extra(self.state, check)]
 
     # -------------------------------------------------------------- pytest-html

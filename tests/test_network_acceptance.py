@@ -90,6 +90,7 @@ def test_real_iperf3_between_namespaces_passes_with_the_measured_value(accept, i
     check = run.checks("iperf3")[0]
     assert check["outcome"] == "passed", check["message"]
     assert check["subject"] == server and check["unit"] == "Gb/s" and check["measured"] > 0.1
+    assert run.json["verdict"] == "accepted" and run.json["complete"] is True and run.result.ret == 0
     assert f"{check['measured']} Gb/s" in run.html
     assert "end" in (run.path / "gpuaccept-evidence" / check["evidence"][0]).read_text()
 
@@ -146,6 +147,7 @@ def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(accept, fake_too
     run = accept(RDMA.format(devices="['mlx5_*']", extra=""), sysfs)
     check = run.checks("rdma")[0]
     assert check["subject"] == "mlx5_0" and check["outcome"] == "passed"
+    assert run.json["verdict"] == "accepted" and run.result.ret == 0
     assert check["measured"] == pytest.approx(90.495, abs=0.01)
     assert check["message"] == ("mlx5_0 ib_write_bw BW average 90.5 Gb/s >= 90 Gb/s "
                                 "(90.5% of 100 Gb/s line rate, port 1 rate in sysfs)")

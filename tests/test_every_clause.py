@@ -1,0 +1,56 @@
+"""One contract with every clause of the format, on a host where everything is as promised: ACCEPTED.
+
+Guards the whole path (parametrization, subjects, results, completeness) for every clause at once:
+a clause whose checks could not be matched to what the contract asked would leave the run incomplete.
+"""
+
+from conftest import DATA
+from test_network_acceptance import IB_UP, sysfs_tree
+from test_nvlink_health import h100_errors, h100_status
+from test_utilisation import recording
+
+from pytest_gpuaccept.plan import ALL_CLAUSES
+
+CONTRACT = """\
+gpuaccept: 1
+vendor: "Example GPU Cloud"
+reference: "SLA-1"
+gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4"}
+nvlink: {every_pair: true, min_links: 6, links_per_gpu: 18, link_speed: "26.5 GB/s", errors_stable: true}
+allreduce: {min_busbw: "40 GB/s", min_bytes: "8 B", max_bytes: "128 MiB"}
+nics: {interfaces: ["ens*"], min_speed: "25 Gb/s"}
+rdma: {devices: ["mlx5_*"], min_fraction_of_line_rate: 0.9}
+iperf3: {server: 10.0.0.2, min_throughput: "1.5 Gb/s", streams: 1, duration: "1 s"}
+utilisation: {min_percent: 80, duration: "1.5 s", warmup: "1 s", workload: ["train-job"]}
+health: {ecc: true, row_remapping: true, throttle: true, pcie_gen: 5, pcie_width: 16}
+"""
+
+
+def four_rank_rtx_log() -> str:
+    text = (DATA / "allreduce" / "rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt").read_text()
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not any(f"Rank  {r} Group" in line for r in range(4, 8)))
+
+
+def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_path):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_4gpu_nv6_4nic_matrix_only.txt", when="topo")
+    fake_tools.add("nvidia-smi", h100_status(4), when="nvlink -s")
+    fake_tools.add("nvidia-smi", h100_errors(4), when="nvlink -e")
+    fake_tools.add("all_reduce_perf", four_rank_rtx_log())
+    fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
+    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
+    fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
+    fake_tools.add("iperf3", DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
+    fake_tools.add("train-job", "training\n", hang=30)
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
+    (tmp_path / "sys" / "class" / "net" / "ens6f0").mkdir()
+    run = accept(CONTRACT, recording(tmp_path), sysfs)
+    failing = [(c["clause"], c["subject"], c["message"]) for c in run.checks() if c["outcome"] != "passed"]
+    assert failing == []
+    assert {c["clause"] for c in run.checks()} == set(ALL_CLAUSES)
+    assert run.json["verdict"] == "accepted" and run.json["complete"] is True
+    assert run.json["not_in_contract"] == []
+    assert run.result.ret == 0
+    # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; one each for
+    # allreduce, nics, rdma, iperf3; utilisation and four health clauses per GPU: every check once.
+    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 4 + 4 * 5
