@@ -84,6 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--gpuaccept-nvml: file not found: {nvml_recording}")
 
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if not hasattr(config.option, "htmlpath"):
+        raise pytest.UsageError("pytest-gpuaccept writes its report with pytest-html: do not disable it (-p no:html)")
     if config.option.htmlpath is None:
         config.option.htmlpath = DEFAULT_REPORT
     config.option.self_contained_html = True

@@ -196,3 +196,11 @@ def test_the_plugin_works_without_xdist(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "-p", "no:xdist")
     assert run.result.ret == 0 and run.json["verdict"] == "accepted"
+
+
+def test_disabling_pytest_html_is_a_usage_error(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "-p", "no:html")
+    assert run.result.ret == 4
+    run.result.stderr.fnmatch_lines(["*writes its report with pytest-html*"])
+    assert fake_tools.calls() == []
