@@ -15,7 +15,8 @@ import pytest
 from . import __version__, charts, plan
 from .bundle import MANIFEST, sha256_file
 from .checks import FAILED, NOT_MEASURED, PASSED, not_measured
-from .probes.nvml import parse_host
+from .probes._run import last_line
+from .probes.nvml import Host
 from .state import State, now
 
 CHECK_PROPERTY = "gpuaccept_check"
@@ -48,12 +49,8 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def host_summary(reading: dict[str, Any]) -> dict[str, Any]:
+def host_summary(host: Host) -> dict[str, Any]:
     """The `host` object of the results: informational, what could be read."""
-    try:
-        host = parse_host(reading)
-    except ValueError as exc:
-        return {"hostname": reading.get("hostname", ""), "driver": None, "cuda": None, "gpus": [], "error": str(exc)}
     summary: dict[str, Any] = {
         "hostname": host.hostname, "driver": host.driver, "cuda": host.cuda,
         "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial} for g in host.gpus],
@@ -94,13 +91,13 @@ class ReportPlugin:
             check = dict(check)
             if report.failed and check["outcome"] == PASSED:
                 check["outcome"] = FAILED
-                check["message"] += f" (but the test failed: {_last_line(report.longreprtext)})"
+                check["message"] += f" (but the test failed: {last_line(report.longreprtext, 300)})"
         elif report.when == "call" and report.passed and key not in self.state.checks:
             check = not_measured(item["clause"], item["subject"], "", "the test passed without judging a "
                                  "measurement (gpuaccept_judge was never called)").to_dict()
         elif report.failed and key not in self.state.checks:
             crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
-            reason = _last_line(crash) or _last_line(report.longreprtext) or f"the test failed in {report.when}"
+            reason = last_line(crash, 300) or last_line(report.longreprtext, 300) or f"the test failed in {report.when}"
             check = not_measured(item["clause"], item["subject"], "", f"crashed in {report.when}: {reason}").to_dict()
         else:
             return
@@ -177,7 +174,7 @@ class ReportPlugin:
             "finished": now(),
             "contract": {"path": contract.path, "sha256": contract.sha256, "vendor": contract.vendor,
                          "reference": contract.reference},
-            "host": host_summary(state.host_reading()),
+            "host": host_summary(state.host()),
             "checks": checks,
             "not_in_contract": [c for c in plan.ALL_CLAUSES if c not in plan.present_clauses(contract)],
             "report": str(state.report_path),
@@ -216,11 +213,6 @@ class ReportPlugin:
                  f"{counts[NOT_MEASURED]} not measured", green=word == "ACCEPTED", red=word != "ACCEPTED", bold=True)
         terminalreporter.write_line(f"results: {self.state.json_path}")
         terminalreporter.write_line(f"evidence: {self.state.evidence_dir} (manifest digest {self.manifest_digest})")
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
 
 
 def write_manifest(state: State) -> str:

@@ -59,15 +59,16 @@ class ToolRun:
         if self.timed_out:
             return f"`{self.command}` timed out after {self.timeout_s:g} s and was killed"
         if self.returncode != 0 and self.stopped_after_s is None:
-            tail = _last_line(self.stderr) or _last_line(self.stdout)
+            tail = last_line(self.stderr) or last_line(self.stdout)
             shown = f": {tail}" if tail else ""
             return f"`{self.command}` exited with code {self.returncode}{shown}"
         return None
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:200] if lines else ""
+def last_line(text: str, limit: int = 200) -> str:
+    """The last non-blank line of a tool's (or a test's) output, cut to `limit`: what a one-line reason quotes."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
 
 
 def slug(argv: list[str] | tuple[str, ...]) -> str:
