@@ -1,33 +1,36 @@
 """Public fixtures of pytest-gpuaccept: the contract, the measurements, and the judge.
 
 They are what the shipped suites use, and a user's own acceptance tests may use them too
-(`pytest --fixtures` lists them). Each measurement runs once per session, whatever asks for it.
+(`pytest --fixtures` lists them). Each measurement runs once per session, whatever asks for it; each
+returns a named, typed value (`pytest_gpuaccept.measurements`). This module is loaded in every pytest
+run of the environment, so it imports the probes only inside the fixtures.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import threading
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from .checks import PASSED, Check
-from .contract import Contract
-from .probes import nccl_tests, nvidia_smi, nvml, sysfs
-from .probes._run import Command, Reading, ToolRun, ToolRunner, parse_run
-from .probes.nvml import GpuSeries, Host
-from .probes.sysfs import IbPort
-from .report import CHECK_PROPERTY
-from .state import NVML_HOST_FILE, STATE, State
+if TYPE_CHECKING:
+    from .contract import Contract
+    from .measurements import AllReduceRuns, HostReading, LoadRun, NicLinks, NvlinkErrorReadings, RdmaDevices
+    from .probes._run import Reading, ToolRunner
+    from .probes.iperf3 import Iperf3Runs
+    from .probes.nvidia_smi import LinkStatus, Topology
+    from .state import State
+    from .verdict import Check
 
 TORCH_ALLREDUCE = "pytest_gpuaccept.workloads.torch_allreduce"
 TRAIN = "pytest_gpuaccept.workloads.train"
+RDMA_BASE_PORT = 18515  # perftest's default; each device gets its own port
+SAMPLES_FILE = "nvml-samples.json"
+SAMPLE_INTERVAL_S = 0.15  # NVML utilisation is a rolling fraction; 100-200 ms sampling resolves dips
 
 
 def _state(request: pytest.FixtureRequest) -> State:
+    from .state import STATE
+
     state = request.config.stash.get(STATE, None)
     if state is None:
         pytest.fail("pytest-gpuaccept fixtures need --contract=PATH", pytrace=False)
@@ -46,38 +49,50 @@ def gpuaccept_runner(request: pytest.FixtureRequest) -> ToolRunner:
     return _state(request).runner
 
 
-@pytest.fixture(scope="session")
-def gpuaccept_host(request: pytest.FixtureRequest) -> tuple[Host, tuple[str, ...]]:
-    """(Host, evidence): the NVML reading of the host (driver, CUDA, GPUs), taken once per run."""
-    return _state(request).host(), (NVML_HOST_FILE,)
-
-
-@pytest.fixture(scope="session")
-def gpuaccept_topology(request: pytest.FixtureRequest) -> Reading:
-    """`nvidia-smi topo -m`, run once per run and parsed into a Topology (or the reason it could not be)."""
-    state = _state(request)
-    return parse_run(nvidia_smi.run_topo(state.runner, timeout_s=min(state.runner.default_timeout_s, 120.0)),
-                     nvidia_smi.parse_topo)
-
-
 @pytest.fixture
 def gpuaccept_judge(request: pytest.FixtureRequest) -> Callable[[Check], None]:
     """Record a Check for the report and results, and fail the test unless it passed (one line, no traceback)."""
+    from .report import CHECK_PROPERTY
+    from .verdict import NOT_MEASURED_PREFIX, Outcome
+
     def judge(check: Check) -> None:
         request.node.user_properties.append((CHECK_PROPERTY, check.to_dict()))
-        if check.outcome != PASSED:
-            verdict = "" if check.message.startswith("not measured") else "failed: "
+        if check.outcome is not Outcome.PASSED:
+            verdict = "" if check.message.startswith(NOT_MEASURED_PREFIX.rstrip(": ")) else "failed: "
             pytest.fail(f"{check.clause} {check.subject}: {verdict}{check.message}", pytrace=False)
 
     return judge
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> tuple[list[Reading], str]:
-    """(readings, tool): every all_reduce run the contract asks for (`repeats`), parsed; tool names what measured.
+def gpuaccept_host(request: pytest.FixtureRequest) -> HostReading:
+    """The NVML reading of the host (driver, CUDA, GPUs), taken once per run, and its evidence file."""
+    from .measurements import HostReading
+    from .state import NVML_HOST_FILE
+
+    return HostReading(_state(request).host(), (NVML_HOST_FILE,))
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_topology(request: pytest.FixtureRequest) -> Reading[Topology]:
+    """`nvidia-smi topo -m`, run once per run and parsed into a Topology (or the reason it could not be)."""
+    from .probes import nvidia_smi
+
+    runner = _state(request).runner
+    return nvidia_smi.read_topo(runner, timeout_s=min(runner.default_timeout_s, 120.0))
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+                        gpuaccept_host: HostReading) -> AllReduceRuns:
+    """Every all_reduce run the contract asks for (`repeats`), parsed; `tool` names what measured.
 
     nccl-tests' all_reduce_perf by default; PyTorch distributed only where the contract says `tool: torch`.
     """
+    from .measurements import AllReduceRuns
+    from .probes import nccl_tests, nvidia_smi
+    from .probes._run import parse_run
+
     state = _state(request)
     clause = gpuaccept_contract.allreduce
     if gpuaccept_contract.nvlink is not None and gpuaccept_contract.nvlink.errors_stable:
@@ -93,61 +108,90 @@ def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Cont
             run = nccl_tests.run_all_reduce(state.runner, args, repeat)
         readings.append(parse_run(run, nccl_tests.parse_all_reduce))
     tool = "PyTorch distributed (NCCL backend), not nccl-tests" if clause.tool == "torch" else "nccl-tests"
-    return readings, tool
+    return AllReduceRuns(tuple(readings), tool, tuple(gpu.name for gpu in gpuaccept_host.host.gpus))
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_nvlink_status(request: pytest.FixtureRequest) -> Reading:
+def gpuaccept_nvlink_status(request: pytest.FixtureRequest) -> Reading[LinkStatus]:
     """`nvidia-smi nvlink -s`: the state and speed of every NVLink of every GPU, once per run."""
-    return parse_run(nvidia_smi.run_nvlink_status(_state(request).runner), nvidia_smi.parse_nvlink_status)
+    from .probes import nvidia_smi
+
+    return nvidia_smi.read_nvlink_status(_state(request).runner)
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_nvlink_errors(request: pytest.FixtureRequest) -> tuple[Reading, Reading]:
-    """(before, after): NVLink error counters read around the all_reduce load (which runs once per run)."""
+def gpuaccept_nvlink_errors(request: pytest.FixtureRequest) -> NvlinkErrorReadings:
+    """NVLink error counters read before and after the all_reduce load (which runs once per run)."""
+    from .measurements import NvlinkErrorReadings
+    from .probes import nvidia_smi
+
     runner = _state(request).runner
     request.getfixturevalue("gpuaccept_allreduce")  # reads `before`, then loads the links
-    before = parse_run(nvidia_smi.run_nvlink_errors(runner, "before"), nvidia_smi.parse_nvlink_errors)
-    after = parse_run(nvidia_smi.run_nvlink_errors(runner, "after"), nvidia_smi.parse_nvlink_errors)
-    return before, after
+    return NvlinkErrorReadings(nvidia_smi.read_nvlink_errors(runner, "before"),
+                               nvidia_smi.read_nvlink_errors(runner, "after"))
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_host_names(request: pytest.FixtureRequest) -> tuple[list[str], list[str]]:
-    """(interfaces, RDMA devices) the host lists in sysfs: what the contract's names and globs match against."""
-    return _state(request).listings()
+def gpuaccept_host_names(request: pytest.FixtureRequest) -> dict[str, list[str]]:
+    """What the host lists in sysfs ({"net": interfaces, "infiniband": RDMA devices}): what names and globs match."""
+    return dict(_state(request).listings())
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_ib_ports(request: pytest.FixtureRequest) -> Callable[[str], tuple[list[IbPort], str]]:
-    """device -> (its ports from sysfs: state, rate, link layer, RoCE v2 GID index; the evidence file)."""
+def gpuaccept_nic_links(request: pytest.FixtureRequest, gpuaccept_host_names: dict[str, list[str]]) -> NicLinks:
+    """The interfaces the host lists, and `ethtool IFACE` for any of them (each run once per run)."""
+    from .measurements import NicLinks
+    from .probes import ethtool
+
+    runner = _state(request).runner
+    return NicLinks(tuple(gpuaccept_host_names.get("net", [])), lambda name: ethtool.read_ethtool(runner, name))
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_rdma_devices(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+                           gpuaccept_host_names: dict[str, list[str]]) -> RdmaDevices:
+    """The RDMA devices the host lists, their ports from sysfs, and ib_write_bw through a port (once each)."""
+    from .measurements import RdmaDevices
+    from .probes import ib_write_bw, sysfs
+
     state = _state(request)
+    clause = gpuaccept_contract.rdma
+    devices = sorted(gpuaccept_host_names.get("infiniband", []))
 
-    def ports(device: str) -> tuple[list[IbPort], str]:
+    def ports(device: str) -> tuple[list[sysfs.IbPort], str]:
         reading, evidence = state.ib_device(device)
         return sysfs.parse_ib_device(reading), evidence
 
-    return ports
+    def write_bw(device: str, port: sysfs.IbPort) -> Reading[ib_write_bw.WriteBw]:
+        gid = port.roce_v2_gid_index if port.link_layer == "Ethernet" else None
+        offset = devices.index(device) if device in devices else 0
+        return ib_write_bw.run_ib_write_bw(state.runner, device, clause.message_size.nbytes, RDMA_BASE_PORT + offset,
+                                           clause.peer, gid)
+
+    return RdmaDevices(tuple(gpuaccept_host_names.get("infiniband", [])), ports, write_bw)
 
 
-@dataclass(frozen=True)
-class LoadRun:
-    """The utilisation load: the workload's run, every GPU's NVML series, and why either cannot be trusted."""
+@pytest.fixture(scope="session")
+def gpuaccept_iperf3(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> Iperf3Runs:
+    """iperf3 clients against the contract's server (one per port before iperf3 3.16), run once."""
+    from .probes import iperf3
 
-    run: ToolRun | None
-    series: dict[int, GpuSeries]
-    failure: str | None  # nothing could be sampled (no driver, no PyTorch, workload missing)
-    workload_failure: str | None  # the workload crashed or ended early: not a load to judge
-    evidence: tuple[str, ...]
-
-
-SAMPLES_FILE = "nvml-samples.json"
-SAMPLE_INTERVAL_S = 0.15  # NVML utilisation is a rolling fraction; 100-200 ms sampling resolves dips
+    clause = gpuaccept_contract.iperf3
+    return iperf3.run_iperf3(_state(request).runner, clause.server, clause.port, clause.streams, clause.duration.seconds)
 
 
 @pytest.fixture(scope="session")
 def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> LoadRun:
     """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive)."""
+    import importlib.util
+    import json
+    import threading
+
+    from .measurements import LoadRun
+    from .probes import nvml
+    from .probes._run import Command
+    from .state import NVML_HOST_FILE
+
     state = _state(request)
     clause = gpuaccept_contract.utilisation
     count = gpuaccept_contract.gpus.count
@@ -166,8 +210,8 @@ def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract)
     def sample(stop: threading.Event) -> dict[str, Any]:
         if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
             stop.wait(clause.duration.seconds)
-            recording = json.loads(state.nvml_recording.read_text())
-            return recording.get("utilisation", {"error": "the NVML recording has no utilisation samples"})
+            recording: dict[str, Any] = json.loads(state.nvml_recording.read_text())
+            return recording.get("utilisation", {"error": "the NVML recording has no utilisation samples"})  # type: ignore[no-any-return]
         return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, clause.duration.seconds, stop)
 
     run = state.runner.run_during(command, clause.duration.seconds, sample, SAMPLES_FILE)

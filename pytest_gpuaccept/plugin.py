@@ -1,4 +1,8 @@
-"""pytest glue: options, configuration, parametrization from the contract, collection, verdict."""
+"""pytest glue: options, configuration, parametrization from the registry, collection, verdict.
+
+Loaded in every pytest run of the environment: without --contract it registers options and a marker
+and imports nothing else (the contract, schema, probes and YAML are imported only when asked).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,14 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import plan, report
-from .bundle import evidence_folder, verify
-from .checks import match_names
-from .contract import NAME_PATTERN, ContractError, load_contract
-from .probes._run import ToolRunner
-from .probes.sysfs import SAFE_NAME
-from .report import ITEM_PROPERTY
-from .state import STATE, State
+if TYPE_CHECKING:
+    from .state import State
 
+STATE = pytest.StashKey["State"]()  # the session's State, set only when a contract is given
 DEFAULT_REPORT = "gpuaccept-report.html"
 DEFAULT_JSON = "gpuaccept-results.json"
 EVIDENCE_DIR = "gpuaccept-evidence"
@@ -67,6 +66,12 @@ def pytest_configure(config: pytest.Config) -> None:
     contract_path = _option(config, "gpuaccept_contract")
     if contract_path is None:
         return  # loaded in every pytest run of the environment: do nothing unless asked
+    from . import report
+    from .bundle import evidence_folder, verify
+    from .contract import ContractError, load_contract
+    from .probes._run import ToolRunner
+    from .state import State
+
     try:
         contract = load_contract(contract_path)
     except ContractError as exc:
@@ -141,7 +146,7 @@ class _XdistHooks:
     @staticmethod
     def pytest_configure_node(node: Any) -> None:
         """Workers write their evidence into the controller's folder."""
-        state = node.config.stash.get(STATE, None)
+        state = _state(node.config)
         if state is not None:
             node.workerinput["gpuaccept_evidence"] = str(state.evidence_dir)
 
@@ -154,60 +159,45 @@ def pytest_plugin_registered(plugin: Any, manager: pytest.PytestPluginManager) -
 
 # ------------------------------------------------------------------ parametrization and collection
 
+def _state(config: pytest.Config) -> State | None:
+    return config.stash.get(STATE, None)  # None: no --contract, nothing of ours to do
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    state = metafunc.config.stash.get(STATE, None)
-    if state is None:
+    """Each acceptance test is parametrized with its clause's subjects, as the registry enumerates them."""
+    state = _state(metafunc.config)
+    marker = metafunc.definition.get_closest_marker("gpuaccept")
+    if state is None or marker is None or "gpuaccept_subject" not in metafunc.fixturenames:
         return
-    gpus = state.contract.gpus
-    count = gpus.count if gpus is not None and gpus.count is not None else 0
-    if "gpu_index" in metafunc.fixturenames:
-        # Without gpus.count a per-GPU clause is one test over every GPU the host has (subject "GPUs").
-        indices: list[int | None] = list(range(count)) or [None]
-        metafunc.parametrize("gpu_index", indices, ids=[f"GPU{i}" if i is not None else "GPUs" for i in indices])
-    if "gpu_pair" in metafunc.fixturenames:
-        pairs = [(i, j) for i in range(count) for j in range(i + 1, count)]
-        metafunc.parametrize("gpu_pair", pairs, ids=[f"GPU{i}-GPU{j}" for i, j in pairs])
-    # Globbed names: one test per name the host has that matches; a pattern matching nothing is a test too.
-    for fixture, section, key in (("nic", "nics", "interfaces"), ("rdma_device", "rdma", "devices")):
-        clause = getattr(state.contract, section)
-        if fixture in metafunc.fixturenames and clause is not None:
-            interfaces, devices = state.listings()
-            matches = match_names(getattr(clause, key), interfaces if section == "nics" else devices)
-            metafunc.parametrize(fixture, matches, ids=[_safe_id(name or pattern) for pattern, name in matches])
+    from .clauses.registry import BY_KEY
 
-
-def _safe_id(name: str) -> str:
-    """A test id for a name from the host; pytest-html shows ids unescaped, so odd names are shown in hex."""
-    return name if SAFE_NAME.match(name) or NAME_PATTERN.match(name) else "unsafe-" + name.encode().hex()[:40]
+    clause = BY_KEY[marker.args[0]]
+    subjects = clause.subjects(state.contract, state.listings) if clause.asked_by(state.contract) else []
+    metafunc.parametrize("gpuaccept_subject", subjects, ids=[s.id for s in subjects])
 
 
 def _subject(item: pytest.Item) -> str:
-    """The marker's `subject`, else the GPU, pair or name parameter (GPU3, GPU0-GPU1, ens1f0)."""
-    marker = item.get_closest_marker("gpuaccept")
-    if "subject" in marker.kwargs:
-        return str(marker.kwargs["subject"])
-    state = item.config.stash[STATE]
-    if marker.args[0] == "iperf3" and state.contract.iperf3 is not None:
-        return state.contract.iperf3.server
+    """The subject a test judges: its parameter (GPU3, GPU0-GPU1, ens1f0, host); one str() everywhere.
+
+    A user's own acceptance test without the parameter may name it: @pytest.mark.gpuaccept(clause, subject=...).
+    """
     params = getattr(getattr(item, "callspec", None), "params", {})
-    if "gpu_index" in params:
-        return "GPUs" if params["gpu_index"] is None else f"GPU{params['gpu_index']}"
-    if "gpu_pair" in params:
-        return "GPU{}-GPU{}".format(*params["gpu_pair"])
-    for name in ("nic", "rdma_device"):
-        if name in params:
-            pattern, match = params[name]
-            return match or pattern
-    return "host"
+    if "gpuaccept_subject" in params:
+        return str(params["gpuaccept_subject"])
+    marker = item.get_closest_marker("gpuaccept")
+    return str(marker.kwargs.get("subject", "host")) if marker is not None else "host"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Drop the tests of clauses the contract does not have; tag the others with clause and subject."""
-    state = config.stash.get(STATE, None)
+    state = _state(config)
     if state is None:
         return
-    present = set(plan.present_clauses(state.contract))
+    from .clauses.registry import present_clauses
+    from .report import ITEM_PROPERTY
+
+    present = {clause.key for clause in present_clauses(state.contract)}
     keep, absent = [], []
     for item in items:
         marker = item.get_closest_marker("gpuaccept")

@@ -12,12 +12,16 @@ from typing import Any
 
 import pytest
 
-from . import __version__, charts, plan
+from . import __version__, charts
 from .bundle import MANIFEST, sha256_file
-from .checks import FAILED, NOT_MEASURED, PASSED, not_measured
+from .clauses import registry
 from .probes._run import last_line
 from .probes.nvml import Host
 from .state import State, now
+from .verdict import Outcome, Verdict
+
+# Checks travel as plain dicts (JSON, xdist, JUnit): their outcome is the Outcome's value.
+PASSED, FAILED, NOT_MEASURED = Outcome.PASSED.value, Outcome.FAILED.value, Outcome.NOT_MEASURED.value
 
 CHECK_PROPERTY = "gpuaccept_check"
 ITEM_PROPERTY = "gpuaccept_item"
@@ -93,12 +97,12 @@ class ReportPlugin:
                 check["outcome"] = FAILED
                 check["message"] += f" (but the test failed: {last_line(report.longreprtext, 300)})"
         elif report.when == "call" and report.passed and key not in self.state.checks:
-            check = not_measured(item["clause"], item["subject"], "", "the test passed without judging a "
-                                 "measurement (gpuaccept_judge was never called)").to_dict()
+            check = Verdict(item["clause"], item["subject"]).not_measured(
+                "the test passed without judging a measurement (gpuaccept_judge was never called)").to_dict()
         elif report.failed and key not in self.state.checks:
             crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
             reason = last_line(crash, 300) or last_line(report.longreprtext, 300) or f"the test failed in {report.when}"
-            check = not_measured(item["clause"], item["subject"], "", f"crashed in {report.when}: {reason}").to_dict()
+            check = Verdict(item["clause"], item["subject"]).not_measured(f"crashed in {report.when}: {reason}").to_dict()
         else:
             return
         check["test"] = item["test"]
@@ -150,13 +154,13 @@ class ReportPlugin:
     def finish(self, interrupted: bool) -> dict[str, Any]:
         """Judge what was asked and never checked, write results and manifest; return the results."""
         state = self.state
-        expected = plan.expected_checks(state.contract, *state.listings())
+        expected = [(clause, str(subject)) for clause, subject in registry.expected_checks(state.contract, state.listings)]
         complete = not interrupted
         for clause, subject in expected:
             if (clause, subject) not in state.checks:
                 complete = False
                 reason = "interrupted before it ran" if interrupted else "did not run (deselected, or the run stopped early)"
-                state.checks[(clause, subject)] = {**not_measured(clause, subject, "", reason).to_dict(), "test": ""}
+                state.checks[(clause, subject)] = {**Verdict(clause, subject).not_measured(reason).to_dict(), "test": ""}
         order = {key: n for n, key in enumerate(expected)}
         checks = sorted(state.checks.values(), key=lambda c: order.get((c["clause"], c["subject"]), len(order)))
         for check in checks:
@@ -176,7 +180,7 @@ class ReportPlugin:
                          "reference": contract.reference},
             "host": host_summary(state.host()),
             "checks": checks,
-            "not_in_contract": [c for c in plan.ALL_CLAUSES if c not in plan.present_clauses(contract)],
+            "not_in_contract": registry.not_in_contract(contract),
             "report": str(state.report_path),
             "evidence": str(state.evidence_dir),
             "tool_version": __version__,
@@ -251,7 +255,7 @@ def check_html(evidence_dir: Path, check: dict[str, Any]) -> str:
     if details.get("throttle_reasons_seen"):
         parts.append(f"<p>clock event reasons seen: {safe_text(', '.join(details['throttle_reasons_seen']))}</p>")
     for title, table in details.get("tables", []):
-        threshold = float(str(check["required"]).lstrip(">= ")) if check["clause"] == "allreduce" else None
+        threshold = check.get("threshold")
         chart = charts.busbw_chart(table, threshold) if threshold is not None else ""
         parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(table))
     not_inline = []

@@ -8,11 +8,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-import pytest
-
 from .contract import Contract
+from .plugin import STATE
 from .probes import nvml, sysfs
 from .probes._run import ToolRunner
+
+__all__ = ["NAMES_FILE", "NVML_HOST_FILE", "STATE", "State", "now"]
 
 NVML_HOST_FILE = "nvml-host.json"
 NAMES_FILE = "host-names.json"
@@ -73,10 +74,10 @@ class State:
         reading["recorded"] = str(self.nvml_recording)
         return reading
 
-    def listings(self) -> tuple[list[str], list[str]]:
-        """(network interfaces, RDMA devices) of the host, listed once (or replayed) and kept as evidence."""
+    def listings(self) -> dict[str, list[str]]:
+        """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as evidence."""
         names = self.reading(NAMES_FILE, lambda: sysfs.list_names(self.sys_root))
-        return list(names.get("net", [])), list(names.get("infiniband", []))
+        return {kind: list(names.get(kind, [])) for kind in ("net", "infiniband")}
 
     def ib_device(self, device: str) -> tuple[dict[str, Any], str]:
         """The sysfs reading of one RDMA device's ports, and its evidence file name."""
@@ -84,7 +85,6 @@ class State:
         return self.reading(name, lambda: sysfs.read_ib_device(self.sys_root, device)), name
 
 
-STATE = pytest.StashKey[State]()
 
 
 def now() -> str:

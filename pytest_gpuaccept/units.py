@@ -117,7 +117,3 @@ def mib_s_to_gbit(mib_s: float) -> float:
 def bytes_to_gb(nbytes: int) -> float:
     """Memory sizes in results are GB (10^9 bytes)."""
     return nbytes / 1e9
-
-
-def gbyte_to_gbit(gbyte_s: float) -> float:
-    return gbyte_s * 8.0

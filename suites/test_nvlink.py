@@ -1,26 +1,9 @@
-"""The `nvlink` section: NVLinks between every GPU pair, read from one `nvidia-smi topo -m`."""
+"""The `nvlink` section: NVLinks between every GPU pair, read from one `nvidia-smi topo -m`.
 
-from __future__ import annotations
+Each test is one clause of pytest_gpuaccept/clauses/nvlink.py: its subjects, measurement and judge are
+declared there, once; this module only gives the clauses of that section their place in the run.
+"""
 
-import pytest
+from pytest_gpuaccept import suite
 
-from pytest_gpuaccept import checks
-
-
-@pytest.mark.gpuaccept("nvlink")
-def test_nvlink_pair(gpu_pair, gpuaccept_contract, gpuaccept_topology, gpuaccept_judge):
-    i, j = gpu_pair
-    gpuaccept_judge(checks.nvlink_pair(gpuaccept_topology, i, j, gpuaccept_contract.nvlink.min_links))
-
-
-@pytest.mark.gpuaccept("nvlink.links")
-def test_nvlink_links_active(gpu_index, gpuaccept_contract, gpuaccept_nvlink_status, gpuaccept_judge):
-    nvlink = gpuaccept_contract.nvlink
-    speed = nvlink.link_speed.gbyte_s if nvlink.link_speed else None
-    gpuaccept_judge(checks.nvlink_links(gpuaccept_nvlink_status, gpu_index, nvlink.links_per_gpu, speed))
-
-
-@pytest.mark.gpuaccept("nvlink.errors")
-def test_nvlink_errors_stable(gpu_index, gpuaccept_nvlink_errors, gpuaccept_judge):
-    before, after = gpuaccept_nvlink_errors
-    gpuaccept_judge(checks.nvlink_errors(before, after, gpu_index))
+globals().update(suite.clause_tests(__file__))  # not a test itself: the module holds only clause tests

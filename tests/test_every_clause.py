@@ -9,7 +9,7 @@ from test_network_acceptance import IB_UP, sysfs_tree
 from test_nvlink_health import h100_errors, h100_status
 from test_utilisation import recording
 
-from pytest_gpuaccept.plan import ALL_CLAUSES
+from pytest_gpuaccept.clauses.registry import ALL_CLAUSES
 
 CONTRACT = """\
 gpuaccept: 1

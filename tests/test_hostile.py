@@ -6,11 +6,15 @@ import re
 import pytest
 from conftest import DATA, nvml_recording
 
-from pytest_gpuaccept import checks
+from pytest_gpuaccept.clauses import allreduce, network, nvlink
+from pytest_gpuaccept.clauses.base import Clause
 from pytest_gpuaccept.contract import ContractError, parse_contract
+from pytest_gpuaccept.measurements import AllReduceRuns, NicLinks, RdmaDevices
 from pytest_gpuaccept.probes import ethtool, ib_write_bw, iperf3, nccl_tests, nvidia_smi
 from pytest_gpuaccept.probes._run import ToolRun, parse_run
 from pytest_gpuaccept.probes.sysfs import IbPort
+from pytest_gpuaccept.subjects import Subject
+from pytest_gpuaccept.verdict import Check
 
 HEAD = "gpuaccept: 1\nvendor: V\n"
 GPUS = HEAD + "gpus:\n  count: 8\n"
@@ -58,22 +62,43 @@ STATUS = (DATA / "nvlink" / "h100_status_i0_18links.txt").read_text()
 SCRIPT = "<script>alert(1)</script>"
 
 
-def judge(kind: str, text: str) -> checks.Check:
-    """Push one tool output through its parser and its check, as the suites do."""
+JUDGED = parse_contract("""\
+gpuaccept: 1
+vendor: "x"
+gpus: {count: 8}
+nvlink: {every_pair: true, min_links: 1, links_per_gpu: 18, link_speed: "26 GB/s"}
+allreduce: {min_busbw: "1 GB/s", max_bytes: "128 MiB"}
+nics: {interfaces: [eth0], min_speed: "1 Gb/s"}
+rdma: {devices: [mlx5_0], min_fraction_of_line_rate: 0.1}
+iperf3: {server: 10.0.0.2, min_throughput: "0.001 Gb/s"}
+""")
+
+
+def judge(kind: str, text: str) -> Check:
+    """Push one tool output through its parser and its clause's judge, as the suites do."""
     run = ToolRun("k", (kind,), 0, 0.1, text, "")
+
+    def clause_judge(clause: Clause, subject: Subject, measured: object) -> Check:
+        return clause.judge(clause.section.of(JUDGED), subject, measured, JUDGED)
+
     if kind == "topo":
-        return checks.nvlink_pair(parse_run(run, nvidia_smi.parse_topo), 0, 1, 1)
+        return clause_judge(nvlink.PAIRS, Subject.pair(0, 1), parse_run(run, nvidia_smi.parse_topo))
     if kind == "nccl":
-        return checks.allreduce([parse_run(run, nccl_tests.parse_all_reduce)], 1.0, 134217728, 8, None, "nccl-tests")
+        runs = AllReduceRuns((parse_run(run, nccl_tests.parse_all_reduce),), "nccl-tests", ())
+        return clause_judge(allreduce.CLAUSE, Subject.whole("all_reduce"), runs)
     if kind == "ethtool":
-        return checks.nic_speed(parse_run(run, ethtool.parse_ethtool), "eth0", 1.0)
+        links = NicLinks(("eth0",), lambda _name: parse_run(run, ethtool.parse_ethtool))
+        return clause_judge(network.NIC_SPEED, Subject.named("eth0", "eth0"), links)
     if kind == "ibwb":
         port = IbPort("mlx5_0", 1, True, "4: ACTIVE / 5: LinkUp", 100.0, "InfiniBand", None)
-        return checks.rdma_bandwidth(parse_run(run, ib_write_bw.parse_ib_write_bw), "mlx5_0", port, 100.0, "sysfs", 0.1, ())
+        devices = RdmaDevices(("mlx5_0",), lambda _d: ([port], "sysfs.json"),
+                              lambda _d, _p: parse_run(run, ib_write_bw.parse_ib_write_bw))
+        return clause_judge(network.RDMA_BW, Subject.named("mlx5_0", "mlx5_0"), devices)
     if kind == "iperf3":
-        return checks.iperf3_throughput([parse_run(run, iperf3.parse_iperf3_json)], "10.0.0.2", 0.001, "")
+        runs3 = iperf3.Iperf3Runs((parse_run(run, iperf3.parse_iperf3_json),), "")
+        return clause_judge(network.IPERF3_TCP, Subject.whole("10.0.0.2"), runs3)
     if kind == "nvlink":
-        return checks.nvlink_links(parse_run(run, nvidia_smi.parse_nvlink_status), 0, 18, 26.0)
+        return clause_judge(nvlink.LINKS, Subject.of_gpu(0), parse_run(run, nvidia_smi.parse_nvlink_status))
     raise AssertionError(kind)
 
 

@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Generic, Iterator, TypeVar
 
 # The most of a tool's output kept, per stream. Beyond it the file is cut and the cut is marked.
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -343,12 +343,15 @@ def read_bounded(path: Path, limit: int = MAX_OUTPUT_BYTES) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class Reading:
+class Reading(Generic[T]):
     """A tool run and what its parser made of it; `failure` is why there is no value to judge."""
 
     run: ToolRun | None
-    value: object | None
+    value: T | None
     failure: str | None
 
     @property
@@ -356,7 +359,7 @@ class Reading:
         return self.run.evidence if self.run else ()
 
 
-def parse_run(run: ToolRun, parser: Callable[[str], object]) -> Reading:
+def parse_run(run: ToolRun, parser: Callable[[str], T]) -> Reading[T]:
     """Parse a run's stdout, or say why it cannot be trusted: tool failure or unparseable output."""
     if run.failure:
         return Reading(run, None, run.failure)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from . import ParseError
-from ._run import ToolRun, ToolRunner
+from ._run import Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "ethtool"
 _SPEED = re.compile(r"^(\d+)Mb/s$")
@@ -62,3 +62,7 @@ def parse_ethtool(text: str) -> LinkSettings:
 
 def run_ethtool(runner: ToolRunner, interface: str, timeout_s: float = 30.0) -> ToolRun:
     return runner.run(TOOL, [interface], timeout_s)
+
+
+def read_ethtool(runner: ToolRunner, interface: str, timeout_s: float = 30.0) -> Reading[LinkSettings]:
+    return parse_run(run_ethtool(runner, interface, timeout_s), parse_ethtool)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..units import mib_s_to_gbit
 from . import ParseError
-from ._run import Command
+from ._run import Command, Reading, ToolRunner, parse_run
 
 TOOL = "ib_write_bw"
 _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
@@ -80,3 +80,17 @@ def commands(device: str, message_size: int, port: int, peer: str | None, gid_in
         return [Command(TOOL, (*args, peer), key=f"ib_write_bw_{device}_client")]
     return [Command(TOOL, tuple(args), key=f"ib_write_bw_{device}_server"),
             Command(TOOL, (*args, "localhost"), key=f"ib_write_bw_{device}_client", start_after_s=1.0)]
+
+
+def run_ib_write_bw(runner: ToolRunner, device: str, message_size: int, port: int, peer: str | None,
+                    gid_index: int | None, timeout_s: float = 120.0) -> Reading[WriteBw]:
+    """Drive ib_write_bw for one device (server and client, or the client against a peer) and read the client.
+
+    Where the server failed and the client did not say why, the server's failure is the reading's.
+    """
+    runs = runner.run_together(commands(device, message_size, port, peer, gid_index),
+                               timeout_s=min(runner.default_timeout_s, timeout_s))
+    client = parse_run(runs[-1], parse_ib_write_bw)
+    if len(runs) > 1 and runs[0].failure and not client.failure:
+        client = parse_run(runs[0], parse_ib_write_bw)  # the server failed: say so
+    return client

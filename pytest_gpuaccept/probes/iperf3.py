@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from . import ParseError
-from ._run import Command, ToolRun, ToolRunner
+from ._run import Command, Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "iperf3"
 MULTITHREADED_SINCE = (3, 16)  # before 3.16 one process is one thread: it cannot prove 100 Gb/s
@@ -64,3 +64,26 @@ def client_commands(server: str, port: int, streams: int, duration_s: float,
         return [Command(TOOL, ("-c", server, "-p", str(port), "-J", "-t", seconds, "-P", str(streams)))]
     return [Command(TOOL, ("-c", server, "-p", str(port + n), "-J", "-t", seconds, "-P", "1"))
             for n in range(streams)]
+
+
+@dataclass(frozen=True)
+class Iperf3Runs:
+    """Every client's reading, and how iperf3 was driven (one multi-stream process, or one per port)."""
+
+    readings: tuple[Reading[Iperf3Result], ...]
+    note: str
+
+
+def run_iperf3(runner: ToolRunner, server: str, port: int, streams: int, duration_s: float) -> Iperf3Runs:
+    """Detect the version, then run the clients together: one per port before 3.16 (single-threaded)."""
+    version_run = run_version(runner)
+    version = None if version_run.failure else parse_version(version_run.stdout + version_run.stderr)
+    commands = client_commands(server, port, streams, duration_s, version)
+    runs = runner.run_together(commands, timeout_s=duration_s + 60.0) if not version_run.failure else [version_run]
+    shown = ".".join(map(str, version)) if version else "unknown"
+    if len(commands) > 1:
+        note = (f"iperf3 {shown} is single-threaded: {len(commands)} client processes on ports "
+                f"{port}-{port + len(commands) - 1}, summed")
+    else:
+        note = f"iperf3 {shown}, one process, {streams} streams"
+    return Iperf3Runs(tuple(parse_run(run, parse_iperf3_json) for run in runs), note)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from . import ParseError
-from ._run import ToolRun, ToolRunner
+from ._run import Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "nvidia-smi"
 TOPO_ARGS = ["topo", "-m"]
@@ -184,3 +184,15 @@ def run_nvlink_status(runner: ToolRunner, timeout_s: float = 60.0) -> ToolRun:
 def run_nvlink_errors(runner: ToolRunner, when: str, timeout_s: float = 60.0) -> ToolRun:
     """The error counters `before` or `after` the load; two runs with their own evidence."""
     return runner.run(TOOL, ERRORS_ARGS, timeout_s, key=f"nvidia-smi_nvlink_-e.{when}")
+
+
+def read_topo(runner: ToolRunner, timeout_s: float = 60.0) -> Reading[Topology]:
+    return parse_run(run_topo(runner, timeout_s), parse_topo)
+
+
+def read_nvlink_status(runner: ToolRunner, timeout_s: float = 60.0) -> Reading[LinkStatus]:
+    return parse_run(run_nvlink_status(runner, timeout_s), parse_nvlink_status)
+
+
+def read_nvlink_errors(runner: ToolRunner, when: str, timeout_s: float = 60.0) -> Reading[LinkErrors]:
+    return parse_run(run_nvlink_errors(runner, when, timeout_s), parse_nvlink_errors)

@@ -1,0 +1,1 @@
+"""The contract's clauses, one module per section; `registry` is the table every other part reads."""

@@ -1,0 +1,139 @@
+"""The `allreduce` section: out-of-place busbw at the contracted size (nccl-tests, or torch if the contract says)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .. import schema
+from ..measurements import AllReduceRuns
+from ..probes.nccl_tests import NcclResult, Row
+from ..schema import Key
+from ..subjects import Subject
+from ..units import Bandwidth, Size, parse_size
+from ..verdict import Check, Verdict, fmt
+from .base import Clause, HostWide, Section
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+
+TOOLS = ("nccl-tests", "torch")
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    min_busbw: Bandwidth
+    max_bytes: Size
+    min_bytes: Size
+    repeats: int
+    args: tuple[str, ...]
+    tool: str
+
+
+def _cross_check(allreduce: AllReduce, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if allreduce.min_bytes.nbytes > allreduce.max_bytes.nbytes:
+        return [("allreduce.min_bytes", f"expected at most max_bytes ({allreduce.max_bytes}), got {allreduce.min_bytes}")]
+    return []
+
+
+SECTION = Section(
+    "allreduce",
+    {"min_busbw": Key(schema.bandwidth, required=True), "max_bytes": Key(schema.size, default=parse_size("8 GiB")),
+     "min_bytes": Key(schema.size, default=parse_size("8 MiB")), "repeats": Key(schema.whole(1, 100), default=1),
+     "args": Key(schema.argv, default=()), "tool": Key(schema.one_of(*TOOLS), default="nccl-tests")},
+    AllReduce, "the all_reduce collective over every GPU", needs_gpu_count=True, cross_check=_cross_check)
+
+# Bidirectional NVLink bandwidth per GPU by model (published figures), in GB/s. A busbw above it is not
+# physics: even NVLS in-switch reduction (which lets H100 exceed its 450 GB/s one-way) stays below it.
+_NVLINK_BOUND_GBYTE_S = (("GB200", 1800.0), ("B200", 1800.0), ("B100", 1800.0), ("H200", 900.0), ("H100", 900.0),
+                         ("H800", 400.0), ("A100", 600.0), ("A800", 400.0), ("V100", 300.0), ("P100", 160.0))
+_PCIE_BOUND_GBYTE_S = 128.0  # PCIe 5.0 x16, both directions
+
+
+def busbw_bound(gpu_names: list[str] | tuple[str, ...]) -> tuple[float, str] | None:
+    """The highest busbw the GPUs could physically reach, and why; None where the model is unknown."""
+    if not gpu_names:
+        return None
+    bounds = []
+    for name in gpu_names:
+        known = next(((b, m) for m, b in _NVLINK_BOUND_GBYTE_S if m in name.upper()), None)
+        if known is None and any(word in name.upper() for word in ("RTX", "L40", "L4", "A10", "A40", "T4")):
+            known = (_PCIE_BOUND_GBYTE_S, "PCIe 5.0 x16")
+        if known is None:
+            return None
+        bounds.append(known)
+    value, model = min(bounds)
+    reason = f"{model} NVLink, both directions" if model != "PCIe 5.0 x16" else "PCIe 5.0 x16, both directions"
+    return value, reason
+
+
+def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Contract) -> Check:
+    """Out-of-place busbw at the largest size, best of the clean runs; any sign of a bad run fails it."""
+    minimum = section.min_busbw.gbyte_s
+    gpus = contract.by_section["gpus"].count
+    evidence = tuple(name for r in m.readings for name in r.evidence)
+    v = Verdict(CLAUSE.key, subject, f">= {fmt(minimum)}", "GB/s", evidence, minimum)
+    tables = []
+    problems: list[str] = []
+    best: Row | None = None
+    for n, reading in enumerate(m.readings, 1):
+        label = f"run {n}" if len(m.readings) > 1 else "run"
+        result = reading.value
+        if result is None or reading.run is None:
+            problems.append(f"{label}: {reading.failure}")
+            continue
+        tables.append((f"{label}: {reading.run.command}", busbw_rows(result, minimum)))
+        run_problems = _run_problems(result, section.max_bytes.nbytes, gpus)
+        if reading.run.returncode not in (0, None):
+            run_problems.insert(0, f"exited with code {reading.run.returncode}")
+        problems += [f"{label}: {p}" for p in run_problems]
+        largest = result.largest
+        if largest is not None and (best is None or largest.oop_busbw_gbyte_s > best.oop_busbw_gbyte_s):
+            best = largest
+    details = {"tables": tables, "tool": m.tool}
+    if problems:
+        if best is None:
+            return v.not_measured("; ".join(problems), details)
+        return v.failed(best.oop_busbw_gbyte_s, "; ".join(problems), details)
+    assert best is not None
+    runs = f" (best of {len(m.readings)} runs, {m.tool})" if len(m.readings) > 1 else f" ({m.tool})"
+    bound = busbw_bound(m.gpu_names)
+    return v.at_least(best.oop_busbw_gbyte_s, minimum, "busbw", details, bound[0] if bound else None,
+                      bound[1] if bound else "", where=f" at {best.size_bytes} bytes", suffix=runs)
+
+
+def _run_problems(result: NcclResult, max_bytes: int, gpu_count: int) -> list[str]:
+    problems = []
+    if result.error_lines:
+        problems.append("errors in the output: " + " | ".join(repr(line[:160]) for line in result.error_lines[:3]))
+    wrong = [r for r in result.rows if (r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0]
+    if wrong:
+        problems.append(f"#wrong is nonzero at {', '.join(str(r.size_bytes) for r in wrong[:5])} bytes: results are corrupt")
+    largest = result.largest
+    if largest is None:
+        problems.append("no result rows")
+        return problems
+    if result.check_column == "#wrong" and largest.oop_wrong is None:
+        problems.append("results were not validated (#wrong is N/A): run with -c 1")
+    if largest.size_bytes < max_bytes:
+        problems.append(f"the sweep stopped at {largest.size_bytes} bytes, short of max_bytes {max_bytes}: "
+                        "the contracted size was not measured")
+    if result.ranks != gpu_count:
+        found = "an unknown number of" if result.ranks is None else str(result.ranks)
+        problems.append(f"ran on {found} ranks, the contract has {gpu_count} GPUs")
+    return problems
+
+
+def busbw_rows(result: NcclResult, threshold: float) -> list[list[Any]]:
+    """The sweep as rows (header first), as the results' details and the report's table carry it."""
+    rows: list[list[Any]] = [["size (B)", "out-of-place busbw (GB/s)", "in-place busbw (GB/s)", "#wrong",
+                              "threshold (GB/s)"]]
+    for r in result.rows:
+        rows.append([r.size_bytes, r.oop_busbw_gbyte_s, "—" if r.ip_busbw_gbyte_s is None else r.ip_busbw_gbyte_s,
+                     "N/A" if r.oop_wrong is None else r.oop_wrong, fmt(threshold)])
+    return rows
+
+
+CLAUSE = Clause("allreduce", SECTION, "test_allreduce_busbw", HostWide("all_reduce", "one test"), "gpuaccept_allreduce",
+                judge, "out-of-place busbw at `max_bytes`, best of `repeats` runs", "GB/s")
+CLAUSES = (CLAUSE,)

@@ -1,0 +1,148 @@
+"""The records a clause module declares: its Section (schema) and its Clauses (subjects, measurement, judge).
+
+Modelled on pytest-xdist's schedulers: a small Protocol (`SubjectRule`) with a few implementations, and
+records that say which one each clause uses. Nothing here knows a particular clause.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
+
+from ..subjects import Subject
+from ..verdict import Check
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+    from ..schema import Key
+
+S = TypeVar("S")  # a section's validated configuration
+M = TypeVar("M")  # what a clause's measurement fixture gives
+
+# A cross-check sees the section's value and every other section's (INVALID where that one did not
+# validate) and returns (dotted key, message) problems, reported at the section's line.
+CrossCheck = Callable[[Any, Mapping[str, Any]], "list[tuple[str, str]]"]
+HostNames = Mapping[str, "list[str]"]  # what the host lists: {"net": [...], "infiniband": [...]}
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one record per section
+class Section(Generic[S]):
+    """A contract section: its keys (types, defaults), the dataclass they build, and its rules across keys."""
+
+    name: str
+    keys: dict[str, Key]
+    build: Callable[..., S]
+    doc: str
+    needs_gpu_count: bool = False  # judged over gpus.count GPUs: invalid without it
+    cross_check: CrossCheck | None = None
+
+    def of(self, contract: Contract) -> S:
+        """This section of a contract; only called for clauses the contract has."""
+        value = contract.by_section.get(self.name)
+        if value is None:
+            raise LookupError(f"the contract has no {self.name} section")
+        return value  # type: ignore[no-any-return]
+
+
+class SubjectRule(Protocol):
+    """How a clause's subjects are enumerated from the contract (and, for names, the host's listing)."""
+
+    describe: str  # for the docs tables: "one test per GPU"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]: ...
+
+
+@dataclass(frozen=True)
+class HostWide:
+    """One subject for the host (or one thing of it: `label` of the section, e.g. the iperf3 server)."""
+
+    label: Callable[[Any], str] | str = "host"
+    describe: str = "one test for the host"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        return [Subject.whole(self.label if isinstance(self.label, str) else self.label(section))]
+
+
+def gpu_count(contract: Contract) -> int:
+    gpus = contract.by_section.get("gpus")
+    count = getattr(gpus, "count", None)
+    return count if isinstance(count, int) else 0
+
+
+@dataclass(frozen=True)
+class PerGpu:
+    """GPU0..GPU<count-1>; without gpus.count, one subject over every GPU found (GPUs)."""
+
+    describe: str = "one test per GPU"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        return [Subject.of_gpu(i) for i in range(gpu_count(contract))] or [Subject.all_gpus()]
+
+
+@dataclass(frozen=True)
+class GpuPairs:
+    """Every unordered pair i < j of gpus.count GPUs."""
+
+    describe: str = "one test per GPU pair"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        count = gpu_count(contract)
+        return [Subject.pair(i, j) for i in range(count) for j in range(i + 1, count)]
+
+
+def match_names(patterns: tuple[str, ...], available: list[str]) -> list[tuple[str, str | None]]:
+    """(pattern, name) for each name each pattern matches, in order; (pattern, None) where none does."""
+    pairs: list[tuple[str, str | None]] = []
+    seen: set[str] = set()
+    for pattern in patterns:
+        hits = [name for name in sorted(available) if fnmatch.fnmatchcase(name, pattern)]
+        if not hits:
+            pairs.append((pattern, None))
+        for name in hits:
+            if name not in seen:
+                seen.add(name)
+                pairs.append((pattern, name))
+    return pairs
+
+
+@dataclass(frozen=True)
+class Named:
+    """One subject per name the host lists (`listing`) that the section's patterns match; a pattern that
+    matches nothing is a subject of its own, and it fails."""
+
+    listing: str  # "net" or "infiniband"
+    patterns: Callable[[Any], tuple[str, ...]]
+    describe: str = "one test per matching name"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        available = list(names().get(self.listing, []))
+        return [Subject.named(pattern, name) for pattern, name in match_names(self.patterns(section), available)]
+
+
+# The rules by name, as pytest-xdist maps each --dist mode to its scheduler: docs and tests read this.
+SUBJECT_RULES: dict[str, type] = {"host": HostWide, "gpu": PerGpu, "pair": GpuPairs, "name": Named}
+
+Judge = Callable[[Any, Subject, Any, "Contract"], Check]
+
+
+@dataclass(frozen=True, eq=False)
+class Clause:
+    """One clause, declared once: everything else (plan, parametrization, ids, docs, completeness) reads it."""
+
+    key: str  # the results' `clause`, e.g. "nvlink.links"
+    section: Section[Any]
+    test: str  # the shipped suite's test function
+    rule: SubjectRule
+    measurement: str  # the fixture that measures (once per run), given to the judge
+    judge: Judge  # (section, subject, measurement, contract) -> Check
+    doc: str  # what it checks, one line, for the docs tables
+    unit: str | None = None
+    present: Callable[[Any], bool] = lambda _section: True  # which keys of the section ask for it
+
+    def subjects(self, contract: Contract, names: Callable[[], HostNames]) -> list[Subject]:
+        return self.rule.subjects(contract, self.section.of(contract), names)
+
+    def asked_by(self, contract: Contract) -> bool:
+        section = contract.by_section.get(self.section.name)
+        return section is not None and self.present(section)

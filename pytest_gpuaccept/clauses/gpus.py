@@ -1,0 +1,128 @@
+"""The `gpus` section: how many GPUs, which model, how much memory, which driver and CUDA (NVML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .. import schema
+from ..measurements import HostReading
+from ..schema import Key
+from ..subjects import Kind, Subject
+from ..units import Size, bytes_to_gb
+from ..verdict import Check, Verdict, fmt
+from .base import Clause, HostWide, PerGpu, Section
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+
+
+@dataclass(frozen=True)
+class Gpus:
+    count: int | None
+    model: str | None
+    memory: Size | None
+    driver: SpecifierSet | None
+    cuda: SpecifierSet | None
+
+
+SECTION = Section(
+    "gpus",
+    {"count": Key(schema.whole(1, 64)), "model": Key(schema.text), "memory": Key(schema.size),
+     "driver": Key(schema.specifier), "cuda": Key(schema.specifier)},
+    Gpus, "the GPUs as NVML reports them")
+
+
+def _per_gpu(v: Verdict, m: HostReading, subject: Subject) -> Check | None:
+    """A check that needs no judging: NVML unreadable, the GPU absent, or (without count) no GPU at all."""
+    host = m.host
+    if host.error:
+        return v.not_measured(host.error)
+    if subject.kind is Kind.ALL_GPUS:
+        return None if host.gpus else v.failed(None, "no GPU found")
+    assert subject.gpu is not None
+    if subject.gpu >= len(host.gpus):
+        return v.failed(None, f"GPU{subject.gpu} not present: found {len(host.gpus)}")
+    return None
+
+
+def judge_count(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
+    assert section.count is not None
+    v = Verdict(COUNT.key, subject, f"== {section.count}", "GPUs", m.evidence)
+    if m.host.error:
+        return v.not_measured(m.host.error)
+    found = len(m.host.gpus)
+    return v.judged(found == section.count, found, f"{found} GPUs found, contract says {section.count}")
+
+
+def judge_model(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
+    """The contract's model is a case-insensitive substring of the GPU's name."""
+    model = str(section.model)
+    v = Verdict(MODEL.key, subject, f"name contains {model!r}", None, m.evidence)
+    early = _per_gpu(v, m, subject)
+    if early:
+        return early
+    if subject.kind is Kind.ALL_GPUS:
+        gpus = m.host.gpus
+        wrong = [g for g in gpus if model.lower() not in g.name.lower()]
+        names = ", ".join(sorted({g.name for g in gpus}))
+        message = (f"all {len(gpus)} GPUs are {names}" if not wrong else
+                   "; ".join(f"GPU{g.index} is {g.name!r}, which does not contain {model!r}" for g in wrong))
+        return v.judged(not wrong, names, message)
+    assert subject.gpu is not None
+    name = m.host.gpus[subject.gpu].name
+    ok = model.lower() in name.lower()
+    return v.judged(ok, name, f"{subject} is {name!r}" + ("" if ok else f", which does not contain {model!r}"))
+
+
+def judge_memory(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
+    """Total memory as the driver reports it, in GB (10^9 bytes), at least the contract's."""
+    assert section.memory is not None
+    minimum = bytes_to_gb(section.memory.nbytes)
+    v = Verdict(MEMORY.key, subject, f">= {fmt(minimum)}", "GB", m.evidence)
+    early = _per_gpu(v, m, subject)
+    if early:
+        return early
+    if subject.kind is Kind.ALL_GPUS:
+        smallest = min(m.host.gpus, key=lambda g: g.memory_total_bytes)
+        return v.at_least(bytes_to_gb(smallest.memory_total_bytes), minimum, f"smallest GPU memory (GPU{smallest.index})")
+    assert subject.gpu is not None
+    return v.at_least(bytes_to_gb(m.host.gpus[subject.gpu].memory_total_bytes), minimum, f"{subject} total memory")
+
+
+def _version(v: Verdict, found: str | None, spec: SpecifierSet, m: HostReading) -> Check:
+    """A driver or CUDA version against a PEP 440 specifier set."""
+    if m.host.error or not found:
+        return v.not_measured(m.host.error or "the version could not be read")
+    try:
+        ok = spec.contains(Version(found), prereleases=True)
+    except InvalidVersion:
+        return v.not_measured(f"version {found!r} is not a version number")
+    what = v.clause.split(".")[-1]
+    return v.judged(ok, found, f"{what} {found} {'satisfies' if ok else 'does not satisfy'} {v.required}")
+
+
+def judge_driver(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
+    assert section.driver is not None
+    return _version(Verdict(DRIVER.key, subject, str(section.driver), None, m.evidence), m.host.driver, section.driver, m)
+
+
+def judge_cuda(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
+    assert section.cuda is not None
+    return _version(Verdict(CUDA.key, subject, str(section.cuda), None, m.evidence), m.host.cuda, section.cuda, m)
+
+
+COUNT = Clause("gpus.count", SECTION, "test_gpu_count", HostWide(), "gpuaccept_host", judge_count,
+               "exactly `count` GPUs (NVML)", "GPUs", lambda s: s.count is not None)
+MODEL = Clause("gpus.model", SECTION, "test_gpu_model", PerGpu(), "gpuaccept_host", judge_model,
+               "case-insensitive substring of each GPU's name", None, lambda s: s.model is not None)
+MEMORY = Clause("gpus.memory", SECTION, "test_gpu_memory", PerGpu(), "gpuaccept_host", judge_memory,
+                "total memory as the driver reports it, at least this", "GB", lambda s: s.memory is not None)
+DRIVER = Clause("gpus.driver", SECTION, "test_driver_version", HostWide(), "gpuaccept_host", judge_driver,
+                "the driver version satisfies the specifier set", None, lambda s: s.driver is not None)
+CUDA = Clause("gpus.cuda", SECTION, "test_cuda_version", HostWide(), "gpuaccept_host", judge_cuda,
+              "the CUDA version the driver supports satisfies the specifier set", None, lambda s: s.cuda is not None)
+CLAUSES = (COUNT, MODEL, MEMORY, DRIVER, CUDA)

@@ -1,0 +1,148 @@
+"""The `nics`, `rdma` and `iperf3` sections: link speed (ethtool), RDMA bandwidth (ib_write_bw), TCP (iperf3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import schema
+from ..measurements import NicLinks, RdmaDevices
+from ..probes.iperf3 import Iperf3Runs
+from ..probes.sysfs import SAFE_NAME
+from ..schema import Key
+from ..subjects import Subject
+from ..units import Bandwidth, Duration, Size, bits_to_gbit, mbit_to_gbit, parse_duration, parse_size
+from ..verdict import Check, Verdict, fmt
+from .base import Clause, HostWide, Named, Section
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+
+
+@dataclass(frozen=True)
+class Nics:
+    interfaces: tuple[str, ...]
+    min_speed: Bandwidth
+
+
+@dataclass(frozen=True)
+class Rdma:
+    devices: tuple[str, ...]
+    min_fraction_of_line_rate: float
+    line_rate: Bandwidth | None
+    message_size: Size
+    peer: str | None
+
+
+@dataclass(frozen=True)
+class Iperf3:
+    server: str
+    min_throughput: Bandwidth
+    duration: Duration
+    streams: int
+    port: int
+
+
+NICS = Section(
+    "nics", {"interfaces": Key(schema.names, required=True), "min_speed": Key(schema.bandwidth, required=True)},
+    Nics, "network interfaces (ethtool)")
+RDMA = Section(
+    "rdma",
+    {"devices": Key(schema.names, required=True),
+     "min_fraction_of_line_rate": Key(schema.number(0.0, 1.0, low_open=True), required=True),
+     "line_rate": Key(schema.bandwidth), "message_size": Key(schema.size, default=parse_size("64 KiB")),
+     "peer": Key(schema.host)},
+    Rdma, "RDMA devices (sysfs, ib_write_bw)")
+IPERF3 = Section(
+    "iperf3",
+    {"server": Key(schema.host, required=True), "min_throughput": Key(schema.bandwidth, required=True),
+     "duration": Key(schema.duration, default=parse_duration("10 s")), "streams": Key(schema.whole(1, 128), default=8),
+     "port": Key(schema.whole(1, 65535), default=5201)},
+    Iperf3, "TCP throughput to a server (iperf3)")
+
+
+def _unmatched_or_unsafe(v: Verdict, subject: Subject, what: str, available: tuple[str, ...]) -> Check | None:
+    """A contract name that matched nothing fails (listing what there is); an unsafe host name is never run."""
+    if subject.name is None:
+        shown = ", ".join(available) if available else "none"
+        return v.failed(None, f"no {what} matches {subject.pattern!r} (host has: {shown})")
+    if not SAFE_NAME.match(subject.name):
+        return v.not_measured(f"the host's name {subject.name!r} is not safe to pass to a tool")
+    return None
+
+
+def judge_nic(section: Nics, subject: Subject, m: NicLinks, contract: Contract) -> Check:
+    """Negotiated speed from ethtool, in Gb/s; no link or an unknown speed measures 0 and fails."""
+    minimum = section.min_speed.gbit_s
+    v = Verdict(NIC_SPEED.key, subject, f">= {fmt(minimum)}", "Gb/s")
+    early = _unmatched_or_unsafe(v, subject, "interface", m.names)
+    if early:
+        return early
+    name = str(subject.name)
+    reading = m.read(name)
+    v = v.but(evidence=reading.evidence)
+    link = reading.value
+    if link is None:
+        return v.not_measured(reading.failure or "no ethtool reading")
+    if link.link_detected is None:
+        return v.not_measured("ethtool did not report 'Link detected'")
+    if not link.link_detected:
+        return v.failed(0, f"{name}: no link (Link detected: no)")
+    if link.speed_mbps is None:
+        return v.failed(0, f"{name}: Speed: Unknown!")
+    return v.at_least(mbit_to_gbit(link.speed_mbps), minimum, f"{name} speed")
+
+
+def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contract) -> Check:
+    """ib_write_bw BW average in Gb/s against fraction x line rate; above line rate is implausible."""
+    fraction = section.min_fraction_of_line_rate
+    v = Verdict(RDMA_BW.key, subject, f">= {fraction:g} x line rate", "Gb/s")
+    early = _unmatched_or_unsafe(v, subject, "RDMA device", m.names)
+    if early:
+        return early
+    device = str(subject.name)
+    ports, sysfs_evidence = m.ports(device)
+    v = v.but(evidence=(sysfs_evidence,))
+    port = next((p for p in ports if p.active), ports[0] if ports else None)
+    if port is None:
+        return v.not_measured(f"{device} has no port in sysfs")
+    if not port.active:
+        return v.failed(0, f"{device} port {port.port} is not Active/LinkUp: {port.state}")
+    if section.line_rate is not None:
+        line_rate, source = section.line_rate.gbit_s, "from the contract"
+    else:
+        line_rate, source = port.rate_gbit_s, f"port {port.port} rate in sysfs"
+    if line_rate is None:
+        return v.not_measured(f"no line rate: port {port.port} reports none and the contract gives no rdma.line_rate")
+    minimum = fraction * line_rate
+    reading = m.write_bw(device, port)
+    v = v.but(required=f">= {fmt(minimum)}", evidence=v.evidence + reading.evidence)
+    if reading.value is None:
+        return v.not_measured(reading.failure or "ib_write_bw did not run")
+    measured = reading.value.last[2]
+    ratio = f" ({measured / line_rate:.1%} of {fmt(line_rate)} Gb/s line rate, {source})"
+    return v.at_least(measured, minimum, f"{device} ib_write_bw BW average",
+                      {"line_rate_gbit_s": line_rate, "fraction": round(measured / line_rate, 4)},
+                      maximum=line_rate, maximum_reason=f"the line rate, {source}", suffix=ratio)
+
+
+def judge_iperf3(section: Iperf3, subject: Subject, m: Iperf3Runs, contract: Contract) -> Check:
+    """Received throughput summed over every client process, in Gb/s; any client failing is not measured."""
+    minimum = section.min_throughput.gbit_s
+    evidence = tuple(name for r in m.readings for name in r.evidence)
+    v = Verdict(IPERF3_TCP.key, subject, f">= {fmt(minimum)}", "Gb/s", evidence, minimum)
+    failures = [r.failure for r in m.readings if r.failure]
+    values = [r.value for r in m.readings if r.value is not None]
+    if failures or len(values) != len(m.readings):
+        return v.not_measured(failures[0] if failures else "no iperf3 result")
+    total = bits_to_gbit(sum(value.received_bits_per_s for value in values))
+    return v.at_least(total, minimum, f"received from {section.server}", suffix=f" ({m.note})")
+
+
+NIC_SPEED = Clause("nics", NICS, "test_nic_speed", Named("net", lambda s: s.interfaces, "one test per matching interface"),
+                   "gpuaccept_nic_links", judge_nic, "negotiated speed from `ethtool IFACE`", "Gb/s")
+RDMA_BW = Clause("rdma", RDMA, "test_rdma_bandwidth", Named("infiniband", lambda s: s.devices, "one test per matching device"),
+                 "gpuaccept_rdma_devices", judge_rdma, "ib_write_bw BW average against fraction x line rate", "Gb/s")
+IPERF3_TCP = Clause("iperf3", IPERF3, "test_iperf3_throughput", HostWide(lambda s: s.server, "one test, subject the server"),
+                    "gpuaccept_iperf3", judge_iperf3, "received throughput, summed over the clients", "Gb/s")
+CLAUSES = (NIC_SPEED, RDMA_BW, IPERF3_TCP)

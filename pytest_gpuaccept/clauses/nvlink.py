@@ -1,0 +1,123 @@
+"""The `nvlink` section: NVLinks between every GPU pair (`topo -m`), each GPU's links (`nvlink -s`), and
+its error counters around the all_reduce load (`nvlink -e`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .. import schema
+from ..measurements import NvlinkErrorReadings
+from ..probes._run import Reading
+from ..probes.nvidia_smi import LinkStatus, Topology
+from ..schema import Key
+from ..subjects import Subject
+from ..units import Bandwidth
+from ..verdict import Check, Verdict, fmt
+from .base import Clause, GpuPairs, PerGpu, Section
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+
+
+@dataclass(frozen=True)
+class NVLink:
+    every_pair: bool
+    min_links: int
+    links_per_gpu: int | None
+    link_speed: Bandwidth | None
+    errors_stable: bool
+
+
+def _cross_check(nvlink: NVLink, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    problems = []
+    if not nvlink.every_pair:
+        problems.append(("nvlink.every_pair", "expected true: 'false' checks nothing, remove the nvlink section instead"))
+    count = getattr(sections.get("gpus"), "count", None)
+    if count is not None and count < 2:
+        problems.append(("nvlink", f"needs gpus.count of at least 2 to have GPU pairs, got {count}"))
+    if nvlink.errors_stable and "allreduce" not in sections:
+        problems.append(("nvlink.errors_stable", "needs an allreduce section: the error counters are compared across its load"))
+    return problems
+
+
+SECTION = Section(
+    "nvlink",
+    {"every_pair": Key(schema.boolean, required=True), "min_links": Key(schema.whole(1, 64), default=1),
+     "links_per_gpu": Key(schema.whole(1, 64)), "link_speed": Key(schema.bandwidth),
+     "errors_stable": Key(schema.boolean, default=False)},
+    NVLink, "NVLink between GPUs", needs_gpu_count=True, cross_check=_cross_check)
+
+
+def judge_pair(section: NVLink, subject: Subject, m: Reading[Topology], contract: Contract) -> Check:
+    """NVLinks between GPU i and GPU j from the topo matrix; PCIe paths count 0."""
+    assert subject.gpu is not None and subject.peer is not None
+    i, j = subject.gpu, subject.peer
+    v = Verdict(PAIRS.key, subject, f">= {section.min_links}", "links", m.evidence, float(section.min_links))
+    if m.value is None:
+        return v.not_measured(m.failure or "no topology")
+    topo = m.value
+    if j >= topo.gpu_count:
+        return v.failed(0, f"GPU{j} not present: found {topo.gpu_count}")
+    links, label = topo.nvlinks(i, j), topo.labels[(i, j)]
+    ok = links >= section.min_links
+    shortfall = "" if ok else f", {links} < {section.min_links} links"
+    return v.judged(ok, links, f"{label} between GPU{i} and GPU{j}{shortfall}")
+
+
+def judge_links(section: NVLink, subject: Subject, m: Reading[LinkStatus], contract: Contract) -> Check:
+    """Every NVLink of a GPU active, at least `links_per_gpu` of them, each at least `link_speed` (nvlink -s)."""
+    assert subject.gpu is not None
+    index, per_gpu = subject.gpu, section.links_per_gpu
+    speed = section.link_speed.gbyte_s if section.link_speed else None
+    wants = [f">= {per_gpu} active" if per_gpu else "", f"each >= {fmt(speed)} GB/s" if speed else ""]
+    v = Verdict(LINKS.key, subject, ", ".join(w for w in wants if w), "links", m.evidence)
+    if m.value is None:
+        return v.not_measured(m.failure or "no link status")
+    links = m.value.links.get(index)
+    if links is None:
+        return v.failed(0, f"GPU{index} not in `nvidia-smi nvlink -s` output (found GPUs {sorted(m.value.links)})")
+    active = {n: s for n, s in links.items() if s is not None}
+    problems = []
+    if per_gpu is not None and len(active) < per_gpu:
+        down = sorted(n for n, s in links.items() if s is None)
+        problems.append(f"{len(active)} of {per_gpu} links active" + (f" (inactive: {down})" if down else ""))
+    slow = sorted(n for n, s in active.items() if speed is not None and s + 1e-9 < speed)
+    if slow and speed is not None:
+        problems.append(f"links {slow} below {fmt(speed)} GB/s ({', '.join(f'{active[n]:g}' for n in slow)} GB/s)")
+    speeds = sorted(set(active.values()))
+    shown = f"{len(active)} links active at {', '.join(f'{s:g}' for s in speeds)} GB/s" if active else "no link active"
+    return v.judged(not problems, len(active), shown + ("; " + "; ".join(problems) if problems else ""))
+
+
+def judge_errors(section: NVLink, subject: Subject, m: NvlinkErrorReadings, contract: Contract) -> Check:
+    """NVLink error counters of a GPU must not increase across the load (nvlink -e before and after)."""
+    assert subject.gpu is not None
+    index = subject.gpu
+    v = Verdict(ERRORS.key, subject, "== 0 new", "errors", m.before.evidence + m.after.evidence)
+    before, after = m.before.value, m.after.value
+    if before is None or after is None:
+        return v.not_measured(m.before.failure or m.after.failure or "no error counters")
+    if index not in before.counters or index not in after.counters:
+        return v.failed(None, f"GPU{index} not in `nvidia-smi nvlink -e` output")
+    grown = []
+    for link, counters in sorted(after.counters[index].items()):
+        for name, value in counters.items():
+            old = before.counters[index].get(link, {}).get(name, 0)
+            if value > old:
+                grown.append(f"link {link} {name} {old} -> {value}")
+    if grown:
+        increase = after.total(index) - before.total(index)
+        return v.failed(increase, "error counters increased during the load: " + "; ".join(grown[:6]))
+    return v.passed(0, f"no NVLink error counter increased ({after.total(index)} in total, as before the load)")
+
+
+PAIRS = Clause("nvlink", SECTION, "test_nvlink_pair", GpuPairs(), "gpuaccept_topology", judge_pair,
+               "NVLinks between each GPU pair i<j, from `nvidia-smi topo -m` (NV# -> #, PCIe paths -> 0)", "links")
+LINKS = Clause("nvlink.links", SECTION, "test_nvlink_links_active", PerGpu(), "gpuaccept_nvlink_status", judge_links,
+               "every NVLink of each GPU active and at speed, from `nvidia-smi nvlink -s`", "links",
+               lambda s: s.links_per_gpu is not None or s.link_speed is not None)
+ERRORS = Clause("nvlink.errors", SECTION, "test_nvlink_errors_stable", PerGpu(), "gpuaccept_nvlink_errors",
+                judge_errors, "no NVLink error counter grows across the all_reduce load (`nvidia-smi nvlink -e`)",
+                "errors", lambda s: s.errors_stable)
+CLAUSES = (PAIRS, LINKS, ERRORS)

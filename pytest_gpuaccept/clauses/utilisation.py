@@ -1,0 +1,197 @@
+"""The `utilisation` and `health` sections: every GPU busy under a real training load, and healthy through it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .. import schema
+from ..measurements import LoadRun
+from ..probes.nvml import BAD_THROTTLE, GpuSeries, decode_reasons
+from ..schema import Key
+from ..subjects import Subject
+from ..units import Duration, parse_duration
+from ..verdict import Check, Verdict, fmt
+from .base import Clause, PerGpu, Section
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    min_percent: float
+    duration: Duration
+    warmup: Duration
+    workload: str | tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Health:
+    ecc: bool
+    row_remapping: bool
+    throttle: bool
+    pcie_gen: int | None
+    pcie_width: int | None
+
+
+def _utilisation_rules(util: Utilisation, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if util.warmup.seconds >= util.duration.seconds:
+        return [("utilisation.warmup", f"expected less than duration ({util.duration}), got {util.warmup}")]
+    return []
+
+
+def _health_rules(health: Health, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if "utilisation" not in sections:
+        return [("health", "needs a utilisation section: the GPUs' health is read around its load")]
+    return []
+
+
+UTILISATION = Section(
+    "utilisation",
+    {"min_percent": Key(schema.number(0.0, 100.0, low_open=True), required=True),
+     "duration": Key(schema.duration, default=parse_duration("60 s")),
+     "warmup": Key(schema.duration, default=parse_duration("10 s")), "workload": Key(schema.workload, default="builtin")},
+    Utilisation, "GPU utilisation under a training load (NVML)", needs_gpu_count=True, cross_check=_utilisation_rules)
+HEALTH = Section(
+    "health",
+    {"ecc": Key(schema.boolean, default=False), "row_remapping": Key(schema.boolean, default=False),
+     "throttle": Key(schema.boolean, default=False), "pcie_gen": Key(schema.whole(1, 7)),
+     "pcie_width": Key(schema.whole(1, 32))},
+    Health, "GPU health read around the utilisation load (NVML)", needs_gpu_count=True, cross_check=_health_rules)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def _timeline(series: GpuSeries, min_percent: float | None, warmup_s: float) -> dict[str, Any]:
+    rows = [[s.t_s, s.util_percent, s.sm_clock_mhz, s.power_w, s.temp_c] for s in series.samples]
+    return {"timeline": {"fields": ["t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c"], "rows": rows,
+                         "threshold": min_percent, "warmup_s": warmup_s}}
+
+
+def _gpu(subject: Subject) -> int:
+    assert subject.gpu is not None
+    return subject.gpu
+
+
+def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    """The lowest GPU utilisation after warmup (mean and 5th percentile reported) against min_percent."""
+    index, minimum, warmup_s = _gpu(subject), section.min_percent, section.warmup.seconds
+    series, failure = m.of(index)
+    failure = failure or m.workload_failure
+    v = Verdict(UTIL.key, subject, f">= {fmt(minimum)}", "%", m.evidence, minimum)
+    if series is None:
+        return v.not_measured(failure or f"GPU{index} was not sampled")
+    details = _timeline(series, minimum, warmup_s)
+    steady = [(s.t_s, s.util_percent) for s in series.samples if s.t_s >= warmup_s and s.util_percent is not None]
+    if not steady:
+        return v.not_measured(failure or f"no utilisation sample after the {fmt(warmup_s)} s warmup", details)
+    values = [float(u) for _t, u in steady]
+    low_t, lowest = min(steady, key=lambda s: s[1])
+    mean, p5 = sum(values) / len(values), _percentile(values, 0.05)
+    stats = f"mean {mean:.1f} %, 5th percentile {p5:.1f} % over {len(values)} samples after the {fmt(warmup_s)} s warmup"
+    details["stats"] = {"min": lowest, "mean": round(mean, 2), "p5": round(p5, 2), "samples": len(values)}
+    if failure:
+        return v.failed(lowest, f"the workload failed: {failure}", details)
+    if lowest < minimum:
+        return v.failed(lowest, f"GPU{index} dropped to {fmt(lowest)} % at t={low_t:.1f} s (below {fmt(minimum)} %); {stats}",
+                        details)
+    return v.passed(lowest, f"GPU{index} lowest {fmt(lowest)} % >= {fmt(minimum)} %; {stats}", details)
+
+
+def judge_ecc(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    series, failure = m.of(_gpu(subject))
+    v = Verdict(ECC.key, subject, "== 0", "errors", m.evidence, 0.0)
+    if series is None:
+        return v.not_measured(failure or "not sampled")
+    count = series.health.get("ecc_volatile_uncorrected")
+    if count is None:
+        return v.not_measured("volatile ECC counters are not supported on this GPU (or ECC is off)")
+    return v.judged(count == 0, count, f"{count} volatile uncorrectable ECC errors")
+
+
+def judge_row_remapping(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    """No pending or failed row remapping; retired pages pending where the GPU retires pages instead."""
+    series, failure = m.of(_gpu(subject))
+    v = Verdict(ROW_REMAPPING.key, subject, "no pending or failed remapping", None, m.evidence)
+    if series is None:
+        return v.not_measured(failure or "not sampled")
+    rows = series.health.get("remapped_rows")
+    if rows is not None:
+        corrected, uncorrected, pending, failed = rows
+        return v.judged(not pending and not failed, int(bool(pending)) + int(bool(failed)),
+                        f"remapped rows: {corrected} correctable, {uncorrected} uncorrectable, "
+                        f"pending {'yes' if pending else 'no'}, failure {'yes' if failed else 'no'}")
+    retired = series.health.get("retired_pages_pending")
+    if retired is None:
+        return v.not_measured("neither row remapping nor page retirement is supported on this GPU")
+    return v.but(required="no retired pages pending").judged(
+        not retired, int(retired), f"retired pages pending: {'yes' if retired else 'no'} "
+        "(this GPU retires pages instead of remapping rows)")
+
+
+def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    """No hardware slowdown, thermal slowdown or power brake at any moment of the load."""
+    series, failure = m.of(_gpu(subject))
+    failure = failure or m.workload_failure
+    v = Verdict(THROTTLE.key, subject, "no HW slowdown / thermal / power brake", None, m.evidence)
+    if series is None or failure:
+        return v.not_measured(failure or "not sampled")
+    masks = [s.throttle_reasons for s in series.samples if s.throttle_reasons is not None]
+    if not masks:
+        return v.not_measured("clock event reasons are not supported on this GPU")
+    seen = sorted({name for mask in masks for name in decode_reasons(mask)})
+    bad = [(s.t_s, s.throttle_reasons) for s in series.samples if s.throttle_reasons and s.throttle_reasons & BAD_THROTTLE]
+    details: dict[str, Any] = {"throttle_reasons_seen": seen}
+    v = v.but(unit="samples")
+    if bad:
+        first_t, first_mask = bad[0]
+        names = ", ".join(decode_reasons(first_mask & BAD_THROTTLE))
+        return v.failed(len(bad), f"{len(bad)} of {len(masks)} samples throttled, first at t={first_t:.1f} s: {names}; "
+                                  f"all reasons seen: {', '.join(seen)}", details)
+    return v.passed(0, f"no bad throttle reason in {len(masks)} samples; reasons seen: {', '.join(seen) or 'none'}", details)
+
+
+def judge_pcie(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    """The PCIe link under load (after warmup: idle links downshift to save power) at least gen and width."""
+    gen, width = section.pcie_gen, section.pcie_width
+    series, failure = m.of(_gpu(subject))
+    failure = failure or m.workload_failure
+    required = " ".join(x for x in (f"gen >= {gen}" if gen else "", f"x{width} or wider" if width else "") if x)
+    v = Verdict(PCIE.key, subject, required, None, m.evidence)
+    if series is None or failure:
+        return v.not_measured(failure or "not sampled")
+    warmup_s = contract.by_section["utilisation"].warmup.seconds
+    steady = [(s.pcie_gen, s.pcie_width) for s in series.samples
+              if s.t_s >= warmup_s and s.pcie_gen is not None and s.pcie_width is not None]
+    if not steady:
+        return v.not_measured("no PCIe link reading under load")
+    low_gen = min(g for g, _w in steady)
+    low_width = min(w for _g, w in steady)
+    problems = []
+    if gen and low_gen < gen:
+        problems.append(f"gen {low_gen} < {gen}")
+    if width and low_width < width:
+        problems.append(f"x{low_width} < x{width}")
+    shown = f"PCIe gen {low_gen} x{low_width} under load (lowest of {len(steady)} samples)"
+    return v.judged(not problems, f"gen{low_gen} x{low_width}", shown + (": " + ", ".join(problems) if problems else ""))
+
+
+UTIL = Clause("utilisation", UTILISATION, "test_utilisation", PerGpu(), "gpuaccept_load", judge_utilisation,
+              "lowest utilisation after warmup, with mean and 5th percentile", "%")
+ECC = Clause("health.ecc", HEALTH, "test_ecc", PerGpu(), "gpuaccept_load", judge_ecc,
+             "no volatile uncorrectable ECC error", "errors", lambda s: s.ecc)
+ROW_REMAPPING = Clause("health.row_remapping", HEALTH, "test_row_remapping", PerGpu(), "gpuaccept_load",
+                       judge_row_remapping, "no pending or failed row remapping (or retired page)", None,
+                       lambda s: s.row_remapping)
+THROTTLE = Clause("health.throttle", HEALTH, "test_throttle", PerGpu(), "gpuaccept_load", judge_throttle,
+                  "no HW slowdown, thermal slowdown or power brake during the load", "samples", lambda s: s.throttle)
+PCIE = Clause("health.pcie", HEALTH, "test_pcie_link", PerGpu(), "gpuaccept_load", judge_pcie,
+              "PCIe generation and width under load", None, lambda s: s.pcie_gen is not None or s.pcie_width is not None)
+CLAUSES = (UTIL, ECC, ROW_REMAPPING, THROTTLE, PCIE)

@@ -1,0 +1,74 @@
+"""What the measuring fixtures give the judges: named, typed values (never tuples), each with its evidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .probes._run import Reading, ToolRun
+    from .probes.ethtool import LinkSettings
+    from .probes.ib_write_bw import WriteBw
+    from .probes.nccl_tests import NcclResult
+    from .probes.nvidia_smi import LinkErrors
+    from .probes.nvml import GpuSeries, Host
+    from .probes.sysfs import IbPort
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """The NVML reading of the host (driver, CUDA, GPUs) and the evidence file it was kept in."""
+
+    host: Host
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AllReduceRuns:
+    """Every all_reduce run the contract asks for (`repeats`), parsed; `tool` names what measured."""
+
+    readings: tuple[Reading[NcclResult], ...]
+    tool: str
+    gpu_names: tuple[str, ...]  # as NVML names them: the model bounds what busbw is physically possible
+
+
+@dataclass(frozen=True)
+class NvlinkErrorReadings:
+    """NVLink error counters read before and after the all_reduce load."""
+
+    before: Reading[LinkErrors]
+    after: Reading[LinkErrors]
+
+
+@dataclass(frozen=True)
+class NicLinks:
+    """The interfaces the host lists, and `ethtool IFACE` for one of them (run once per interface)."""
+
+    names: tuple[str, ...]
+    read: Callable[[str], Reading[LinkSettings]]
+
+
+@dataclass(frozen=True)
+class RdmaDevices:
+    """The RDMA devices the host lists, each device's ports from sysfs, and ib_write_bw through one port."""
+
+    names: tuple[str, ...]
+    ports: Callable[[str], tuple[list[IbPort], str]]  # device -> (ports, the evidence file of the sysfs reading)
+    write_bw: Callable[[str, IbPort], Reading[WriteBw]]
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """The utilisation load: the workload's run, every GPU's NVML series, and why either cannot be trusted."""
+
+    run: ToolRun | None
+    series: dict[int, GpuSeries]
+    failure: str | None  # nothing could be sampled (no driver, no PyTorch, workload missing)
+    workload_failure: str | None  # the workload crashed or ended early: not a load to judge
+    evidence: tuple[str, ...]
+
+    def of(self, index: int) -> tuple[GpuSeries | None, str | None]:
+        """One GPU's series, and why it cannot be judged where it cannot."""
+        missing = None if index in self.series or not self.series else \
+            f"GPU{index} not sampled: the host has {len(self.series)} GPUs"
+        return self.series.get(index), self.failure or missing

@@ -1,0 +1,44 @@
+"""The shipped suites' tests, made from the registry: one test function per clause, in its section's suite.
+
+Each test measures through the clause's fixture and judges through the clause's judge, both bound in
+the clause record at import: a plugin that later replaces a module's judge function changes nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from .clauses.base import Clause
+from .clauses.registry import CLAUSES
+from .verdict import Check
+
+
+def _test(clause: Clause) -> Callable[..., None]:
+    judge, measurement, section = clause.judge, clause.measurement, clause.section
+
+    def test(**fixtures: Any) -> None:
+        contract, subject = fixtures["gpuaccept_contract"], fixtures["gpuaccept_subject"]
+        judged: Check = judge(section.of(contract), subject, fixtures[measurement], contract)
+        fixtures["gpuaccept_judge"](judged)
+
+    # The measurement is an argument, so that it is set up (and a crash in it is reported) before the call.
+    names = ("gpuaccept_subject", "gpuaccept_contract", measurement, "gpuaccept_judge")
+    test.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
+    test.__name__ = test.__qualname__ = clause.test
+    test.__doc__ = f"{clause.key}: {clause.doc}"
+    marked: Callable[..., None] = pytest.mark.gpuaccept(clause.key)(test)
+    return marked
+
+
+def clause_tests(suite_file: str) -> dict[str, Callable[..., None]]:
+    """The tests of `suites/test_<module>.py`: one per clause declared in `clauses/<module>.py`."""
+    module = "pytest_gpuaccept.clauses." + Path(suite_file).stem.removeprefix("test_")
+    tests = {clause.test: _test(clause) for clause in CLAUSES if clause.judge.__module__ == module}
+    if not tests:
+        raise LookupError(f"{suite_file}: no clause module {module} in the registry")
+    return tests

@@ -1,0 +1,106 @@
+"""Checks and the one builder that makes them: outcome, measured value with unit, threshold as data.
+
+A judge names the clause, subject, requirement and unit once (`Verdict(...)`) and then says what it
+found (`passed`, `failed`, `not_measured`, `at_least`); nothing else constructs a Check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from typing import Any, Union
+
+from .subjects import Subject
+
+Measured = Union[float, int, str, None]
+
+
+class Outcome(str, Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    NOT_MEASURED = "not_measured"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NOT_MEASURED_PREFIX = "not measured: "
+
+
+@dataclass(frozen=True)
+class Check:
+    """One judged clause for one subject, as the results JSON lists it."""
+
+    clause: str
+    subject: str
+    outcome: Outcome
+    measured: Measured
+    unit: str | None
+    required: str
+    message: str
+    evidence: tuple[str, ...] = ()
+    details: dict[str, Any] = field(default_factory=dict)
+    threshold: float | None = None  # the numeric bound behind `required`, where there is one
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is Outcome.PASSED
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        data["evidence"] = list(self.evidence)
+        if self.threshold is None:
+            del data["threshold"]
+        return data
+
+
+def fmt(value: float | int) -> str:
+    """A number as messages show it: at most two decimals, no trailing zeros."""
+    return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a judge knows before it looks: clause, subject, requirement, unit, evidence."""
+
+    clause: str
+    subject: Subject | str
+    required: str = ""
+    unit: str | None = None
+    evidence: tuple[str, ...] = ()
+    threshold: float | None = None
+
+    def but(self, **changes: Any) -> Verdict:
+        return replace(self, **changes)
+
+    def _check(self, outcome: Outcome, measured: Measured, message: str, details: dict[str, Any] | None) -> Check:
+        return Check(self.clause, str(self.subject), outcome, measured, self.unit, self.required, message,
+                     self.evidence, details or {}, self.threshold)
+
+    def passed(self, measured: Measured, message: str, details: dict[str, Any] | None = None) -> Check:
+        return self._check(Outcome.PASSED, measured, message, details)
+
+    def failed(self, measured: Measured, message: str, details: dict[str, Any] | None = None) -> Check:
+        return self._check(Outcome.FAILED, measured, message, details)
+
+    def judged(self, ok: bool, measured: Measured, message: str, details: dict[str, Any] | None = None) -> Check:
+        return self._check(Outcome.PASSED if ok else Outcome.FAILED, measured, message, details)
+
+    def not_measured(self, reason: str, details: dict[str, Any] | None = None) -> Check:
+        return self._check(Outcome.NOT_MEASURED, None, NOT_MEASURED_PREFIX + reason, details)
+
+    def at_least(self, measured: float, minimum: float, what: str, details: dict[str, Any] | None = None,
+                 maximum: float | None = None, maximum_reason: str = "", where: str = "", suffix: str = "") -> Check:
+        """measured >= minimum passes; above a physical `maximum` it is implausible and fails.
+
+        The message reads `{what} {measured} {unit}{where} >= {minimum} {unit}{suffix}`.
+        """
+        v = self.but(required=f">= {fmt(minimum)}", threshold=minimum)
+        shown = round(measured, 3) if isinstance(measured, float) else measured
+        if maximum is not None and shown > maximum:
+            return v.failed(shown, f"{what} {fmt(shown)} {self.unit}{where} is implausible: above {fmt(maximum)} {self.unit} "
+                                   f"({maximum_reason}){suffix}", details)
+        ok = shown >= minimum
+        return v.judged(ok, shown, f"{what} {fmt(shown)} {self.unit}{where} {'>=' if ok else '<'} {fmt(minimum)} {self.unit}{suffix}",
+                        details)
