@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 WIDTH, HEIGHT, PAD = 520, 170, 42
 
@@ -54,7 +54,7 @@ def line_chart(title: str, xs: Sequence[float], lines: Sequence[tuple[str, Seque
     return "".join(parts)
 
 
-def timeline_charts(timeline: dict) -> str:
+def timeline_charts(timeline: dict[str, Any]) -> str:
     """Utilisation (with threshold and warmup), SM clock, power and temperature of one GPU over the load."""
     rows = timeline["rows"]
     xs = [r[0] for r in rows]
@@ -70,7 +70,7 @@ def timeline_charts(timeline: dict) -> str:
     return "".join(charts)
 
 
-def busbw_chart(table: list[list], threshold: float) -> str:
+def busbw_chart(table: list[list[Any]], threshold: float) -> str:
     """busbw over message size (log scale) for one all_reduce run, out-of-place and in-place, and the threshold."""
     body = [row for row in table[1:] if isinstance(row[0], int) and row[0] > 0]
     xs = [row[0] for row in body]

@@ -103,7 +103,7 @@ def parse_contract(text: str, path: str = "<contract>", sha256: str = "") -> Con
         v.problem(root, "gpuaccept", f"missing: expected 'gpuaccept: {FORMAT_VERSION}' (the format version) as the first key")
     else:
         v.value(entries["gpuaccept"][1], "gpuaccept", schema.one_of_int(FORMAT_VERSION))
-    vendor = None
+    vendor = ""
     if "vendor" not in entries:
         v.problem(root, "vendor", "missing: expected the vendor's name, e.g. vendor: \"Example GPU Cloud\"")
     else:

@@ -48,7 +48,7 @@ def _option(config: pytest.Config, ini: str) -> str | None:
     value = config.getoption(ini)
     if value is None:
         value = config.getini(ini) or None
-    return value
+    return None if value is None else str(value)
 
 
 def suites_dir() -> Path:

@@ -42,7 +42,7 @@ def safe_text(text: str, limit: int | None = None) -> str:
 def _props(report: pytest.TestReport, name: str) -> dict[str, Any] | None:
     for key, value in getattr(report, "user_properties", ()):
         if key == name:
-            return value
+            return dict(value)
     return None
 
 
@@ -107,7 +107,7 @@ class ReportPlugin:
             return
         check["test"] = item["test"]
         self.state.checks[(check["clause"], check["subject"])] = check
-        report.extras = [*getattr(report, "extras", []), _extra(self.state, check)]
+        report.extras = [*getattr(report, "extras", []), _extra(self.state, check)]  # type: ignore[attr-defined]
 
     # -------------------------------------------------------------- pytest-html
 
@@ -239,7 +239,8 @@ def write_manifest(state: State) -> str:
 def _extra(state: State, check: dict[str, Any]) -> dict[str, Any]:
     from pytest_html import extras
 
-    return extras.html(check_html(state.evidence_dir, check))
+    extra: dict[str, Any] = extras.html(check_html(state.evidence_dir, check))
+    return extra
 
 
 def check_html(evidence_dir: Path, check: dict[str, Any]) -> str:

@@ -137,10 +137,10 @@ def text(value: Any, _node: yaml.Node) -> str:
 
 
 def host(value: Any, node: yaml.Node) -> str:
-    value = text(value, node)
-    if not HOST_PATTERN.match(value):
-        raise ValueError(f"expected a host name or IP address (letters, digits, '.', ':', '-'), got {value!r}")
-    return value
+    name = text(value, node)
+    if not HOST_PATTERN.match(name):
+        raise ValueError(f"expected a host name or IP address (letters, digits, '.', ':', '-'), got {name!r}")
+    return name
 
 
 def specifier(value: Any, node: yaml.Node) -> SpecifierSet:
@@ -200,7 +200,7 @@ def one_of(*choices: str) -> Callable[[Any, yaml.Node], str]:
     def convert(value: Any, _node: yaml.Node) -> str:
         if value not in choices:
             raise ValueError(f"expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
-        return value
+        return str(value)
     return convert
 
 
@@ -211,10 +211,10 @@ def quantity(parse: Callable[[object], Any]) -> Callable[[Any, yaml.Node], Any]:
 
 
 def tool_path(value: Any, node: yaml.Node) -> str:
-    value = text(value, node)
-    if not value.startswith("/"):
-        raise ValueError(f"expected an absolute path, got {value!r}")
-    return value
+    path = text(value, node)
+    if not path.startswith("/"):
+        raise ValueError(f"expected an absolute path, got {path!r}")
+    return path
 
 
 bandwidth = quantity(parse_bandwidth)

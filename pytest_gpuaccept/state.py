@@ -38,12 +38,13 @@ class State:
         with self.runner.exclusive():
             saved = self.evidence_dir / name
             if saved.is_file():
-                return json.loads(saved.read_text())
+                saved_data: dict[str, Any] = json.loads(saved.read_text())
+                return saved_data
             replay = self.runner.replay_dir
             if replay is not None:
                 source = replay / name
                 try:
-                    data = json.loads(source.read_text())
+                    data: dict[str, Any] = json.loads(source.read_text())
                 except (OSError, ValueError) as exc:
                     data = {"error": f"not in the replayed bundle {replay}: {exc}"}
             else:
@@ -67,7 +68,7 @@ class State:
         if self.nvml_recording is None:
             return nvml.read_host()
         try:
-            reading = json.loads(self.nvml_recording.read_text())
+            reading: dict[str, Any] = json.loads(self.nvml_recording.read_text())
         except (OSError, ValueError) as exc:
             reading = {"hostname": "", "driver": None, "cuda": None, "gpus": [],
                        "error": f"recorded NVML readings {self.nvml_recording} unreadable: {exc}"}

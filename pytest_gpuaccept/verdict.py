@@ -6,7 +6,7 @@ found (`passed`, `failed`, `not_measured`, `at_least`); nothing else constructs 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, Union
 
@@ -47,9 +47,11 @@ class Check:
         return self.outcome is Outcome.PASSED
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The check as the results JSON lists it (shallow: details are data, never changed after judging)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["outcome"] = self.outcome.value
         data["evidence"] = list(self.evidence)
+        data["details"] = dict(self.details)
         if self.threshold is None:
             del data["threshold"]
         return data

@@ -9,7 +9,8 @@ from test_network_acceptance import IB_UP, sysfs_tree
 from test_nvlink_health import h100_errors, h100_status
 from test_utilisation import recording
 
-from pytest_gpuaccept.clauses.registry import ALL_CLAUSES
+from pytest_gpuaccept.clauses.registry import ALL_CLAUSES, expected_checks
+from pytest_gpuaccept.contract import parse_contract
 
 CONTRACT = """\
 gpuaccept: 1
@@ -54,3 +55,5 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; one each for
     # allreduce, nics, rdma, iperf3; utilisation and four health clauses per GPU: every check once.
     assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 4 + 4 * 5
+    names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
+    assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

@@ -134,6 +134,6 @@ def busbw_rows(result: NcclResult, threshold: float) -> list[list[Any]]:
     return rows
 
 
-CLAUSE = Clause("allreduce", SECTION, "test_allreduce_busbw", HostWide("all_reduce", "one test"), "gpuaccept_allreduce",
+CLAUSE = Clause("allreduce", SECTION, "test_allreduce_busbw", HostWide("all_reduce", "`all_reduce`"), "gpuaccept_allreduce",
                 judge, "out-of-place busbw at `max_bytes`, best of `repeats` runs", "GB/s")
 CLAUSES = (CLAUSE,)

@@ -48,7 +48,8 @@ class Section(Generic[S]):
 class SubjectRule(Protocol):
     """How a clause's subjects are enumerated from the contract (and, for names, the host's listing)."""
 
-    describe: str  # for the docs tables: "one test per GPU"
+    @property
+    def describe(self) -> str: ...  # for the docs tables: "`GPU<i>`, one per GPU"
 
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]: ...
 
@@ -58,7 +59,7 @@ class HostWide:
     """One subject for the host (or one thing of it: `label` of the section, e.g. the iperf3 server)."""
 
     label: Callable[[Any], str] | str = "host"
-    describe: str = "one test for the host"
+    describe: str = "`host`"
 
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
         return [Subject.whole(self.label if isinstance(self.label, str) else self.label(section))]
@@ -74,7 +75,7 @@ def gpu_count(contract: Contract) -> int:
 class PerGpu:
     """GPU0..GPU<count-1>; without gpus.count, one subject over every GPU found (GPUs)."""
 
-    describe: str = "one test per GPU"
+    describe: str = "`GPU<i>`, one per GPU (`GPUs` without gpus.count)"
 
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
         return [Subject.of_gpu(i) for i in range(gpu_count(contract))] or [Subject.all_gpus()]
@@ -84,7 +85,7 @@ class PerGpu:
 class GpuPairs:
     """Every unordered pair i < j of gpus.count GPUs."""
 
-    describe: str = "one test per GPU pair"
+    describe: str = "`GPU<i>-GPU<j>`, one per pair i<j"
 
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
         count = gpu_count(contract)
@@ -113,7 +114,7 @@ class Named:
 
     listing: str  # "net" or "infiniband"
     patterns: Callable[[Any], tuple[str, ...]]
-    describe: str = "one test per matching name"
+    describe: str = "each matching name (or the pattern that matched none)"
 
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
         available = list(names().get(self.listing, []))

@@ -108,10 +108,8 @@ def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contra
         return v.not_measured(f"{device} has no port in sysfs")
     if not port.active:
         return v.failed(0, f"{device} port {port.port} is not Active/LinkUp: {port.state}")
-    if section.line_rate is not None:
-        line_rate, source = section.line_rate.gbit_s, "from the contract"
-    else:
-        line_rate, source = port.rate_gbit_s, f"port {port.port} rate in sysfs"
+    line_rate: float | None = section.line_rate.gbit_s if section.line_rate is not None else port.rate_gbit_s
+    source = "from the contract" if section.line_rate is not None else f"port {port.port} rate in sysfs"
     if line_rate is None:
         return v.not_measured(f"no line rate: port {port.port} reports none and the contract gives no rdma.line_rate")
     minimum = fraction * line_rate
@@ -139,10 +137,12 @@ def judge_iperf3(section: Iperf3, subject: Subject, m: Iperf3Runs, contract: Con
     return v.at_least(total, minimum, f"received from {section.server}", suffix=f" ({m.note})")
 
 
-NIC_SPEED = Clause("nics", NICS, "test_nic_speed", Named("net", lambda s: s.interfaces, "one test per matching interface"),
+NIC_SPEED = Clause("nics", NICS, "test_nic_speed",
+                   Named("net", lambda s: s.interfaces, "each matching interface (or the pattern that matched none)"),
                    "gpuaccept_nic_links", judge_nic, "negotiated speed from `ethtool IFACE`", "Gb/s")
-RDMA_BW = Clause("rdma", RDMA, "test_rdma_bandwidth", Named("infiniband", lambda s: s.devices, "one test per matching device"),
+RDMA_BW = Clause("rdma", RDMA, "test_rdma_bandwidth",
+                 Named("infiniband", lambda s: s.devices, "each matching device (or the pattern that matched none)"),
                  "gpuaccept_rdma_devices", judge_rdma, "ib_write_bw BW average against fraction x line rate", "Gb/s")
-IPERF3_TCP = Clause("iperf3", IPERF3, "test_iperf3_throughput", HostWide(lambda s: s.server, "one test, subject the server"),
+IPERF3_TCP = Clause("iperf3", IPERF3, "test_iperf3_throughput", HostWide(lambda s: s.server, "the server"),
                     "gpuaccept_iperf3", judge_iperf3, "received throughput, summed over the clients", "Gb/s")
 CLAUSES = (NIC_SPEED, RDMA_BW, IPERF3_TCP)

@@ -14,6 +14,7 @@ from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth
 from ..verdict import Check, Verdict, fmt
+from . import allreduce
 from .base import Clause, GpuPairs, PerGpu, Section
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def _cross_check(nvlink: NVLink, sections: Mapping[str, Any]) -> list[tuple[str,
     count = getattr(sections.get("gpus"), "count", None)
     if count is not None and count < 2:
         problems.append(("nvlink", f"needs gpus.count of at least 2 to have GPU pairs, got {count}"))
-    if nvlink.errors_stable and "allreduce" not in sections:
+    if nvlink.errors_stable and allreduce.SECTION.name not in sections:
         problems.append(("nvlink.errors_stable", "needs an allreduce section: the error counters are compared across its load"))
     return problems
 

@@ -53,7 +53,7 @@ def expected_checks(contract: Contract, names: Callable[[], HostNames]) -> list[
 
 def docs_table() -> str:
     """The clause table of docs/contract.md, generated: a test keeps the page equal to it."""
-    rows = ["| clause | section | subjects | unit | test | checks |", "|---|---|---|---|---|---|"]
+    rows = ["| clause | section | subject | unit | test | checks |", "|---|---|---|---|---|---|"]
     for c in CLAUSES:
         rows.append(f"| `{c.key}` | `{c.section.name}` | {c.rule.describe} | {c.unit or '—'} | `{c.test}` | {c.doc} |")
     return "\n".join(rows)

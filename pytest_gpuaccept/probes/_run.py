@@ -186,7 +186,8 @@ class ToolRunner:
                 handle.close()
             for n, (key, argv) in enumerate(zip(keys, argvs)):
                 error = errors[n] if n < len(errors) else "interrupted before the tool started"
-                self._finish(key, argv, procs[n].returncode if n < len(procs) and procs[n] else None,
+                proc_n = procs[n] if n < len(procs) else None
+                self._finish(key, argv, proc_n.returncode if proc_n is not None else None,
                              started, timeout, False, error or "interrupted while the tool ran")
             raise
         for handle in files:
@@ -226,7 +227,11 @@ class ToolRunner:
                     run = ToolRun(key, tuple(argv), None, 0.0, "", "",
                                   error=f"`{' '.join(argv)}` could not start: {exc.strerror or exc}")
                     return self._save(run, b"", b"")
-                watcher = threading.Thread(target=lambda: (proc.wait(), stop.set()), daemon=True)
+                def watch() -> None:
+                    proc.wait()
+                    stop.set()
+
+                watcher = threading.Thread(target=watch, daemon=True)
                 watcher.start()
                 try:
                     result = during(stop)

@@ -55,7 +55,7 @@ def parse_topo(text: str) -> Topology:
     if gpu_count < len(columns) and _GPU.match(columns[gpu_count]):
         raise ParseError(TOOL, "GPU columns out of order in the header", lines[header_at])
     # Device columns (GPUs, then NICs or HCAs) end where the affinity columns begin.
-    device_columns = []
+    device_columns: list[str] = []
     for token in columns:
         if token in ("CPU", "NUMA", "GPU") and device_columns and device_columns[-1] != token:
             break

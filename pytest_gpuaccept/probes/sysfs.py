@@ -41,7 +41,7 @@ def read_ib_device(sys_root: Path, device: str) -> dict[str, Any]:
     ports: dict[str, Any] = {}
     if ports_dir.is_dir():
         for port in sorted(ports_dir.iterdir(), key=lambda p: p.name):
-            info = {key: _read(port / key) for key in ("state", "phys_state", "rate", "link_layer")}
+            info: dict[str, Any] = {key: _read(port / key) for key in ("state", "phys_state", "rate", "link_layer")}
             info["roce_v2_gid_index"] = _roce_v2_gid(port)
             ports[port.name] = info
     return {"device": device, "ports": ports}

@@ -20,7 +20,8 @@ from . import spawn_per_gpu
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _sizes(low: int, high: int, factor: int) -> list[int]:
