@@ -1,4 +1,4 @@
-"""`python -m pytest_gpuaccept verify DIR`: check an evidence bundle against its manifest and report."""
+"""`python -m pytest_gpuaccept verify BUNDLE` and `sign BUNDLE --key KEY`: check and sign an evidence bundle."""
 
 from __future__ import annotations
 
@@ -6,24 +6,44 @@ import argparse
 import sys
 from pathlib import Path
 
-from .bundle import verify
+from .bundle import sign, verify, verify_signatures
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_gpuaccept", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("verify", help="verify an evidence bundle (the folder of the report, or gpuaccept-evidence/)")
+    check = commands.add_parser("verify", help="verify a bundle (the report's folder, or gpuaccept-evidence/)")
     check.add_argument("folder", type=Path)
-    check.add_argument("--report", type=Path, default=None, help="the HTML report, if not beside the folder")
+    check.add_argument("--report", type=Path, default=None, help="the HTML report, if not in the bundle folder")
+    check.add_argument("--allowed-signers", type=Path, default=None,
+                       help="an OpenSSH allowed_signers file: the bundle must carry valid signatures by these keys")
+    signing = commands.add_parser("sign", help="sign a bundle's manifest with an SSH key (ssh-keygen -Y sign)")
+    signing.add_argument("folder", type=Path)
+    signing.add_argument("--key", type=Path, required=True, help="the private key (its .pub beside it)")
     args = parser.parse_args(argv)
-    result = verify(args.folder, args.report)
-    for problem in result.problems:
-        print(f"FAIL {problem}")
-    if result.ok:
-        print(f"OK: every file matches the manifest; manifest SHA-256 {result.manifest_sha256}")
+    if args.command == "sign":
+        try:
+            target = sign(args.folder, args.key)
+        except (ValueError, OSError) as exc:
+            print(f"FAIL {exc}")
+            return 1
+        print(f"signed: {target}")
         return 0
-    print(f"bundle does NOT verify ({len(result.problems)} problems); manifest SHA-256 {result.manifest_sha256}")
-    return 1
+    result = verify(args.folder, args.report)
+    problems = list(result.problems)
+    signers: list[str] = []
+    if args.allowed_signers is not None:
+        signers, signature_problems = verify_signatures(args.folder, args.allowed_signers)
+        problems += signature_problems
+    for problem in problems:
+        print(f"FAIL {problem}")
+    if problems:
+        print(f"bundle does NOT verify ({len(problems)} problems); manifest SHA-256 {result.manifest_sha256}")
+        return 1
+    print(f"OK: every file matches the manifest; manifest SHA-256 {result.manifest_sha256}")
+    for signer in signers:
+        print(f"signed by: {signer}")
+    return 0
 
 
 if __name__ == "__main__":

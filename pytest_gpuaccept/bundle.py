@@ -1,4 +1,11 @@
-"""The evidence bundle: verify that no evidence file, results file or contract changed since the run."""
+"""The bundle: one folder (report, results, contract copy, evidence) that verifies wherever it is copied.
+
+`manifest.json`, in the evidence folder, lists every evidence file by its path relative to the evidence
+folder (`files`), and the report and results by their paths relative to the bundle folder (`bundle`,
+the report's folder). The report states the evidence digest (a digest of `files`), and `verify`
+recomputes the verdict from the results and checks that the report states the same one. `sign` adds
+OpenSSH signatures of the manifest (`ssh-keygen -Y sign`), which `verify --allowed-signers` checks.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,21 @@ import hashlib
 import html
 import json
 import re
-from dataclasses import dataclass
+import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from .verdict import verdict_of
 
 MANIFEST = "manifest.json"
-_DIGEST_IN_REPORT = re.compile(r"evidence manifest SHA-256</th><td>([0-9a-f]{64})<")
+EVIDENCE_DIR = "gpuaccept-evidence"
+SIGNATURES = "signatures"  # inside the evidence folder: added after the manifest, so not listed in it
+CONTRACT_COPY = "contract.yaml"
+RESULTS_COPY = "results.json"
+NAMESPACE = "gpuaccept-bundle"  # ssh-keygen -Y signature namespace: a signature for anything else won't verify
+_DIGEST_IN_REPORT = re.compile(r'data-evidence-digest="([0-9a-f]{64})"')
+_VERDICT_IN_REPORT = re.compile(r'data-verdict="(accepted|rejected)"')
 
 
 def sha256_file(path: Path) -> str:
@@ -21,10 +38,48 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _listed(folder: Path) -> list[dict[str, str]]:
+    """Every evidence file but the manifest and the signatures added after it."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST
+                   and p.relative_to(folder).parts[0] != SIGNATURES)
+    return [{"path": p.relative_to(folder).as_posix(), "sha256": sha256_file(p)} for p in files]
+
+
+def _digest(entries: list[dict[str, str]]) -> str:
+    return hashlib.sha256("".join(f"{e['sha256']}  {e['path']}\n" for e in entries).encode()).hexdigest()
+
+
+def evidence_digest(folder: Path) -> str:
+    """The digest of every evidence file (path and SHA-256): what the report states."""
+    return _digest(_listed(folder))
+
+
+def _self_sum(manifest: dict[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def write_manifest(folder: Path, documents: list[Path], extra: dict[str, Any]) -> str:
+    """Write the manifest once the report exists; `documents` (report, results) live in the bundle folder."""
+    root = folder.parent
+    manifest: dict[str, Any] = {
+        "files": _listed(folder),
+        "bundle": [{"path": d.relative_to(root).as_posix(), "sha256": sha256_file(d)}
+                   for d in documents if d.is_file() and root in d.resolve().parents],
+        **extra,
+    }
+    manifest["evidence_digest"] = _digest(manifest["files"])
+    manifest["checksum"] = _self_sum(manifest)
+    text = json.dumps(manifest, indent=1)
+    (folder / MANIFEST).write_text(text)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Verification:
     problems: list[str]
     manifest_sha256: str
+    signers: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -32,14 +87,14 @@ class Verification:
 
 
 def evidence_folder(path: Path) -> Path:
-    """The evidence folder itself, or the folder holding `gpuaccept-evidence/` (where the report is)."""
-    return path if (path / MANIFEST).is_file() else path / "gpuaccept-evidence"
+    """The evidence folder itself, or the bundle folder holding `gpuaccept-evidence/`."""
+    return path if (path / MANIFEST).is_file() else path / EVIDENCE_DIR
 
 
 def verify(path: Path, report: Path | None = None, evidence_only: bool = False) -> Verification:
     """Recompute every digest of the manifest; each changed, missing or added file is one problem line.
 
-    `evidence_only` leaves out the results file and the contract (a replay judges anew with its own).
+    `evidence_only` checks the evidence files alone (a replay judges anew, with its own report).
     """
     folder = evidence_folder(path)
     manifest_path = folder / MANIFEST
@@ -50,9 +105,12 @@ def verify(path: Path, report: Path | None = None, evidence_only: bool = False) 
     try:
         manifest = json.loads(raw)
         listed = {entry["path"]: entry["sha256"] for entry in manifest["files"]}
+        documents = {entry["path"]: entry["sha256"] for entry in manifest.get("bundle", [])}
     except (ValueError, KeyError, TypeError) as exc:
-        return Verification([f"{manifest_path}: unreadable manifest: {exc}"], manifest_sha)
+        return Verification([f"changed: {MANIFEST} (unreadable: {exc})"], manifest_sha)
     problems = []
+    if manifest.get("checksum") != _self_sum(manifest) or manifest.get("evidence_digest") != _digest(manifest["files"]):
+        problems.append(f"changed: {MANIFEST} (its own checksum does not match its content)")
     for relative, expected in sorted(listed.items()):
         file = folder / relative
         if not file.is_file():
@@ -60,23 +118,93 @@ def verify(path: Path, report: Path | None = None, evidence_only: bool = False) 
         elif sha256_file(file) != expected:
             problems.append(f"changed: {relative}")
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    for extra in sorted(present - set(listed) - {MANIFEST, ".lock"}):
-        problems.append(f"added: {extra} (not in the manifest)")
-    for role in () if evidence_only else ("results", "contract"):
-        entry = manifest.get(role) or {}
-        recorded = Path(entry.get("path", ""))
-        target = folder.parent / recorded.name  # a copy that moved with the bundle first, then where it was
-        if not target.is_file():
-            target = recorded
-        if not target.is_file():
-            problems.append(f"missing: the {role} file {entry.get('path')}")
-        elif sha256_file(target) != entry.get("sha256"):
-            problems.append(f"changed: the {role} file {target}")
-    report = report or folder.parent / "gpuaccept-report.html"
-    if report.is_file():
-        stated = _DIGEST_IN_REPORT.search(html.unescape(report.read_text(errors="replace")))
-        if stated is None:
-            problems.append(f"the report {report} states no manifest digest")
-        elif stated.group(1) != manifest_sha:
-            problems.append(f"changed: {MANIFEST} (its digest differs from the one in {report.name})")
+    for extra in sorted(present - set(listed) - {MANIFEST}):
+        if not extra.startswith(SIGNATURES + "/"):
+            problems.append(f"added: {extra} (not in the manifest)")
+    if evidence_only:
+        return Verification(problems, manifest_sha)
+    root = folder.parent
+    for relative, expected in sorted(documents.items()):
+        file = report if report is not None and relative.endswith(".html") else root / relative
+        if not file.is_file():
+            problems.append(f"missing: {relative}")
+        elif sha256_file(file) != expected:
+            problems.append(f"changed: {relative}")
+    if not any(p.endswith(".html") for p in documents):
+        problems.append("missing: the report (the manifest lists none)")
+    problems += _verdict_problems(folder, root, documents, manifest)
     return Verification(problems, manifest_sha)
+
+
+def _verdict_problems(folder: Path, root: Path, documents: dict[str, str], manifest: dict[str, Any]) -> list[str]:
+    """The verdict recomputed from the results, against the results' own and the report's statement."""
+    problems = []
+    try:
+        results = json.loads((folder / RESULTS_COPY).read_text())
+        checks, complete = results["checks"], bool(results["complete"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"the results cannot be read to recompute the verdict: {exc}"]
+    spoiled = results.get("other_failures") or results.get("foreign_evidence") or results.get("foreign_code")
+    recomputed = "rejected" if spoiled else verdict_of(checks, complete)
+    if results.get("verdict") != recomputed:
+        problems.append(f"the results state {results.get('verdict')!r}, their checks give {recomputed!r}")
+    for relative in (p for p in documents if p.endswith(".html")):
+        page = root / relative
+        if not page.is_file():
+            continue
+        text = html.unescape(page.read_text(errors="replace"))
+        stated = _VERDICT_IN_REPORT.search(text)
+        if stated is None or stated.group(1) != recomputed:
+            problems.append(f"the report {relative} states {stated.group(1) if stated else 'no'} verdict, "
+                            f"the results give {recomputed!r}")
+        digest = _DIGEST_IN_REPORT.search(text)
+        if digest is None or digest.group(1) != manifest.get("evidence_digest"):
+            problems.append(f"changed: {MANIFEST} (its evidence digest differs from the one in {relative})")
+    return problems
+
+
+# ------------------------------------------------------------------ signatures (OpenSSH, no new dependency)
+
+def _ssh_keygen(args: list[str], data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["ssh-keygen", *args], input=data, capture_output=True, timeout=60, check=False)
+
+
+def sign(path: Path, key: Path) -> Path:
+    """Sign the bundle's manifest with an SSH key; the signature is kept beside it. Raises on failure."""
+    folder = evidence_folder(path)
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        raise ValueError(f"{folder}: no {MANIFEST}: not a bundle")
+    done = _ssh_keygen(["-Y", "sign", "-f", str(key), "-n", NAMESPACE, "-q"], manifest.read_bytes())
+    if done.returncode != 0 or b"BEGIN SSH SIGNATURE" not in done.stdout:
+        raise ValueError(f"ssh-keygen -Y sign failed (exit {done.returncode}): "
+                         f"{done.stderr.decode(errors='replace').strip()[:300]}")
+    signatures = folder / SIGNATURES
+    signatures.mkdir(exist_ok=True)
+    target = signatures / f"{len(list(signatures.glob('*.sig'))) + 1}.sig"
+    target.write_bytes(done.stdout)
+    return target
+
+
+def verify_signatures(path: Path, allowed_signers: Path) -> tuple[list[str], list[str]]:
+    """(signers, problems): every signature must verify against the manifest as it is now; at least one."""
+    folder = evidence_folder(path)
+    manifest = (folder / MANIFEST).read_bytes() if (folder / MANIFEST).is_file() else b""
+    signatures = sorted((folder / SIGNATURES).glob("*.sig")) if (folder / SIGNATURES).is_dir() else []
+    if not signatures:
+        return [], [f"no signature in {folder / SIGNATURES}"]
+    signers, problems = [], []
+    for sig in signatures:
+        found = _ssh_keygen(["-Y", "find-principals", "-s", str(sig), "-f", str(allowed_signers)])
+        principals = found.stdout.decode(errors="replace").split() if found.returncode == 0 else []
+        if not principals:
+            problems.append(f"signature {sig.name}: signed by a key not in {allowed_signers}")
+            continue
+        done = _ssh_keygen(["-Y", "verify", "-f", str(allowed_signers), "-I", principals[0], "-n", NAMESPACE,
+                            "-s", str(sig)], manifest)
+        if done.returncode != 0:
+            problems.append(f"signature {sig.name} of {principals[0]}: does not match the manifest "
+                            f"({done.stderr.decode(errors='replace').strip()[:200] or 'bad signature'})")
+        else:
+            signers.append(principals[0])
+    return signers, problems

@@ -218,7 +218,7 @@ def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract)
     evidence = (*run.evidence, SAMPLES_FILE)
     if run.error:
         return LoadRun(run, {}, run.error, None, run.evidence)
-    recording = state.reading(SAMPLES_FILE, lambda: {"error": "no NVML samples were recorded"})
+    recording = state.runner.reading(SAMPLES_FILE, lambda: {"error": "no NVML samples were recorded"})
     try:
         series = {s.index: s for s in nvml.parse_samples(recording)}
     except ValueError as exc:

@@ -69,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from . import report
     from .bundle import evidence_folder, verify
     from .contract import ContractError, load_contract
+    from .evidence import new_key
     from .probes._run import ToolRunner
     from .state import State
 
@@ -77,6 +78,10 @@ def pytest_configure(config: pytest.Config) -> None:
     except ContractError as exc:
         raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems)) from None
 
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None:
+        _command_line_only(config)
+    judging = not any(getattr(config.option, name, False) for name in _NOT_JUDGING)
     replay = _option(config, "gpuaccept_replay")
     if replay is not None:
         replay = str(evidence_folder(Path(replay)))
@@ -88,21 +93,23 @@ def pytest_configure(config: pytest.Config) -> None:
     if nvml_recording is not None and not Path(nvml_recording).is_file():
         raise pytest.UsageError(f"--gpuaccept-nvml: file not found: {nvml_recording}")
 
-    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if not hasattr(config.option, "htmlpath"):
         raise pytest.UsageError("pytest-gpuaccept writes its report with pytest-html: do not disable it (-p no:html)")
-    if config.option.htmlpath is None:
-        config.option.htmlpath = DEFAULT_REPORT
+    report_path = Path(config.option.htmlpath or DEFAULT_REPORT).resolve()
+    # A mode that judges nothing writes no report (pytest-html is told so before it configures itself).
+    config.option.htmlpath = str(report_path) if judging else None
     config.option.self_contained_html = True
-    report_path = Path(config.option.htmlpath).resolve()
     json_path = Path(_option(config, "gpuaccept_json") or DEFAULT_JSON).resolve()
     evidence_dir = Path(workerinput["gpuaccept_evidence"]) if workerinput else report_path.parent / EVIDENCE_DIR
     if replay is not None and Path(replay).resolve() == evidence_dir:
         raise pytest.UsageError(f"--gpuaccept-replay: {replay} is where this run writes its own evidence; "
                                 "replay from elsewhere or move the report with --html=OTHER/report.html")
-    if workerinput is None:
+    if workerinput is None and judging:
+        # A real run starts clean: an earlier verdict must never be read after a run that ended early.
         if evidence_dir.is_dir():
-            shutil.rmtree(evidence_dir)  # a new run's evidence must not mix with an old one's
+            shutil.rmtree(evidence_dir)
+        for stale in (json_path, report_path):
+            stale.unlink(missing_ok=True)
         evidence_dir.mkdir(parents=True)
         config.stash[_SIGTERM] = _stop_on_sigterm()
 
@@ -112,12 +119,55 @@ def pytest_configure(config: pytest.Config) -> None:
 
     timeout = contract.tools.timeout.seconds if contract.tools.timeout else DEFAULT_TIMEOUT_S
     tool_paths = {"python": sys.executable, **contract.tools.paths}  # workloads run in this interpreter
-    runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None)
+    # The key that seals this run's evidence lives in memory only; xdist workers get it through execnet.
+    key = bytes.fromhex(workerinput["gpuaccept_key"]) if workerinput else new_key()
+    runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None, key=key,
+                        keep=judging)
+    mode = "replay" if replay is not None else "simulated" if nvml_recording is not None else "live"
     config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
                                 Path(nvml_recording).resolve() if nvml_recording else None,
                                 is_controller=workerinput is None,
-                                sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"))
-    config.pluginmanager.register(report.ReportPlugin(config.stash[STATE]), "gpuaccept-report")
+                                sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode)
+    if judging:
+        config.pluginmanager.register(report.ReportPlugin(config.stash[STATE]), "gpuaccept-report")
+    else:
+        config.pluginmanager.register(_NothingJudged(), "gpuaccept-nothing-judged")
+
+
+# Options of pytest's that show or collect without running: with them nothing is measured or judged.
+_NOT_JUDGING = ("collectonly", "showfixtures", "show_fixtures_per_test", "markers", "help", "version")
+# Recordings and replays replace the host's own readings: only the person at the command line may ask.
+_COMMAND_LINE_ONLY = (("--gpuaccept-nvml", "gpuaccept_nvml"), ("--gpuaccept-replay", "gpuaccept_replay"))
+
+
+def _command_line_only(config: pytest.Config) -> None:
+    """--gpuaccept-nvml and --gpuaccept-replay from an ini file, addopts or PYTEST_ADDOPTS: a usage error."""
+    import os
+
+    given = config.invocation_params.args
+    for flag, ini in _COMMAND_LINE_ONLY:
+        places = []
+        if config.getini(ini):
+            places.append(f"the ini option {ini}")
+        if any(flag in str(arg) for arg in config.getini("addopts")):
+            places.append("the ini addopts")
+        if flag in os.environ.get("PYTEST_ADDOPTS", ""):
+            places.append("PYTEST_ADDOPTS")
+        if config.getoption(ini) is not None and not any(a == flag or a.startswith(flag + "=") for a in given):
+            places.append("somewhere other than the command line")
+        if places:
+            raise pytest.UsageError(f"{flag} may only be given on the command line, not in {places[0]}: "
+                                    "a recording or replay replaces what this host measures")
+
+
+class _NothingJudged:
+    """--collect-only (and friends) with a contract: no report, no results, no verdict, and never exit 0."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if session.config.option.collectonly and session.exitstatus == pytest.ExitCode.OK:
+            # Exit 0 with --contract means accepted; a script that only reads the code must not be fooled.
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 _SIGTERM = pytest.StashKey[Any]()
@@ -149,6 +199,7 @@ class _XdistHooks:
         state = _state(node.config)
         if state is not None:
             node.workerinput["gpuaccept_evidence"] = str(state.evidence_dir)
+            node.workerinput["gpuaccept_key"] = state.runner.key.hex()
 
 
 @pytest.hookimpl(trylast=True)

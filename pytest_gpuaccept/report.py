@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import html
 import json
 import os
@@ -13,12 +12,12 @@ from typing import Any
 import pytest
 
 from . import __version__, charts
-from .bundle import MANIFEST, sha256_file
+from .bundle import CONTRACT_COPY, RESULTS_COPY, evidence_digest, write_manifest
 from .clauses import registry
 from .probes._run import last_line
 from .probes.nvml import Host
 from .state import State, now
-from .verdict import Outcome, Verdict
+from .verdict import Outcome, Verdict, verdict_of
 
 # Checks travel as plain dicts (JSON, xdist, JUnit): their outcome is the Outcome's value.
 PASSED, FAILED, NOT_MEASURED = Outcome.PASSED.value, Outcome.FAILED.value, Outcome.NOT_MEASURED.value
@@ -62,11 +61,6 @@ def host_summary(host: Host) -> dict[str, Any]:
     if host.error:
         summary["error"] = host.error
     return summary
-
-
-def verdict_of(checks: list[dict[str, Any]], complete: bool) -> str:
-    """accepted only when the run is complete, at least one check ran, and every check passed."""
-    return "accepted" if complete and checks and all(c["outcome"] == PASSED for c in checks) else "rejected"
 
 
 class ReportPlugin:
@@ -146,6 +140,7 @@ class ReportPlugin:
             self.results = self.finish(interrupted)
         except Exception as exc:  # the verdict must survive a bug of ours: rejected, incomplete, and why
             self.results = self.fallback(exc)
+        self._junit(session.config, self.results)
         if self.results["verdict"] != "accepted" and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.results["verdict"] == "accepted" and session.exitstatus != pytest.ExitCode.OK:
@@ -166,13 +161,17 @@ class ReportPlugin:
         for check in checks:
             if not check.get("details"):
                 check.pop("details", None)
+        evidence = state.runner.evidence
+        evidence.write(CONTRACT_COPY, Path(state.contract.path).read_bytes())
+        foreign = evidence.foreign()  # anything the runner did not write, or that changed since: never trusted
         verdict = verdict_of(checks, complete)
-        if self.other_failures:
+        if self.other_failures or foreign:
             verdict = "rejected"
         contract = state.contract
         results = {
             "gpuaccept": 1,
             "verdict": verdict,
+            "mode": state.mode,
             "complete": complete,
             "started": state.started,
             "finished": now(),
@@ -187,10 +186,16 @@ class ReportPlugin:
         }
         if state.runner.replay_dir is not None:
             results["replayed_from"] = str(state.runner.replay_dir)
+            results["recorded"] = recorded_identity(state.runner.replay_dir)
         if self.other_failures:
             results["other_failures"] = self.other_failures
-        write_atomic(state.json_path, json.dumps(results, indent=1))
-        self.manifest_digest = write_manifest(state)
+        if foreign:
+            results["foreign_evidence"] = foreign
+        text = json.dumps(results, indent=1)
+        write_atomic(state.json_path, text)
+        evidence.close()
+        (state.evidence_dir / RESULTS_COPY).write_text(text)
+        self.manifest_digest = evidence_digest(state.evidence_dir)
         return results
 
     def fallback(self, exc: Exception) -> dict[str, Any]:
@@ -203,8 +208,23 @@ class ReportPlugin:
             "host": {}, "checks": list(self.state.checks.values()),
             "error": f"pytest-gpuaccept failed while judging: {type(exc).__name__}: {exc}",
         }
-        write_atomic(self.state.json_path, json.dumps(results, indent=1, default=str))
+        text = json.dumps(results, indent=1, default=str)
+        write_atomic(self.state.json_path, text)
+        self.state.runner.evidence.close()
+        (self.state.evidence_dir / RESULTS_COPY).write_text(text)
+        self.manifest_digest = evidence_digest(self.state.evidence_dir)
         return results
+
+    def _junit(self, config: pytest.Config, results: dict[str, Any]) -> None:
+        """The JUnit file carries the verdict, mode and contract digest as testsuite properties."""
+        from _pytest.junitxml import xml_key
+
+        xml = config.stash.get(xml_key, None)
+        if xml is not None:
+            for name, value in (("gpuaccept_verdict", results["verdict"]), ("gpuaccept_mode", results.get("mode", "live")),
+                                ("gpuaccept_complete", str(results["complete"]).lower()),
+                                ("gpuaccept_contract_sha256", self.state.contract.sha256)):
+                xml.add_global_property(name, value)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.results is None:
@@ -216,22 +236,48 @@ class ReportPlugin:
             "=", f"gpuaccept: {word}{incomplete}: {counts[PASSED]} passed, {counts[FAILED]} failed, "
                  f"{counts[NOT_MEASURED]} not measured", green=word == "ACCEPTED", red=word != "ACCEPTED", bold=True)
         terminalreporter.write_line(f"results: {self.state.json_path}")
-        terminalreporter.write_line(f"evidence: {self.state.evidence_dir} (manifest digest {self.manifest_digest})")
+        terminalreporter.write_line(f"evidence: {self.state.evidence_dir} (evidence digest {self.manifest_digest})")
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """After pytest-html wrote the report: seal the bundle, and make the verdict the terminal's last line."""
+        if self.results is None:
+            return
+        state = self.state
+        write_manifest(state.evidence_dir, [state.report_path, state.json_path, Path(state.contract.path).resolve()], {
+            "verdict": self.results["verdict"], "mode": state.mode, "gpuaccept": __version__,
+            "recorded": {"host": self.results.get("host", {}).get("hostname", ""), "started": state.started,
+                         "finished": self.results.get("finished")}})
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.write_line(verdict_line(self.results), bold=True,
+                                green=self.results["verdict"] == "accepted", red=self.results["verdict"] != "accepted")
 
 
-def write_manifest(state: State) -> str:
-    """SHA-256 of every evidence file, the contract and the results; returns the manifest's own digest."""
-    folder = state.evidence_dir
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in (MANIFEST, ".lock"))
-    manifest = {
-        "files": [{"path": p.relative_to(folder).as_posix(), "sha256": sha256_file(p)} for p in files],
-        "contract": {"path": str(Path(state.contract.path).resolve()), "sha256": state.contract.sha256},
-        "results": {"path": str(state.json_path), "sha256": sha256_file(state.json_path)},
-        "gpuaccept": __version__,
-    }
-    text = json.dumps(manifest, indent=1)
-    write_atomic(folder / MANIFEST, text)
-    return hashlib.sha256(text.encode()).hexdigest()
+def verdict_line(results: dict[str, Any]) -> str:
+    """The one line a script or a person reads last: verdict, completeness and mode when not live."""
+    word = results["verdict"].upper() + ("" if results.get("complete") else " (INCOMPLETE)")
+    return f"gpuaccept verdict: {word}" + (f" [{mode_label(results)}]" if results.get("mode", "live") != "live" else "")
+
+
+def mode_label(results: dict[str, Any]) -> str:
+    """How a run that was not measured live says so, next to its verdict."""
+    mode = results.get("mode", "live")
+    if mode == "replay":
+        recorded = results.get("recorded") or {}
+        return (f"REPLAY of host {recorded.get('host') or 'unnamed'} recorded {recorded.get('started') or 'at an unknown time'}:"
+                " judged from a bundle, not measured now")
+    if mode == "simulated":
+        return "SIMULATED: NVML readings from a recording, not from this host's driver"
+    return "LIVE"
+
+
+def recorded_identity(replay_dir: Path) -> dict[str, Any]:
+    """Whose host a replayed bundle recorded, and when (from its manifest, which verified)."""
+    try:
+        recorded: dict[str, Any] = json.loads((replay_dir / "manifest.json").read_text()).get("recorded", {})
+        return recorded
+    except (OSError, ValueError):
+        return {}
 
 
 # ------------------------------------------------------------------ HTML
@@ -304,7 +350,7 @@ def banner(results: dict[str, Any], state: State, digest: str) -> str:
         ("contract", results["contract"]["path"]), ("contract SHA-256", results["contract"]["sha256"]),
         ("host", host.get("hostname", "")), ("driver", host.get("driver") or "—"), ("CUDA", host.get("cuda") or "—"),
         ("started", results["started"]), ("finished", results["finished"]),
-        ("evidence manifest SHA-256", digest),
+        ("evidence digest (SHA-256)", digest),
     ]
     if host.get("error"):
         facts.append(("NVML", host["error"]))
@@ -317,9 +363,15 @@ def banner(results: dict[str, Any], state: State, digest: str) -> str:
          c["required"], c["message"]] for c in results["checks"]]
     incomplete = "" if results["complete"] else (
         "<p><b>INCOMPLETE RUN</b>: not every check ran (interrupted, crashed or deselected); the run is rejected.</p>")
+    mode = "" if results.get("mode", "live") == "live" else f"<p><b>{safe_text(mode_label(results))}</b></p>"
+    foreign = "".join(f"<li>{safe_text(line)}</li>" for line in results.get("foreign_evidence", []))
+    if foreign:
+        foreign = ("<p><b>FOREIGN FILES IN THE EVIDENCE FOLDER</b>: written by something other than this run, "
+                   f"or changed after capture; never read, and the run is rejected:</p><ul>{foreign}</ul>")
     return (
-        f'<div id="gpuaccept-verdict" style="border:3px solid {color};padding:8px;margin:8px 0">'
-        f'<h2 style="color:{color}">{verdict}</h2>{incomplete}'
+        f'<div id="gpuaccept-verdict" data-verdict="{results["verdict"]}" data-evidence-digest="{digest}" '
+        f'style="border:3px solid {color};padding:8px;margin:8px 0">'
+        f'<h2 style="color:{color}">{verdict}</h2>{mode}{incomplete}{foreign}'
         f"<p>{counts[PASSED]} passed, {counts[FAILED]} failed, {counts[NOT_MEASURED]} not measured "
         f"of {len(results['checks'])} checks.</p>"
         f"<table>{rows}</table><ul>{gpus}</ul>"

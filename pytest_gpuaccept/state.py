@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .contract import Contract
 from .plugin import STATE
@@ -30,31 +30,13 @@ class State:
     is_controller: bool
     sys_root: Path = Path("/sys")
     started: str = field(default_factory=lambda: now())
+    mode: str = "live"  # "simulated" with an NVML recording, "replay" from a bundle (results.md)
     # Judged checks by (clause, subject), as plain dicts: they arrive from xdist workers that way.
     checks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
-    def reading(self, name: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """A reading that is not a tool run (NVML, sysfs): taken once per run, or replayed, and kept as evidence."""
-        with self.runner.exclusive():
-            saved = self.evidence_dir / name
-            if saved.is_file():
-                saved_data: dict[str, Any] = json.loads(saved.read_text())
-                return saved_data
-            replay = self.runner.replay_dir
-            if replay is not None:
-                source = replay / name
-                try:
-                    data: dict[str, Any] = json.loads(source.read_text())
-                except (OSError, ValueError) as exc:
-                    data = {"error": f"not in the replayed bundle {replay}: {exc}"}
-            else:
-                data = take()
-            self.runner.record_json(name, data)
-            return data
-
     def host_reading(self) -> dict[str, Any]:
         """The NVML reading of this session (or the recording given with --gpuaccept-nvml)."""
-        return self.reading(NVML_HOST_FILE, self._take_nvml)
+        return self.runner.reading(NVML_HOST_FILE, self._take_nvml)
 
     def host(self) -> nvml.Host:
         """The NVML reading as typed data; an unreadable recording is a Host whose `error` says why."""
@@ -77,13 +59,13 @@ class State:
 
     def listings(self) -> dict[str, list[str]]:
         """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as evidence."""
-        names = self.reading(NAMES_FILE, lambda: sysfs.list_names(self.sys_root))
+        names = self.runner.reading(NAMES_FILE, lambda: sysfs.list_names(self.sys_root))
         return {kind: list(names.get(kind, [])) for kind in ("net", "infiniband")}
 
     def ib_device(self, device: str) -> tuple[dict[str, Any], str]:
         """The sysfs reading of one RDMA device's ports, and its evidence file name."""
         name = f"sysfs-infiniband-{device}.json"
-        return self.reading(name, lambda: sysfs.read_ib_device(self.sys_root, device)), name
+        return self.runner.reading(name, lambda: sysfs.read_ib_device(self.sys_root, device)), name
 
 
 

@@ -57,6 +57,11 @@ class Check:
         return data
 
 
+def verdict_of(checks: list[dict[str, Any]], complete: bool) -> str:
+    """accepted only when the run is complete, at least one check ran, and every check passed."""
+    return "accepted" if complete and checks and all(c["outcome"] == Outcome.PASSED.value for c in checks) else "rejected"
+
+
 def fmt(value: float | int) -> str:
     """A number as messages show it: at most two decimals, no trailing zeros."""
     return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)

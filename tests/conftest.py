@@ -12,6 +12,12 @@ from pathlib import Path
 
 import pytest
 
+# The plugin imports its contract model (and PyYAML) only when a run has --contract. pytester's
+# in-process runs restore sys.modules after each run, so a second run would import PyYAML afresh
+# while parts of the first copy live on; importing them here, before any run, keeps one copy.
+import pytest_gpuaccept.contract  # noqa: F401
+import pytest_gpuaccept.report  # noqa: F401
+
 DATA = Path(__file__).parent / "data"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

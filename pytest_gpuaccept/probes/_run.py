@@ -21,7 +21,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
 
 # The most of a tool's output kept, per stream. Beyond it the file is cut and the cut is marked.
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -90,12 +92,24 @@ class Command:
 
 @dataclass
 class ToolRunner:
-    """Runs tools for one acceptance session and keeps the evidence of each run."""
+    """Runs tools for one acceptance session and keeps the evidence of each run.
+
+    The one owner of memoisation and replay: a run or reading is taken once per session (kept in
+    memory, shared with xdist workers only through sealed evidence), or read from the replayed bundle.
+    """
 
     evidence_dir: Path
     default_timeout_s: float = 600.0
     tool_paths: dict[str, str] = field(default_factory=dict)
     replay_dir: Path | None = None
+    key: bytes = field(default_factory=new_key, repr=False)
+    keep: bool = True  # False in modes that judge nothing: nothing is written
+    evidence: Evidence = field(init=False, repr=False)
+    _runs: dict[str, ToolRun] = field(default_factory=dict, init=False, repr=False)
+    _readings: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.evidence = Evidence(self.evidence_dir, self.key)
 
     def which(self, tool: str) -> str | None:
         """The executable for a tool: the contract's `tools:` path, else PATH."""
@@ -107,8 +121,11 @@ class ToolRunner:
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the host-wide lock of this session: one measurement at a time, across xdist workers."""
+        if not self.keep:
+            yield
+            return
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.evidence_dir / ".lock", "a") as handle:
+        with open(self.evidence_dir / LOCK, "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
@@ -130,9 +147,9 @@ class ToolRunner:
         executables = [self.which(c.tool) if self.replay_dir is None else c.tool for c in commands]
         argvs = [[exe or c.tool, *c.args] for exe, c in zip(executables, commands)]
         with self.exclusive():
-            recorded = [self._load(self.evidence_dir, key) for key in keys]
+            recorded = [self._recall(key) for key in keys]
             if all(run is not None for run in recorded):
-                return recorded  # type: ignore[return-value]
+                return [run for run in recorded if run is not None]
             if self.replay_dir is not None:
                 return [self._replay(key, argv) for key, argv in zip(keys, argvs)]
             missing = [c.tool for exe, c in zip(executables, commands) if exe is None]
@@ -155,8 +172,8 @@ class ToolRunner:
         timed_out = [False] * len(keys)
         try:
             for key, argv, delay in zip(keys, argvs, delays):
-                out = open(self.evidence_dir / f"{key}.txt", "wb")
-                err = open(self.evidence_dir / f"{key}.stderr.txt", "wb")
+                out = open(self.evidence.claim(f"{key}.txt"), "wb")
+                err = open(self.evidence.claim(f"{key}.stderr.txt"), "wb")
                 files += [out, err]
                 if delay:
                     time.sleep(delay)  # let a server start listening before its client connects
@@ -200,26 +217,25 @@ class ToolRunner:
         """Start a workload, call `during(stop)` while it runs (sampling), then stop it cleanly.
 
         `stop` is set when the workload ends by itself. What `during` returns is kept as evidence under
-        `record_as`, inside the same lock, so that every xdist worker reads the one recording.
+        `record_as` (and in memory), inside the same lock, so that every xdist worker reads the one recording.
         """
         key = command.key or slug([command.tool, *command.args])
         executable = self.which(command.tool) if self.replay_dir is None else command.tool
         argv = [executable or command.tool, *command.args]
         with self.exclusive():
-            recorded = self._load(self.evidence_dir, key)
+            recorded = self._recall(key)
             if recorded is not None:
                 return recorded
             if self.replay_dir is not None:
-                if (self.replay_dir / record_as).is_file():
-                    shutil.copyfile(self.replay_dir / record_as, self.evidence_dir / record_as)
+                self._remember(record_as, self._replayed_json(record_as))
                 return self._replay(key, argv)
             if executable is None:
                 run = ToolRun(key, tuple(argv), None, 0.0, "", "", error=f"{command.tool} not found on PATH")
                 return self._save(run, b"", b"")
             started = time.monotonic()
             stop = threading.Event()
-            with open(self.evidence_dir / f"{key}.txt", "wb") as out, \
-                    open(self.evidence_dir / f"{key}.stderr.txt", "wb") as err:
+            with open(self.evidence.claim(f"{key}.txt"), "wb") as out, \
+                    open(self.evidence.claim(f"{key}.stderr.txt"), "wb") as err:
                 try:
                     proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                             start_new_session=True)
@@ -227,6 +243,7 @@ class ToolRunner:
                     run = ToolRun(key, tuple(argv), None, 0.0, "", "",
                                   error=f"`{' '.join(argv)}` could not start: {exc.strerror or exc}")
                     return self._save(run, b"", b"")
+
                 def watch() -> None:
                     proc.wait()
                     stop.set()
@@ -244,60 +261,119 @@ class ToolRunner:
                     stopped = round(time.monotonic() - started, 3)
                     kill_group(proc)
                 watcher.join(timeout=10)
-            self.record_json(record_as, result)
-            run = self._finish(key, argv, proc.returncode, started, duration_s)
-            if stopped is not None:
-                run = ToolRun(**{**asdict(run), "stopped_after_s": stopped})
-                (self.evidence_dir / f"{key}.json").write_text(json.dumps(_record(run), indent=1))
-            return run
+            self._remember(record_as, result if isinstance(result, dict) else {"error": f"no recording: {result!r}"})
+            return self._finish(key, argv, proc.returncode, started, duration_s, stopped_after_s=stopped)
 
     def _finish(self, key: str, argv: list[str], returncode: int | None, started: float, timeout: float,
-                timed_out: bool = False, error: str | None = None) -> ToolRun:
-        out_path = self.evidence_dir / f"{key}.txt"
-        err_path = self.evidence_dir / f"{key}.stderr.txt"
-        stdout, cut_out = bound_file(out_path)
-        stderr, cut_err = bound_file(err_path)
+                timed_out: bool = False, error: str | None = None, stopped_after_s: float | None = None) -> ToolRun:
+        """The tool has exited: bound its output, seal it as captured, and keep the run."""
+        out_name, err_name = f"{key}.txt", f"{key}.stderr.txt"
+        for name in (out_name, err_name):
+            if self.keep and not (self.evidence_dir / name).exists():
+                self.evidence.claim(name).write_bytes(b"")  # interrupted before the tool started
+        stdout, cut_out = bound_file(self.evidence_dir / out_name)
+        stderr, cut_err = bound_file(self.evidence_dir / err_name)
+        if self.keep:
+            self.evidence.seal(out_name)
+            self.evidence.seal(err_name)
         run = ToolRun(key, tuple(argv), returncode, round(time.monotonic() - started, 3), stdout, stderr,
-                      timed_out, error, cut_out or cut_err, (out_path.name, err_path.name, f"{key}.json"), timeout)
-        (self.evidence_dir / f"{key}.json").write_text(json.dumps(_record(run), indent=1))
-        return run
+                      timed_out, error, cut_out or cut_err, (out_name, err_name, f"{key}.json"), timeout,
+                      stopped_after_s=stopped_after_s)
+        return self._keep_run(run)
 
     def _save(self, run: ToolRun, stdout: bytes, stderr: bytes) -> ToolRun:
-        (self.evidence_dir / f"{run.key}.txt").write_bytes(stdout)
-        (self.evidence_dir / f"{run.key}.stderr.txt").write_bytes(stderr)
-        run = ToolRun(**{**asdict(run), "evidence": (f"{run.key}.txt", f"{run.key}.stderr.txt", f"{run.key}.json")})
-        (self.evidence_dir / f"{run.key}.json").write_text(json.dumps(_record(run), indent=1))
+        """A run that never executed (tool missing) or was replayed: its outputs written as given."""
+        if self.keep:
+            self.evidence.write(f"{run.key}.txt", stdout)
+            self.evidence.write(f"{run.key}.stderr.txt", stderr)
+        return self._keep_run(ToolRun(**{**asdict(run), "evidence": (f"{run.key}.txt", f"{run.key}.stderr.txt",
+                                                                     f"{run.key}.json")}))
+
+    def _keep_run(self, run: ToolRun) -> ToolRun:
+        self._runs[run.key] = run
+        if self.keep:
+            self.evidence.write(f"{run.key}.json", json.dumps(_record(run), indent=1).encode())
         return run
 
-    def _load(self, folder: Path, key: str) -> ToolRun | None:
-        meta = folder / f"{key}.json"
-        if not meta.is_file():
+    def _recall(self, key: str) -> ToolRun | None:
+        """This session's run of `key`: from memory, or sealed by another worker; None if not run yet.
+
+        A record that is not sealed is never read (the next write moves it aside as foreign). A sealed
+        record whose output changed after capture is a run that cannot be trusted.
+        """
+        if key in self._runs:
+            return self._runs[key]
+        try:
+            raw = self.evidence.read(f"{key}.json")
+        except ForeignEvidence:
             return None
-        record = json.loads(meta.read_text())
-        stdout = read_bounded(folder / record["stdout"])
-        stderr = read_bounded(folder / record["stderr"])
-        return ToolRun(key, tuple(record["argv"]), record["returncode"], record["duration_s"], stdout, stderr,
-                       record["timed_out"], record["error"], record["truncated"],
-                       (record["stdout"], record["stderr"], meta.name), record.get("timeout_s"),
-                       replayed=folder != self.evidence_dir or record.get("replayed", False),
-                       stopped_after_s=record.get("stopped_after_s"))
+        if raw is None:
+            return None
+        record = json.loads(raw)
+        try:
+            stdout = (self.evidence.read(record["stdout"]) or b"").decode("utf-8", errors="replace")
+            stderr = (self.evidence.read(record["stderr"]) or b"").decode("utf-8", errors="replace")
+        except ForeignEvidence as exc:
+            return ToolRun(key, tuple(record["argv"]), None, 0.0, "", "",
+                           error=f"the evidence of `{' '.join(record['argv'])}` cannot be trusted: {exc}")
+        run = _from_record(key, record, stdout, stderr, replayed=record.get("replayed", False))
+        self._runs[key] = run
+        return run
 
     def _replay(self, key: str, argv: list[str]) -> ToolRun:
+        """A run read from the replayed bundle (verified against its manifest before the session began)."""
         assert self.replay_dir is not None
-        recorded = self._load(self.replay_dir, key)
-        if recorded is None:
+        meta = self.replay_dir / f"{key}.json"
+        if not meta.is_file():
             run = ToolRun(key, tuple(argv), None, 0.0, "", "",
                           error=f"`{' '.join(argv)}` is not in the replayed bundle {self.replay_dir}")
             return self._save(run, b"", b"")
-        for name in recorded.evidence:
-            shutil.copyfile(self.replay_dir / name, self.evidence_dir / name)
-        return recorded
+        record = json.loads(meta.read_text())
+        stdout = read_bounded(self.replay_dir / record["stdout"])
+        stderr = read_bounded(self.replay_dir / record["stderr"])
+        recorded = _from_record(key, record, stdout, stderr, replayed=True)
+        return self._save(recorded, (self.replay_dir / record["stdout"]).read_bytes(),
+                          (self.replay_dir / record["stderr"]).read_bytes())
+
+    def _replayed_json(self, name: str) -> dict[str, Any]:
+        assert self.replay_dir is not None
+        try:
+            data: dict[str, Any] = json.loads((self.replay_dir / name).read_text())
+            return data
+        except (OSError, ValueError) as exc:
+            return {"error": f"not in the replayed bundle {self.replay_dir}: {exc}"}
+
+    def reading(self, name: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """A reading that is not a tool run (NVML, sysfs): taken once per session, or replayed; kept as evidence."""
+        with self.exclusive():
+            if name in self._readings:
+                return self._readings[name]
+            try:
+                raw = self.evidence.read(name) if self.keep else None
+            except ForeignEvidence:
+                raw = None  # never read: the write below moves it aside, and the verdict names it
+            if raw is not None:
+                self._readings[name] = json.loads(raw)
+                return self._readings[name]
+            return self._remember(name, self._replayed_json(name) if self.replay_dir is not None else take())
+
+    def _remember(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
+        self._readings[name] = data
+        self.record_json(name, data)
+        return data
 
     def record_json(self, name: str, data: object) -> str:
-        """Save a reading that came from a library, not a tool (NVML), as evidence; returns its file name."""
-        self.evidence_dir.mkdir(parents=True, exist_ok=True)
-        (self.evidence_dir / name).write_text(json.dumps(data, indent=1, sort_keys=True))
+        """Save a reading that came from a library, not a tool (NVML), as sealed evidence; returns its file name."""
+        if self.keep:
+            self.evidence.write(name, json.dumps(data, indent=1, sort_keys=True).encode())
         return name
+
+
+def _from_record(key: str, record: dict[str, Any], stdout: str, stderr: str, replayed: bool) -> ToolRun:
+    return ToolRun(key, tuple(record["argv"]), record["returncode"], record["duration_s"], stdout, stderr,
+                   record["timed_out"], record["error"], record["truncated"],
+                   (record["stdout"], record["stderr"], f"{key}.json"), record.get("timeout_s"),
+                   replayed=replayed, stopped_after_s=record.get("stopped_after_s"))
 
 
 def _record(run: ToolRun) -> dict[str, object]:

@@ -1,0 +1,125 @@
+"""The evidence folder of one run: what the runner wrote is sealed when captured; nothing else is ever read.
+
+A tool runs on the vendor's host and can write anywhere, the evidence folder included. So every file
+the run keeps is hashed at the moment it is captured and sealed with a key that lives only in the
+memory of this run's processes (never on disk, never in a tool's environment). A file is read back only
+when its seal verifies; an unsealed file where the run is about to write is moved aside as
+`<name>.foreign` and kept as evidence of the attempt; at the end every unsealed or changed file is
+named, and the run is rejected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import shutil
+from pathlib import Path
+
+LEDGER = ".ledger"  # the seals, one file per sealed file; removed once the run is judged
+LOCK = ".lock"
+FOREIGN_SUFFIX = ".foreign"
+
+
+class ForeignEvidence(Exception):
+    """A file in the evidence folder that this run did not write, or that changed after it was captured."""
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Evidence:
+    def __init__(self, folder: Path, key: bytes) -> None:
+        self.folder = folder
+        self._key = key
+        self._sealed: dict[str, str] = {}  # name -> sha256, what this process sealed
+
+    def _mac(self, name: str, sha: str) -> str:
+        return hmac.new(self._key, f"{name}\0{sha}".encode(), hashlib.sha256).hexdigest()
+
+    def path(self, name: str) -> Path:
+        return self.folder / name
+
+    def claim(self, name: str) -> Path:
+        """The path to write `name` to; an unsealed file already there is moved aside as foreign."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / name
+        seal = self._seal_of(name) if path.exists() else None
+        if path.exists() and (seal is None or sha256_bytes(path.read_bytes()) != seal):
+            aside, n = self.folder / (name + FOREIGN_SUFFIX), 1
+            while aside.exists():
+                aside, n = self.folder / f"{name}{FOREIGN_SUFFIX}{n}", n + 1
+            path.rename(aside)
+        return path
+
+    def seal(self, name: str) -> str:
+        """Seal a file as it is now (after its tool exited, or once written); returns its SHA-256."""
+        sha = sha256_bytes((self.folder / name).read_bytes())
+        ledger = self.folder / LEDGER
+        ledger.mkdir(exist_ok=True)
+        (ledger / f"{name}.seal").write_text(json.dumps({"name": name, "sha256": sha, "mac": self._mac(name, sha)}))
+        self._sealed[name] = sha
+        return sha
+
+    def write(self, name: str, data: bytes) -> None:
+        self.claim(name).write_bytes(data)
+        self.seal(name)
+
+    def _seal_of(self, name: str) -> str | None:
+        """The sealed SHA-256 of `name`, from this process or a verified ledger entry; None if unsealed."""
+        if name in self._sealed:
+            return self._sealed[name]
+        try:
+            entry = json.loads((self.folder / LEDGER / f"{name}.seal").read_text())
+            sha = str(entry["sha256"])
+            if entry.get("name") == name and hmac.compare_digest(str(entry["mac"]), self._mac(name, sha)):
+                return sha
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return None
+
+    def read(self, name: str) -> bytes | None:
+        """The bytes of a sealed file; None if there is none; ForeignEvidence if it is unsealed or changed."""
+        path = self.folder / name
+        if not path.exists():
+            return None
+        sha = self._seal_of(name)
+        if sha is None:
+            raise ForeignEvidence(f"{name} was not written by this run")
+        data = path.read_bytes()
+        if sha256_bytes(data) != sha:
+            raise ForeignEvidence(f"{name} changed after it was captured")
+        return data
+
+    def sealed_files(self) -> dict[str, str]:
+        """Every file with a verified seal (any process of this run): name -> SHA-256 at capture."""
+        ledger = self.folder / LEDGER
+        names = [p.name[: -len(".seal")] for p in ledger.glob("*.seal")] if ledger.is_dir() else []
+        return {name: sha for name in names if (sha := self._seal_of(name)) is not None}
+
+    def foreign(self) -> list[str]:
+        """Files in the folder that no seal vouches for, or that changed after capture: one line each."""
+        sealed = self.sealed_files()
+        problems = []
+        for path in sorted(p for p in self.folder.rglob("*") if p.is_file()):
+            relative = path.relative_to(self.folder).as_posix()
+            if relative == LOCK or relative.startswith(LEDGER + "/"):
+                continue
+            if relative not in sealed:
+                problems.append(f"{relative}: not written by this run")
+            elif sha256_bytes(path.read_bytes()) != sealed[relative]:
+                problems.append(f"{relative}: changed after it was captured")
+        problems += [f"{name}: removed after it was captured" for name in sorted(sealed)
+                     if not (self.folder / name).is_file()]
+        return problems
+
+    def close(self) -> None:
+        """The run is judged: the seals have served; the manifest protects the bundle from here on."""
+        shutil.rmtree(self.folder / LEDGER, ignore_errors=True)
+        (self.folder / LOCK).unlink(missing_ok=True)
