@@ -61,6 +61,25 @@ def suites_dir() -> Path:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """The shipped suites judge alone: with --contract and no test path, no conftest.py is loaded at all.
+
+    A conftest.py in the working directory (or any parent) belongs to whoever controls the host; it
+    could override a fixture or a judge. A user who names their own test paths gets conftests, and the
+    report lists each one with its SHA-256.
+    """
+    namespace = early_config.known_args_namespace
+    contract = getattr(namespace, "gpuaccept_contract", None)
+    if contract is None:
+        try:
+            contract = early_config.getini("gpuaccept_contract")
+        except ValueError:
+            contract = None
+    if contract and not getattr(namespace, "file_or_dir", None):
+        namespace.noconftest = True
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpuaccept(clause): an acceptance test judging this contract clause")
     contract_path = _option(config, "gpuaccept_contract")
@@ -129,7 +148,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                 is_controller=workerinput is None,
                                 sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode)
     if judging:
-        config.pluginmanager.register(report.ReportPlugin(config.stash[STATE]), "gpuaccept-report")
+        config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")
     else:
         config.pluginmanager.register(_NothingJudged(), "gpuaccept-nothing-judged")
 
@@ -214,6 +233,24 @@ def _state(config: pytest.Config) -> State | None:
     return config.stash.get(STATE, None)  # None: no --contract, nothing of ours to do
 
 
+def _foreign_fixtures(item: pytest.Item) -> list[str]:
+    """A shipped test whose gpuaccept_* fixture is defined outside this package: someone else would measure."""
+    from .integrity import _ours
+
+    function = getattr(item, "function", None)
+    info = getattr(item, "_fixtureinfo", None)
+    if function is None or info is None or not _ours(function):
+        return []  # a user's own acceptance test: its code is listed with the plugins, not judged here
+    problems = []
+    for name in getattr(item, "fixturenames", ()):
+        definitions = info.name2fixturedefs.get(name, ())
+        func = definitions[-1].func if definitions else None
+        if name.startswith("gpuaccept_") and func is not None and not _ours(func) \
+                and not getattr(func, "__module__", "").startswith("_pytest."):  # parametrize's own
+            problems.append(f"fixture {name} of {item.name} is defined by {definitions[-1].baseid or 'a plugin'}")
+    return problems
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Each acceptance test is parametrized with its clause's subjects, as the registry enumerates them."""
     state = _state(metafunc.config)
@@ -257,6 +294,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             if clause not in present:
                 absent.append(item)  # not in the contract: not checked, and the report says so
                 continue
+            state.foreign_code += _foreign_fixtures(item)
             test = f"suites/{item.path.name}::{item.name}"
             item.user_properties.append((ITEM_PROPERTY, {"clause": clause, "subject": _subject(item), "test": test}))
         keep.append(item)

@@ -14,6 +14,7 @@ import pytest
 from . import __version__, charts
 from .bundle import CONTRACT_COPY, RESULTS_COPY, evidence_digest, write_manifest
 from .clauses import registry
+from .integrity import loaded_plugins, replaced_code
 from .probes._run import last_line
 from .probes.nvml import Host
 from .state import State, now
@@ -22,6 +23,7 @@ from .verdict import Outcome, Verdict, verdict_of
 # Checks travel as plain dicts (JSON, xdist, JUnit): their outcome is the Outcome's value.
 PASSED, FAILED, NOT_MEASURED = Outcome.PASSED.value, Outcome.FAILED.value, Outcome.NOT_MEASURED.value
 
+PLUGINS_FILE = "plugins.json"
 CHECK_PROPERTY = "gpuaccept_check"
 ITEM_PROPERTY = "gpuaccept_item"
 RAW_SHOWN_BYTES = 64 * 1024  # of each raw output, shown inline; the evidence file keeps the rest
@@ -66,8 +68,9 @@ def host_summary(host: Host) -> dict[str, Any]:
 class ReportPlugin:
     """Collects the checks (on the xdist controller or the only process) and writes the results."""
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, config: pytest.Config) -> None:
         self.state = state
+        self.config = config
         self.results: dict[str, Any] | None = None
         self.manifest_digest = ""
         self.other_failures = 0
@@ -164,8 +167,12 @@ class ReportPlugin:
         evidence = state.runner.evidence
         evidence.write(CONTRACT_COPY, Path(state.contract.path).read_bytes())
         foreign = evidence.foreign()  # anything the runner did not write, or that changed since: never trusted
+        foreign_code = sorted(set(state.foreign_code + replaced_code()))
+        plugins = loaded_plugins(self.config.pluginmanager.list_name_plugin(),
+                                 {id(p): f"{d.project_name}=={d.version}"
+                                  for p, d in self.config.pluginmanager.list_plugin_distinfo()})
         verdict = verdict_of(checks, complete)
-        if self.other_failures or foreign:
+        if self.other_failures or foreign or foreign_code:
             verdict = "rejected"
         contract = state.contract
         results = {
@@ -191,6 +198,10 @@ class ReportPlugin:
             results["other_failures"] = self.other_failures
         if foreign:
             results["foreign_evidence"] = foreign
+        if foreign_code:
+            results["foreign_code"] = foreign_code
+        results["plugins"] = plugins
+        evidence.write(PLUGINS_FILE, json.dumps(plugins, indent=1).encode())
         text = json.dumps(results, indent=1)
         write_atomic(state.json_path, text)
         evidence.close()
@@ -368,6 +379,11 @@ def banner(results: dict[str, Any], state: State, digest: str) -> str:
     if foreign:
         foreign = ("<p><b>FOREIGN FILES IN THE EVIDENCE FOLDER</b>: written by something other than this run, "
                    f"or changed after capture; never read, and the run is rejected:</p><ul>{foreign}</ul>")
+    code = "".join(f"<li>{safe_text(line)}</li>" for line in results.get("foreign_code", []))
+    if code:
+        foreign += f"<p><b>FOREIGN CODE</b>: pytest-gpuaccept's own code was replaced; the run is rejected:</p><ul>{code}</ul>"
+    plugins = [["plugin", "file", "SHA-256", "from"]] + [
+        [p["name"], p["file"], p["sha256"], p["distribution"]] for p in results.get("plugins", [])]
     return (
         f'<div id="gpuaccept-verdict" data-verdict="{results["verdict"]}" data-evidence-digest="{digest}" '
         f'style="border:3px solid {color};padding:8px;margin:8px 0">'
@@ -376,5 +392,6 @@ def banner(results: dict[str, Any], state: State, digest: str) -> str:
         f"of {len(results['checks'])} checks.</p>"
         f"<table>{rows}</table><ul>{gpus}</ul>"
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.get('not_in_contract', [])) or 'none')}</p>"
-        f"<h3>Checks</h3>{_table(summary)}</div>"
+        f"<h3>Checks</h3>{_table(summary)}"
+        f"<h3>Other plugins and conftest files loaded</h3>{_table(plugins) if len(plugins) > 1 else '<p>none</p>'}</div>"
     )

@@ -31,6 +31,7 @@ class State:
     sys_root: Path = Path("/sys")
     started: str = field(default_factory=lambda: now())
     mode: str = "live"  # "simulated" with an NVML recording, "replay" from a bundle (results.md)
+    foreign_code: list[str] = field(default_factory=list)  # shipped code or fixtures replaced at run time
     # Judged checks by (clause, subject), as plain dicts: they arrive from xdist workers that way.
     checks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
