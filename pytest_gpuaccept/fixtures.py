@@ -166,7 +166,7 @@ def gpuaccept_rdma_devices(request: pytest.FixtureRequest, gpuaccept_contract: C
         gid = port.roce_v2_gid_index if port.link_layer == "Ethernet" else None
         offset = devices.index(device) if device in devices else 0
         return ib_write_bw.run_ib_write_bw(state.runner, device, clause.message_size.nbytes, RDMA_BASE_PORT + offset,
-                                           clause.peer, gid)
+                                           clause.peer, gid, port.port, clause.qps or 1)
 
     return RdmaDevices(tuple(gpuaccept_host_names.get("infiniband", [])), ports, write_bw)
 

@@ -67,6 +67,21 @@ class LoadRun:
     workload_failure: str | None  # the workload crashed or ended early: not a load to judge
     evidence: tuple[str, ...]
 
+    def lost(self, index: int) -> str | None:
+        """Why a GPU cannot be judged on its samples: it stopped answering NVML, or has far fewer than the rest."""
+        series = self.series.get(index)
+        if series is None:
+            return None
+        if series.lost:
+            return (f"GPU{index} stopped answering NVML at t={series.lost.get('t_s', 0):.1f} s during the load "
+                    f"({series.lost.get('error', 'no reason given')}): lost, not judged on what came before")
+        most = max(len(s.samples) for s in self.series.values())
+        if len(series.samples) * 2 < most:
+            last = f", the last at t={series.samples[-1].t_s:.1f} s" if series.samples else ""
+            return (f"GPU{index} has {len(series.samples)} samples where another GPU has {most}{last}: "
+                    "it stopped answering NVML during the load")
+        return None
+
     def of(self, index: int) -> tuple[GpuSeries | None, str | None]:
         """One GPU's series, and why it cannot be judged where it cannot."""
         missing = None if index in self.series or not self.series else \

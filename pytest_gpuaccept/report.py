@@ -303,11 +303,14 @@ def _extra(state: State, check: dict[str, Any]) -> dict[str, Any]:
 def check_html(evidence_dir: Path, check: dict[str, Any]) -> str:
     """One check: its row of facts, its details, then the raw output of every tool run behind it."""
     measured = "—" if check["measured"] is None else f"{check['measured']} {check.get('unit') or ''}"
-    rows = "".join(f"<tr><th>{k}</th><td>{safe_text(str(v))}</td></tr>" for k, v in (
-        ("clause", check["clause"]), ("subject", check["subject"]), ("measured", measured),
-        ("required", check["required"]), ("outcome", check["outcome"]), ("message", check["message"])))
-    parts = [f'<div class="gpuaccept-check"><table>{rows}</table>']
     details = check.get("details", {})
+    facts = [("clause", check["clause"]), ("subject", check["subject"]), ("measured", measured),
+             ("required", check["required"]), ("outcome", check["outcome"]), ("message", check["message"])]
+    facts += [(k, v) for k, v in sorted(details.items()) if isinstance(v, (str, int, float))]  # e.g. qps, port
+    rows = "".join(f"<tr><th>{safe_text(k)}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts)
+    parts = [f'<div class="gpuaccept-check"><table>{rows}</table>']
+    if details.get("each"):
+        parts.append(_table([["subject", "outcome", "measured", "message"], *details["each"]]))
     if "timeline" in details:
         parts.append(charts.timeline_charts(details["timeline"]))
     if details.get("throttle_reasons_seen"):

@@ -12,6 +12,7 @@ from test_utilisation import recording
 from pytest_gpuaccept.clauses.registry import ALL_CLAUSES, expected_checks
 from pytest_gpuaccept.contract import parse_contract
 
+WITH_COUNT = {"nics.count", "rdma.count"}
 CONTRACT = """\
 gpuaccept: 1
 vendor: "Example GPU Cloud"
@@ -48,9 +49,10 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     run = accept(CONTRACT, recording(tmp_path), sysfs)
     failing = [(c["clause"], c["subject"], c["message"]) for c in run.checks() if c["outcome"] != "passed"]
     assert failing == []
-    assert {c["clause"] for c in run.checks()} == set(ALL_CLAUSES)
+    # nics.count and rdma.count replace nics and rdma when a count is given: the one pair no contract has both of.
+    assert {c["clause"] for c in run.checks()} == set(ALL_CLAUSES) - WITH_COUNT
     assert run.json["verdict"] == "accepted" and run.json["complete"] is True
-    assert run.json["not_in_contract"] == []
+    assert run.json["not_in_contract"] == sorted(WITH_COUNT)
     assert run.result.ret == 0
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; one each for
     # allreduce, nics, rdma, iperf3; utilisation and four health clauses per GPU: every check once.

@@ -152,7 +152,7 @@ def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(accept, fake_too
     assert check["message"] == ("mlx5_0 ib_write_bw BW average 90.5 Gb/s >= 90 Gb/s "
                                 "(90.5% of 100 Gb/s line rate, port 1 rate in sysfs)")
     server, client = fake_tools.calls("ib_write_bw")
-    assert server == ["ib_write_bw", "-d", "mlx5_0", "-s", "65536", "-p", "18515", "--report_gbits", "-F", "-D", "5"]
+    assert server == ["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-s", "65536", "-p", "18515", "--report_gbits", "-F", "-D", "5"]
     assert client == server + ["localhost"]
 
 
@@ -174,7 +174,8 @@ def test_roce_below_the_fraction_fails_and_uses_the_contract_line_rate_and_peer(
     assert check["message"] == ("mlx5_0 ib_write_bw BW average 52.52 Gb/s < 180 Gb/s "
                                 "(26.3% of 200 Gb/s line rate, port 1 rate in sysfs)")
     assert fake_tools.calls("ib_write_bw") == [
-        ["ib_write_bw", "-d", "mlx5_0", "-s", "1048576", "-p", "18515", "--report_gbits", "-F", "-D", "5", "10.0.0.2"]]
+        ["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-s", "1048576", "-p", "18515", "--report_gbits", "-F", "-D", "5",
+         "10.0.0.2"]]
 
 
 def test_a_failed_connection_is_not_measured_with_the_tools_words(accept, fake_tools, tmp_path):

@@ -31,8 +31,14 @@ class AllReduce:
 
 
 def _cross_check(allreduce: AllReduce, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
-    if allreduce.min_bytes.nbytes > allreduce.max_bytes.nbytes:
+    low, high = allreduce.min_bytes.nbytes, allreduce.max_bytes.nbytes
+    if low > high:
         return [("allreduce.min_bytes", f"expected at most max_bytes ({allreduce.max_bytes}), got {allreduce.min_bytes}")]
+    below = low << ((high // low).bit_length() - 1)  # the largest size the doubling sweep (-f 2) reaches
+    if below != high:
+        # The sweep would stop short of max_bytes and every host would be rejected for it: say so now.
+        return [("allreduce.max_bytes", f"expected a size the sweep from min_bytes ({allreduce.min_bytes}) reaches by "
+                 f"doubling, got {allreduce.max_bytes} ({high} B); the nearest are {below} B and {below * 2} B")]
     return []
 
 

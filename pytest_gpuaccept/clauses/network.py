@@ -13,7 +13,7 @@ from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, bits_to_gbit, mbit_to_gbit, parse_duration, parse_size
 from ..verdict import Check, Verdict, fmt
-from .base import Clause, HostWide, Named, Section
+from .base import Clause, HostWide, Named, Section, match_names
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 class Nics:
     interfaces: tuple[str, ...]
     min_speed: Bandwidth
+    count: int | None  # at least this many matching interfaces pass; the others are listed, not failed
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class Rdma:
     line_rate: Bandwidth | None
     message_size: Size
     peer: str | None
+    count: int | None
+    qps: int | None  # queue pairs for ib_write_bw (-q); bonded RoCE ports need more than one
 
 
 @dataclass(frozen=True)
@@ -44,14 +47,15 @@ class Iperf3:
 
 
 NICS = Section(
-    "nics", {"interfaces": Key(schema.names, required=True), "min_speed": Key(schema.bandwidth, required=True)},
+    "nics", {"interfaces": Key(schema.names, required=True), "min_speed": Key(schema.bandwidth, required=True),
+             "count": Key(schema.whole(1, 1024))},
     Nics, "network interfaces (ethtool)")
 RDMA = Section(
     "rdma",
     {"devices": Key(schema.names, required=True),
      "min_fraction_of_line_rate": Key(schema.number(0.0, 1.0, low_open=True), required=True),
      "line_rate": Key(schema.bandwidth), "message_size": Key(schema.size, default=parse_size("64 KiB")),
-     "peer": Key(schema.host)},
+     "peer": Key(schema.host), "count": Key(schema.whole(1, 1024)), "qps": Key(schema.whole(1, 1024))},
     Rdma, "RDMA devices (sysfs, ib_write_bw)")
 IPERF3 = Section(
     "iperf3",
@@ -110,6 +114,11 @@ def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contra
         return v.failed(0, f"{device} port {port.port} is not Active/LinkUp: {port.state}")
     line_rate: float | None = section.line_rate.gbit_s if section.line_rate is not None else port.rate_gbit_s
     source = "from the contract" if section.line_rate is not None else f"port {port.port} rate in sysfs"
+    if section.line_rate is not None and port.rate_gbit_s is not None and port.rate_gbit_s + 1e-9 < section.line_rate.gbit_s:
+        # A 400G port trained at 2X width runs at 200: whatever ib_write_bw reaches, the port is not as sold.
+        return v.but(required=f">= {fmt(fraction * section.line_rate.gbit_s)}").failed(
+            0, f"{device} port {port.port} is active at {fmt(port.rate_gbit_s)} Gb/s, below the contract's line rate "
+               f"{fmt(section.line_rate.gbit_s)} Gb/s ({port.state}): not measured further")
     if line_rate is None:
         return v.not_measured(f"no line rate: port {port.port} reports none and the contract gives no rdma.line_rate")
     minimum = fraction * line_rate
@@ -118,9 +127,12 @@ def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contra
     if reading.value is None:
         return v.not_measured(reading.failure or "ib_write_bw did not run")
     measured = reading.value.last[2]
-    ratio = f" ({measured / line_rate:.1%} of {fmt(line_rate)} Gb/s line rate, {source})"
+    qps = section.qps or 1
+    ratio = f" ({measured / line_rate:.1%} of {fmt(line_rate)} Gb/s line rate, {source}" + \
+        (f", {qps} queue pairs)" if section.qps else ")")
     return v.at_least(measured, minimum, f"{device} ib_write_bw BW average",
-                      {"line_rate_gbit_s": line_rate, "fraction": round(measured / line_rate, 4)},
+                      {"line_rate_gbit_s": line_rate, "fraction": round(measured / line_rate, 4), "qps": qps,
+                       "port": port.port},
                       maximum=line_rate, maximum_reason=f"the line rate, {source}", suffix=ratio)
 
 
@@ -137,12 +149,50 @@ def judge_iperf3(section: Iperf3, subject: Subject, m: Iperf3Runs, contract: Con
     return v.at_least(total, minimum, f"received from {section.server}", suffix=f" ({m.note})")
 
 
+def _at_least_count(v: Verdict, what: str, count: int, each: list[Check]) -> Check:
+    """`count` of the matches must pass; the others are listed (storage and management ports are common)."""
+    passed = [c for c in each if c.passed]
+    details = {"each": [[c.subject, c.outcome.value, "—" if c.measured is None else c.measured, c.message]
+                        for c in each]}
+    others = "; ".join(f"{c.subject}: {c.message}" for c in each if not c.passed)
+    message = (f"{len(passed)} of {len(each)} matching {what} pass ({', '.join(c.subject for c in passed) or 'none'}), "
+               f"at least {count} required" + (f"; not passing: {others}" if others else ""))
+    v = v.but(required=f">= {count}", threshold=float(count))
+    if len(passed) >= count:
+        return v.passed(len(passed), message, details)
+    if any(c.outcome.value == "not_measured" for c in each):
+        return v.not_measured(message, details)
+    return v.failed(len(passed), message, details)
+
+
+def judge_nic_count(section: Nics, subject: Subject, m: NicLinks, contract: Contract) -> Check:
+    """With `count`: each matching interface judged as `nics` judges it; at least `count` of them pass."""
+    each = [judge_nic(section, Subject.named(pattern, name), m, contract)
+            for pattern, name in match_names(section.interfaces, list(m.names)) if name is not None]
+    return _at_least_count(Verdict(NIC_COUNT.key, subject, unit="interfaces"), "interfaces", section.count or 0, each)
+
+
+def judge_rdma_count(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contract) -> Check:
+    """With `count`: each matching device judged as `rdma` judges it; at least `count` of them pass."""
+    each = [judge_rdma(section, Subject.named(pattern, name), m, contract)
+            for pattern, name in match_names(section.devices, list(m.names)) if name is not None]
+    return _at_least_count(Verdict(RDMA_COUNT.key, subject, unit="devices"), "devices", section.count or 0, each)
+
+
 NIC_SPEED = Clause("nics", NICS, "test_nic_speed",
                    Named("net", lambda s: s.interfaces, "each matching interface (or the pattern that matched none)"),
-                   "gpuaccept_nic_links", judge_nic, "negotiated speed from `ethtool IFACE`", "Gb/s")
+                   "gpuaccept_nic_links", judge_nic, "negotiated speed from `ethtool IFACE` (without `count`)", "Gb/s",
+                   lambda s: s.count is None)
+NIC_COUNT = Clause("nics.count", NICS, "test_nic_count", HostWide(), "gpuaccept_nic_links", judge_nic_count,
+                   "with `count`: at least `count` matching interfaces at `min_speed`; the others listed", "interfaces",
+                   lambda s: s.count is not None)
 RDMA_BW = Clause("rdma", RDMA, "test_rdma_bandwidth",
                  Named("infiniband", lambda s: s.devices, "each matching device (or the pattern that matched none)"),
-                 "gpuaccept_rdma_devices", judge_rdma, "ib_write_bw BW average against fraction x line rate", "Gb/s")
+                 "gpuaccept_rdma_devices", judge_rdma, "ib_write_bw BW average against fraction x line rate "
+                 "(without `count`)", "Gb/s", lambda s: s.count is None)
+RDMA_COUNT = Clause("rdma.count", RDMA, "test_rdma_count", HostWide(), "gpuaccept_rdma_devices", judge_rdma_count,
+                    "with `count`: at least `count` matching devices pass as `rdma` judges each; the others listed",
+                    "devices", lambda s: s.count is not None)
 IPERF3_TCP = Clause("iperf3", IPERF3, "test_iperf3_throughput", HostWide(lambda s: s.server, "the server"),
                     "gpuaccept_iperf3", judge_iperf3, "received throughput, summed over the clients", "Gb/s")
-CLAUSES = (NIC_SPEED, RDMA_BW, IPERF3_TCP)
+CLAUSES = (NIC_SPEED, NIC_COUNT, RDMA_BW, RDMA_COUNT, IPERF3_TCP)

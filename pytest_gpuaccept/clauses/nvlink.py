@@ -101,12 +101,22 @@ def judge_errors(section: NVLink, subject: Subject, m: NvlinkErrorReadings, cont
         return v.not_measured(m.before.failure or m.after.failure or "no error counters")
     if index not in before.counters or index not in after.counters:
         return v.failed(None, f"GPU{index} not in `nvidia-smi nvlink -e` output")
-    grown = []
-    for link, counters in sorted(after.counters[index].items()):
+    old_links, new_links = before.counters[index], after.counters[index]
+    # A link or counter that vanished, or a counter that went down (a reset), hides what happened: never "stable".
+    lost = [f"link {link} was in `nvlink -e` before the load and is missing after it"
+            for link in sorted(set(old_links) - set(new_links))]
+    lost += [f"link {link} {name} was read before the load and is missing after it"
+             for link in sorted(set(old_links) & set(new_links)) for name in sorted(set(old_links[link]) - set(new_links[link]))]
+    grown, reset = [], []
+    for link, counters in sorted(new_links.items()):
         for name, value in counters.items():
-            old = before.counters[index].get(link, {}).get(name, 0)
+            old = old_links.get(link, {}).get(name, 0)
             if value > old:
                 grown.append(f"link {link} {name} {old} -> {value}")
+            elif value < old:
+                reset.append(f"link {link} {name} went down {old} -> {value} (counters reset during the load)")
+    if lost or reset:
+        return v.failed(None, "the error counters cannot be compared across the load: " + "; ".join((lost + reset)[:6]))
     if grown:
         increase = after.total(index) - before.total(index)
         return v.failed(increase, "error counters increased during the load: " + "; ".join(grown[:6]))

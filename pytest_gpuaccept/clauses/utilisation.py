@@ -86,6 +86,8 @@ def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contra
     series, failure = m.of(index)
     failure = failure or m.workload_failure
     v = Verdict(UTIL.key, subject, f">= {fmt(minimum)}", "%", m.evidence, minimum)
+    if m.lost(index):
+        return v.failed(None, str(m.lost(index)))
     if series is None:
         return v.not_measured(failure or f"GPU{index} was not sampled")
     details = _timeline(series, minimum, warmup_s)
@@ -108,6 +110,8 @@ def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contra
 def judge_ecc(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     series, failure = m.of(_gpu(subject))
     v = Verdict(ECC.key, subject, "== 0", "errors", m.evidence, 0.0)
+    if m.lost(_gpu(subject)):
+        return v.failed(None, str(m.lost(_gpu(subject))))
     if series is None:
         return v.not_measured(failure or "not sampled")
     count = series.health.get("ecc_volatile_uncorrected")
@@ -120,6 +124,8 @@ def judge_row_remapping(section: Health, subject: Subject, m: LoadRun, contract:
     """No pending or failed row remapping; retired pages pending where the GPU retires pages instead."""
     series, failure = m.of(_gpu(subject))
     v = Verdict(ROW_REMAPPING.key, subject, "no pending or failed remapping", None, m.evidence)
+    if m.lost(_gpu(subject)):
+        return v.failed(None, str(m.lost(_gpu(subject))))
     if series is None:
         return v.not_measured(failure or "not sampled")
     rows = series.health.get("remapped_rows")
@@ -141,6 +147,8 @@ def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Cont
     series, failure = m.of(_gpu(subject))
     failure = failure or m.workload_failure
     v = Verdict(THROTTLE.key, subject, "no HW slowdown / thermal / power brake", None, m.evidence)
+    if m.lost(_gpu(subject)):
+        return v.failed(None, str(m.lost(_gpu(subject))))
     if series is None or failure:
         return v.not_measured(failure or "not sampled")
     masks = [s.throttle_reasons for s in series.samples if s.throttle_reasons is not None]
@@ -165,6 +173,8 @@ def judge_pcie(section: Health, subject: Subject, m: LoadRun, contract: Contract
     failure = failure or m.workload_failure
     required = " ".join(x for x in (f"gen >= {gen}" if gen else "", f"x{width} or wider" if width else "") if x)
     v = Verdict(PCIE.key, subject, required, None, m.evidence)
+    if m.lost(_gpu(subject)):
+        return v.failed(None, str(m.lost(_gpu(subject))))
     if series is None or failure:
         return v.not_measured(failure or "not sampled")
     warmup_s = contract.by_section["utilisation"].warmup.seconds

@@ -65,17 +65,25 @@ def parse_ib_write_bw(text: str) -> WriteBw:
     return WriteBw(test, device, link_type, tuple(rows), f"{unit}/sec")
 
 
-def perftest_args(device: str, message_size: int, port: int, gid_index: int | None) -> list[str]:
-    """Flags that make the number comparable to line rate: Gb/s, fixed size, long run, no CPU-freq abort."""
-    args = ["-d", device, "-s", str(message_size), "-p", str(port), "--report_gbits", "-F", "-D", "5"]
+def perftest_args(device: str, message_size: int, port: int, gid_index: int | None, ib_port: int = 1,
+                  qps: int = 1) -> list[str]:
+    """Flags that make the number comparable to line rate: Gb/s, fixed size, long run, no CPU-freq abort.
+
+    `-i` is the device's port to measure through (its active one: a dual-port card may be cabled on 2);
+    `-q` the queue pairs (a bonded RoCE port needs several to reach its line rate).
+    """
+    args = ["-d", device, "-i", str(ib_port), "-s", str(message_size), "-p", str(port), "--report_gbits", "-F", "-D", "5"]
+    if qps != 1:
+        args += ["-q", str(qps)]
     if gid_index is not None:
         args += ["-x", str(gid_index)]  # RoCE v2 needs the GID index of the port's IPv4-mapped RoCE v2 GID
     return args
 
 
-def commands(device: str, message_size: int, port: int, peer: str | None, gid_index: int | None) -> list[Command]:
+def commands(device: str, message_size: int, port: int, peer: str | None, gid_index: int | None,
+             ib_port: int = 1, qps: int = 1) -> list[Command]:
     """Without a peer: a server and a client on this host (loopback through the HCA); with one: the client only."""
-    args = perftest_args(device, message_size, port, gid_index)
+    args = perftest_args(device, message_size, port, gid_index, ib_port, qps)
     if peer is not None:
         return [Command(TOOL, (*args, peer), key=f"ib_write_bw_{device}_client")]
     return [Command(TOOL, tuple(args), key=f"ib_write_bw_{device}_server"),
@@ -83,12 +91,12 @@ def commands(device: str, message_size: int, port: int, peer: str | None, gid_in
 
 
 def run_ib_write_bw(runner: ToolRunner, device: str, message_size: int, port: int, peer: str | None,
-                    gid_index: int | None, timeout_s: float = 120.0) -> Reading[WriteBw]:
+                    gid_index: int | None, ib_port: int = 1, qps: int = 1, timeout_s: float = 120.0) -> Reading[WriteBw]:
     """Drive ib_write_bw for one device (server and client, or the client against a peer) and read the client.
 
     Where the server failed and the client did not say why, the server's failure is the reading's.
     """
-    runs = runner.run_together(commands(device, message_size, port, peer, gid_index),
+    runs = runner.run_together(commands(device, message_size, port, peer, gid_index, ib_port, qps),
                                timeout_s=min(runner.default_timeout_s, timeout_s))
     client = parse_run(runs[-1], parse_ib_write_bw)
     if len(runs) > 1 and runs[0].failure and not client.failure:

@@ -129,11 +129,20 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any) -> 
         reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         series: list[list[list[Any]]] = [[] for _ in handles]
+        lost: list[dict[str, Any] | None] = [None for _ in handles]
         start = time.monotonic()
         while not stop.is_set() and time.monotonic() - start < duration_s:
             tick = time.monotonic()
             for n, handle in enumerate(handles):
-                util = _or_none(pynvml.nvmlDeviceGetUtilizationRates, handle)
+                if lost[n] is not None:
+                    continue
+                try:
+                    util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+                except pynvml.NVMLError_NotSupported:
+                    util = None
+                except pynvml.NVMLError as exc:  # GPU is lost, fell off the bus, unknown: it stops answering
+                    lost[n] = {"t_s": round(tick - start, 3), "error": f"{type(exc).__name__}: {exc}"}
+                    continue
                 power = _or_none(pynvml.nvmlDeviceGetPowerUsage, handle)
                 series[n].append([
                     round(tick - start, 3), util.gpu if util is not None else None,
@@ -145,9 +154,10 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any) -> 
                     _or_none(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
                 ])
             stop.wait(max(0.0, interval_s - (time.monotonic() - tick)))
-        health = [_health(pynvml, handle) for handle in handles]
+        health = [_health(pynvml, handle) if lost[n] is None else {} for n, handle in enumerate(handles)]
         return {"interval_s": interval_s, "fields": list(SAMPLE_FIELDS),
-                "gpus": [{"index": n, "samples": s, "health": h} for n, (s, h) in enumerate(zip(series, health))]}
+                "gpus": [{"index": n, "samples": s, "health": h, **({"lost": lost[n]} if lost[n] else {})}
+                         for n, (s, h) in enumerate(zip(series, health))]}
     except pynvml.NVMLError as exc:
         return {"error": f"NVML read failed: {type(exc).__name__}: {exc}"}
     finally:
@@ -185,6 +195,7 @@ class GpuSeries:
     index: int
     samples: tuple[Sample, ...]
     health: dict[str, Any]
+    lost: dict[str, Any] | None = None  # {"t_s", "error"}: the GPU stopped answering NVML during the load
 
 
 def parse_samples(recording: dict[str, Any]) -> list[GpuSeries]:
@@ -195,7 +206,8 @@ def parse_samples(recording: dict[str, Any]) -> list[GpuSeries]:
     if list(fields) != list(SAMPLE_FIELDS):
         raise ValueError(f"NVML samples have fields {fields}, expected {list(SAMPLE_FIELDS)}")
     try:
-        return [GpuSeries(int(g["index"]), tuple(Sample(*row) for row in g["samples"]), dict(g.get("health", {})))
+        return [GpuSeries(int(g["index"]), tuple(Sample(*row) for row in g["samples"]), dict(g.get("health", {})),
+                          dict(g["lost"]) if g.get("lost") else None)
                 for g in recording["gpus"]]
     except (KeyError, TypeError) as exc:
         raise ValueError(f"NVML samples malformed: {exc!r}") from None

@@ -20,11 +20,14 @@ _IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"
 
 
 def list_names(sys_root: Path) -> dict[str, list[str]]:
-    """Interfaces under class/net and RDMA devices under class/infiniband."""
+    """Interfaces under class/net and RDMA devices under class/infiniband: folders (or links to them) only.
+
+    class/net also holds files that are not interfaces (bonding_masters, with the bonding driver loaded).
+    """
     names = {}
     for key, sub in (("net", "class/net"), ("infiniband", "class/infiniband")):
         folder = sys_root / sub
-        names[key] = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        names[key] = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     return names
 
 
