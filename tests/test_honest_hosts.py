@@ -1,0 +1,105 @@
+"""Honest hosts must not be rejected: bonding_masters is not an interface, a max_bytes the sweep cannot
+reach is the contract's mistake, a dual-port card cabled on port 2 is measured on port 2, a bonded
+port gets its queue pairs, and with `count` the storage and management ports do not fail the clause."""
+
+import pytest
+from conftest import DATA
+from test_network_acceptance import IB_UP, RDMA, sysfs_tree
+
+from pytest_gpuaccept.contract import ContractError, parse_contract
+from pytest_gpuaccept.probes.sysfs import list_names
+
+IB_DOWN = {"state": "1: DOWN", "phys_state": "3: Disabled", "rate": "10 Gb/sec (4X SDR)", "link_layer": "InfiniBand"}
+BW_90 = DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt"  # 90.495 Gb/s
+
+
+def test_bonding_masters_is_a_file_not_an_interface(tmp_path):
+    net = tmp_path / "class" / "net"
+    (net / "bond0").mkdir(parents=True)
+    (net / "eth0").mkdir()
+    (net / "bonding_masters").write_text("bond0\n")
+    assert list_names(tmp_path)["net"] == ["bond0", "eth0"]
+
+
+def test_a_glob_over_every_interface_does_not_judge_bonding_masters(accept, fake_tools, tmp_path):
+    fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
+    sysfs_tree(tmp_path / "sys", {})
+    (tmp_path / "sys" / "class" / "net" / "ens1").mkdir()
+    (tmp_path / "sys" / "class" / "net" / "bonding_masters").write_text("bond0\n")
+    run = accept("gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['*']\n  min_speed: '25 Gb/s'\n",
+                 f"--gpuaccept-sysfs={tmp_path / 'sys'}")
+    assert [c["subject"] for c in run.checks("nics")] == ["ens1"]
+    assert run.json["verdict"] == "accepted"
+
+
+@pytest.mark.parametrize("max_bytes, nbytes, nearest", [("10 GiB", 10737418240, "8589934592 B and 17179869184 B"),
+                                                        ("100 MB", 100000000, "67108864 B and 134217728 B")])
+def test_a_max_bytes_the_doubling_sweep_never_hits_is_a_usage_error(max_bytes, nbytes, nearest):
+    with pytest.raises(ContractError) as raised:
+        parse_contract(f"gpuaccept: 1\nvendor: V\ngpus: {{count: 8}}\nallreduce:\n  min_busbw: '1 GB/s'\n"
+                       f"  max_bytes: '{max_bytes}'\n", "vendor.yaml")
+    assert raised.value.problems == [
+        f"vendor.yaml:4: allreduce.max_bytes: expected a size the sweep from min_bytes (8 MiB) reaches by doubling, "
+        f"got {max_bytes} ({nbytes} B); the nearest are {nearest}"]
+
+
+def test_the_usage_error_exits_4_before_any_tool_runs(accept, fake_tools):
+    fake_tools.add("all_reduce_perf", "")
+    run = accept("gpuaccept: 1\nvendor: V\ngpus: {count: 8}\nallreduce: {min_busbw: '1 GB/s', max_bytes: '10 GiB'}\n")
+    assert run.result.ret == 4 and fake_tools.calls() == []
+
+
+def test_a_dual_port_card_cabled_on_port_2_is_measured_on_port_2(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", BW_90)
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_DOWN})
+    port2 = tmp_path / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "2"
+    port2.mkdir()
+    for name, value in IB_UP.items():
+        (port2 / name).write_text(value + "\n")
+    run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
+    check = run.checks("rdma")[0]
+    assert check["outcome"] == "passed" and check["details"]["port"] == 2
+    assert all(call[call.index("-i") + 1] == "2" for call in fake_tools.calls("ib_write_bw"))
+
+
+def test_rdma_qps_runs_that_many_queue_pairs_and_says_so(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", BW_90)
+    run = accept(RDMA.format(devices="[mlx5_0]", extra="  qps: 4\n"), sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP}))
+    check = run.checks("rdma")[0]
+    assert all(call[call.index("-q") + 1] == "4" for call in fake_tools.calls("ib_write_bw"))
+    assert check["message"].endswith("(90.5% of 100 Gb/s line rate, port 1 rate in sysfs, 4 queue pairs)")
+    assert check["details"]["qps"] == 4
+    assert "<th>qps</th><td>4</td>" in run.html
+
+
+def test_with_count_down_ports_are_listed_but_do_not_fail(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", BW_90)
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": IB_UP, "mlx5_2": IB_DOWN})
+    run = accept(RDMA.format(devices="['mlx5_*']", extra="  count: 2\n"), sysfs)
+    assert run.checks("rdma") == []
+    check = run.checks("rdma.count")[0]
+    assert (check["subject"], check["outcome"], check["measured"], check["unit"]) == ("host", "passed", 2, "devices")
+    assert check["message"].startswith("2 of 3 matching devices pass (mlx5_0, mlx5_1), at least 2 required; "
+                                       "not passing: mlx5_2: mlx5_2 port 1 is not Active/LinkUp")
+    assert run.json["verdict"] == "accepted"
+
+
+def test_with_count_too_few_passing_fails(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", BW_90)
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_2": IB_DOWN})
+    run = accept(RDMA.format(devices="['mlx5_*']", extra="  count: 2\n"), sysfs)
+    check = run.checks("rdma.count")[0]
+    assert (check["outcome"], check["measured"], check["required"]) == ("failed", 1, ">= 2")
+
+
+def test_nics_count_judges_each_interface_as_nics_would(accept, fake_tools, tmp_path):
+    fake_tools.add("ethtool", DATA / "ethtool" / "i40e_unknown_speed_link_down_unsupported_sfp.txt", when="eno1")
+    fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
+    sysfs_tree(tmp_path / "sys", {})
+    for name in ("eno1", "ens1", "ens2"):
+        (tmp_path / "sys" / "class" / "net" / name).mkdir()
+    run = accept("gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['e*']\n  min_speed: '25 Gb/s'\n  count: 2\n",
+                 f"--gpuaccept-sysfs={tmp_path / 'sys'}")
+    check = run.checks("nics.count")[0]
+    assert (check["outcome"], check["measured"], check["unit"]) == ("passed", 2, "interfaces")
+    assert "eno1: eno1: no link (Link detected: no)" in check["message"]

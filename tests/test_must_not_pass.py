@@ -1,0 +1,92 @@
+"""Measurements that must not pass: a link that vanished, a counter reset, a GPU lost mid-load, a port
+that trained below its line rate. Each fake host below would have been accepted, or judged on what
+was left, before; each is now a failure that names what happened."""
+
+import json
+
+from conftest import DATA, nvml_recording
+from test_network_acceptance import IB_UP, RDMA, sysfs_tree
+from test_nvlink_health import CONTRACT as NVLINK_CONTRACT
+from test_nvlink_health import h100_errors, h100_status
+from test_utilisation import CONTRACT as LOAD_CONTRACT
+from test_utilisation import FIELDS, series
+
+
+def _errors_change_under_load(fake_tools, after: str) -> None:
+    """all_reduce_perf rewrites what the second `nvidia-smi nvlink -e` prints, as the load would."""
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt", when="topo")
+    fake_tools.add("nvidia-smi", h100_status(8), when="nvlink -s")
+    fake_tools.add("nvidia-smi", h100_errors(8, {(1, 3): 9}), when="nvlink -e")
+    fake_tools.add("all_reduce_perf", b"", rc=1)
+    target = fake_tools.bin_dir / ".nvidia-smi.2.out"
+    wrapper = fake_tools.bin_dir / "all_reduce_perf"
+    wrapper.write_text(wrapper.read_text().replace("import json, signal, sys, time",
+                       f"import json, signal, sys, time\nopen({str(target)!r}, 'w').write({after!r})"))
+
+
+def test_a_link_missing_after_the_load_fails_naming_it(accept, fake_tools):
+    kept, gpu = [], -1
+    for line in h100_errors(8, {(1, 3): 9}).splitlines():
+        gpu = gpu + 1 if line.startswith("GPU ") else gpu
+        if not (gpu == 4 and line.strip().startswith("Link 7:")):
+            kept.append(line)
+    _errors_change_under_load(fake_tools, "\n".join(kept))
+    run = accept(NVLINK_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    errors = {c["subject"]: c for c in run.checks("nvlink.errors")}
+    assert errors["GPU4"]["outcome"] == "failed"
+    assert errors["GPU4"]["message"] == ("the error counters cannot be compared across the load: link 7 was in "
+                                         "`nvlink -e` before the load and is missing after it")
+    assert errors["GPU0"]["outcome"] == "passed"
+
+
+def test_a_counter_that_went_down_is_a_reset_not_a_clean_link(accept, fake_tools):
+    _errors_change_under_load(fake_tools, h100_errors(8))  # GPU1 link 3 CRC 9 -> 0
+    run = accept(NVLINK_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    errors = {c["subject"]: c for c in run.checks("nvlink.errors")}
+    assert errors["GPU1"]["outcome"] == "failed"
+    assert "link 3 CRC Errors went down 9 -> 0 (counters reset during the load)" in errors["GPU1"]["message"]
+    assert run.json["verdict"] == "rejected"
+
+
+def _load_recording(tmp_path, gpus: dict) -> str:
+    base = json.loads((DATA / "nvml" / "h100_sxm5_4gpu.json").read_text())
+    base["utilisation"] = {"interval_s": 0.2, "fields": FIELDS, "gpus": [
+        {"index": i, "health": {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0]}, **gpus.get(i, {})}
+        for i in range(4)]}
+    for gpu in base["utilisation"]["gpus"]:
+        gpu.setdefault("samples", series())
+    path = tmp_path / "nvml.json"
+    path.write_text(json.dumps(base))
+    return f"--gpuaccept-nvml={path}"
+
+
+def test_a_gpu_that_stops_answering_nvml_fails_from_that_moment(accept, fake_tools, tmp_path):
+    fake_tools.add("train-job", "training\n", hang=30)
+    lost = {"samples": series(seconds=7.4), "lost": {"t_s": 7.4, "error": "NVMLError_GpuIsLost: GPU is lost"}}
+    run = accept(LOAD_CONTRACT, _load_recording(tmp_path, {2: lost}))
+    util = {c["subject"]: c for c in run.checks("utilisation")}
+    assert util["GPU2"]["outcome"] == "failed" and util["GPU2"]["measured"] is None
+    assert util["GPU2"]["message"] == ("GPU2 stopped answering NVML at t=7.4 s during the load (NVMLError_GpuIsLost: "
+                                       "GPU is lost): lost, not judged on what came before")
+    assert util["GPU0"]["outcome"] == "passed"
+    assert {c["outcome"] for c in run.checks() if c["subject"] == "GPU2"} == {"failed"}
+
+
+def test_a_gpu_with_far_fewer_samples_is_not_judged_on_what_is_left(accept, fake_tools, tmp_path):
+    fake_tools.add("train-job", "training\n", hang=30)
+    run = accept(LOAD_CONTRACT, _load_recording(tmp_path, {3: {"samples": series(seconds=2.0)}}))
+    util = {c["subject"]: c for c in run.checks("utilisation")}
+    assert util["GPU3"]["outcome"] == "failed"
+    assert util["GPU3"]["message"] == ("GPU3 has 10 samples where another GPU has 60, the last at t=1.8 s: "
+                                       "it stopped answering NVML during the load")
+
+
+def test_a_400g_port_trained_at_200_fails_even_when_ib_write_bw_reaches_90_percent_of_200(accept, fake_tools, tmp_path):
+    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
+    half = {**IB_UP, "rate": "200 Gb/sec (2X NDR)"}
+    run = accept(RDMA.format(devices="[mlx5_0]", extra="  line_rate: '400 Gb/s'\n"), sysfs_tree(tmp_path / "sys", {"mlx5_0": half}))
+    check = run.checks("rdma")[0]
+    assert (check["outcome"], check["measured"]) == ("failed", 0)
+    assert check["message"] == ("mlx5_0 port 1 is active at 200 Gb/s, below the contract's line rate 400 Gb/s "
+                                "(4: ACTIVE / 5: LinkUp): not measured further")
+    assert fake_tools.calls("ib_write_bw") == []
