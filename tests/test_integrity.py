@@ -1,0 +1,293 @@
+"""No ACCEPTED that the run itself did not earn: planted evidence, recordings from config files, modes
+that judge nothing, foreign code, and a bundle that protects the report people sign."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import DATA, nvml_recording
+from test_bundle import CONTRACT as ACCEPTED_CONTRACT
+from test_bundle import p5_log
+
+from pytest_gpuaccept.__main__ import main as cli
+
+SOLD = """\
+gpuaccept: 1
+vendor: "Example GPU Cloud"
+gpus:
+  count: 8
+  model: "H100"
+  memory: "80 GB"
+nvlink:
+  every_pair: true
+  min_links: 18
+allreduce:
+  min_busbw: "450 GB/s"
+  max_bytes: "16 GiB"
+"""
+
+
+@pytest.fixture
+def accepted(accept, fake_tools):
+    """An honest H100 box, accepted: the bundle the later tests attack."""
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    fake_tools.add("all_reduce_perf", p5_log())
+    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    assert run.json["verdict"] == "accepted"
+    return run
+
+
+# ------------------------------------------------------------------ planted evidence
+
+def test_a_tool_that_plants_nvml_topology_and_workload_files_is_named_and_never_believed(accept, fake_tools, tmp_path):
+    """An 8x A100 40GB PCIe box whose all_reduce_perf writes an H100 NVML reading, an NV18 topology with its
+    run record, NVML samples and a workload log into the evidence folder before it prints a P5 log."""
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    (forged / "nvml-host.json").write_text((DATA / "nvml" / "h100_sxm5_8gpu.json").read_text())
+    (forged / "nvidia-smi_topo_-m.txt").write_text((DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt").read_text())
+    (forged / "nvidia-smi_topo_-m.stderr.txt").write_text("")
+    (forged / "nvidia-smi_topo_-m.json").write_text(json.dumps({
+        "argv": ["nvidia-smi", "topo", "-m"], "returncode": 0, "duration_s": 0.1, "timed_out": False, "timeout_s": 60,
+        "error": None, "truncated": False, "stdout": "nvidia-smi_topo_-m.txt", "stderr": "nvidia-smi_topo_-m.stderr.txt",
+        "replayed": False, "stopped_after_s": None}))
+    (forged / "nvml-samples.json").write_text('{"gpus": []}')
+    (forged / "workload.txt").write_text("training at 99 %\n")
+    fake_tools.add("nvidia-smi", DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt")
+    fake_tools.add("all_reduce_perf", p5_log())
+    planter = fake_tools.bin_dir / "all_reduce_perf"
+    planter.write_text(planter.read_text().replace(
+        "import json, signal, sys, time",
+        f"import json, signal, sys, time, shutil, os\nshutil.copytree({str(forged)!r}, 'gpuaccept-evidence', dirs_exist_ok=True)"))
+    run = accept(SOLD, nvml_recording("a100_sxm4_40gb_8gpu.json"))
+    assert run.json["verdict"] == "rejected" and run.result.ret == 1
+    foreign = run.json["foreign_evidence"]
+    # The NVML reading was taken (and sealed) before the load: overwritten, it is "changed"; the rest "not written".
+    assert "nvml-host.json: changed after it was captured" in foreign
+    for name in ("nvidia-smi_topo_-m.txt", "nvidia-smi_topo_-m.json", "nvml-samples.json", "workload.txt"):
+        assert any(line.startswith(name) and line.endswith(": not written by this run") for line in foreign), (name, foreign)
+    # No check used them: the GPUs are the A100s NVML reports, the pairs the PCIe paths topo printed.
+    assert {c["measured"] for c in run.checks("gpus.model")} == {"NVIDIA A100-SXM4-40GB"}
+    assert {c["measured"] for c in run.checks("nvlink")} == {0}
+    assert "FOREIGN FILES IN THE EVIDENCE FOLDER" in run.html
+    assert cli(["verify", str(run.path)]) == 0  # the bundle keeps the planted files, named, under .foreign
+
+
+# ------------------------------------------------------------------ recordings: the command line only
+
+@pytest.mark.parametrize("where", ["ini", "addopts", "env"])
+@pytest.mark.parametrize("flag, ini", [("--gpuaccept-nvml", "gpuaccept_nvml"), ("--gpuaccept-replay", "gpuaccept_replay")])
+def test_a_recording_from_a_config_file_or_the_environment_is_a_usage_error(accept, pytester, monkeypatch, fake_tools,
+                                                                             where, flag, ini):
+    path = DATA / "nvml" / "h100_sxm5_8gpu.json"
+    if where == "ini":
+        pytester.makeini(f"[pytest]\n{ini} = {path}\n")
+    elif where == "addopts":
+        pytester.makeini(f"[pytest]\naddopts = {flag}={path}\n")
+    else:
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{flag}={path}")
+    run = accept(SOLD)
+    assert run.result.ret == 4
+    place = {"ini": f"the ini option {ini}", "addopts": "the ini addopts", "env": "PYTEST_ADDOPTS"}[where]
+    run.result.stderr.fnmatch_lines([f"ERROR: {flag} may only be given on the command line, not in {place}: "
+                                     "a recording or replay replaces what this host measures"])
+    assert fake_tools.calls() == []
+
+
+def test_a_simulated_run_says_so_in_results_banner_last_line_and_junit(accepted):
+    assert accepted.json["mode"] == "simulated"
+    assert "SIMULATED: NVML readings from a recording" in accepted.html
+    last = accepted.result.outlines[-1]
+    assert last == "gpuaccept verdict: ACCEPTED [SIMULATED: NVML readings from a recording, not from this host's driver]"
+
+
+def test_junit_carries_verdict_mode_and_contract_digest(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    fake_tools.add("all_reduce_perf", p5_log())
+    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "--junitxml=junit.xml")
+    xml = (run.path / "junit.xml").read_text()
+    assert '<property name="gpuaccept_mode" value="simulated" />' in xml
+    assert '<property name="gpuaccept_verdict" value="accepted" />' in xml
+    assert f'<property name="gpuaccept_contract_sha256" value="{run.json["contract"]["sha256"]}" />' in xml
+
+
+def test_a_replay_shows_the_recorded_host_and_time(accepted, accept, tmp_path):
+    bundle = tmp_path / "elsewhere"
+    shutil.copytree(accepted.path, bundle, ignore=shutil.ignore_patterns("fakebin"))
+    replay = accept(ACCEPTED_CONTRACT, f"--gpuaccept-replay={bundle}", f"--html={tmp_path / 'r' / 'report.html'}",
+                    f"--gpuaccept-json={tmp_path / 'r' / 'results.json'}")
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert results["mode"] == "replay"
+    assert results["recorded"]["host"] == accepted.json["host"]["hostname"]
+    assert results["recorded"]["started"] == accepted.json["started"]
+    assert replay.result.outlines[-1] == (f"gpuaccept verdict: ACCEPTED [REPLAY of host {accepted.json['host']['hostname']} "
+                                          f"recorded {accepted.json['started']}: judged from a bundle, not measured now]")
+
+
+# ------------------------------------------------------------------ modes that judge nothing touch nothing
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and "fakebin" not in p.parts and p.name != "fake-tools.log"}
+
+
+@pytest.mark.parametrize("mode", ["--collect-only", "--fixtures", "--markers"])
+def test_modes_that_judge_nothing_leave_the_bundle_byte_for_byte(accepted, accept, mode):
+    before = _snapshot(accepted.path)
+    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), mode)
+    assert _snapshot(accepted.path) == {**before, "vendor.yaml": before["vendor.yaml"]}
+    assert not any("gpuaccept verdict" in line or "gpuaccept: ACCEPTED" in line for line in run.result.outlines)
+    if mode == "--collect-only":
+        assert run.result.ret == 5  # never 0: with --contract, 0 means accepted
+
+
+def test_a_run_interrupted_in_collection_leaves_no_stale_accepted(accepted, accept, pytester):
+    suite = pytester.mkdir("interrupted")
+    (suite / "test_stop.py").write_text("raise KeyboardInterrupt\n")
+    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), str(suite), subprocess=True)
+    results = accepted.path / "gpuaccept-results.json"
+    assert not results.exists() or json.loads(results.read_text())["verdict"] == "rejected"
+    assert run.result.ret != 0
+
+
+# ------------------------------------------------------------------ foreign code cannot judge
+
+PATCHES = """\
+import pytest_gpuaccept.verdict as verdict
+from pytest_gpuaccept.clauses import nvlink
+
+verdict.Verdict.judged = lambda self, ok, measured, message, details=None: self.passed(measured, "patched")
+nvlink.judge_pair = lambda *args: verdict.Verdict("nvlink", "GPU0-GPU1").passed(18, "patched")
+"""
+
+
+def test_a_conftest_in_the_working_directory_does_not_judge(accept, pytester, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt")
+    fake_tools.add("all_reduce_perf", p5_log())
+    pytester.makeconftest(PATCHES)
+    run = accept(SOLD, nvml_recording("a100_sxm4_40gb_8gpu.json"), subprocess=True)
+    assert {c["outcome"] for c in run.checks("nvlink")} == {"failed"}
+    assert {c["outcome"] for c in run.checks("gpus.model")} == {"failed"}
+    assert all("patched" not in c["message"] for c in run.checks())
+    assert not any(p["file"].endswith("conftest.py") for p in run.json["plugins"])  # never even loaded
+
+
+def test_a_plugin_that_replaces_a_judge_is_named_and_rejects_the_run(accept, pytester, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    fake_tools.add("all_reduce_perf", p5_log())
+    pytester.makepyfile(vendorplugin=PATCHES)
+    pytester.syspathinsert()
+    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "-p", "vendorplugin", subprocess=True)
+    assert run.json["verdict"] == "rejected"
+    assert any(line.startswith("pytest_gpuaccept.verdict.Verdict.judged was replaced by code from")
+               and line.endswith("vendorplugin.py") for line in run.json["foreign_code"])
+    plugin = [p for p in run.json["plugins"] if p["file"].endswith("vendorplugin.py")][0]
+    assert len(plugin["sha256"]) == 64 and plugin["sha256"] in run.html
+
+
+def test_with_their_own_test_paths_the_conftests_are_listed_with_their_digest(accept, pytester, fake_tools):
+    suite = pytester.mkdir("mine")
+    (suite / "conftest.py").write_text("# the buyer's own helpers\n")
+    (suite / "test_own.py").write_text("def test_mine():\n    pass\n")
+    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\n", nvml_recording("h100_sxm5_8gpu.json"), str(suite))
+    listed = [p for p in run.json["plugins"] if p["file"].endswith("conftest.py")]
+    assert listed and listed[0]["distribution"] == "conftest" and len(listed[0]["sha256"]) == 64
+
+
+# ------------------------------------------------------------------ the bundle protects the document people sign
+
+def _copy(accepted, tmp_path: Path) -> Path:
+    bundle = tmp_path / "archive" / "handover"
+    shutil.copytree(accepted.path, bundle, ignore=shutil.ignore_patterns("fakebin", "fake-tools.log*"))
+    return bundle
+
+
+def test_a_copied_bundle_verifies_elsewhere(accepted, tmp_path, capsys):
+    bundle = _copy(accepted, tmp_path)
+    shutil.rmtree(accepted.path / "gpuaccept-evidence")  # nothing of the original is needed
+    assert cli(["verify", str(bundle)]) == 0
+    manifest = json.loads((bundle / "gpuaccept-evidence" / "manifest.json").read_text())
+    assert {e["path"] for e in manifest["bundle"]} == {"gpuaccept-report.html", "gpuaccept-results.json", "vendor.yaml"}
+    assert {"contract.yaml", "results.json", "nvml-host.json"} <= {e["path"] for e in manifest["files"]}
+
+
+@pytest.mark.parametrize("target", ["gpuaccept-report.html", "gpuaccept-results.json",
+                                    "gpuaccept-evidence/contract.yaml", "gpuaccept-evidence/results.json",
+                                    "gpuaccept-evidence/nvidia-smi_topo_-m.txt"])
+def test_one_byte_changed_anywhere_in_a_copy_fails_verify_naming_it(accepted, tmp_path, capsys, target):
+    bundle = _copy(accepted, tmp_path)
+    path = bundle / target
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert cli(["verify", str(bundle)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL changed: {target.removeprefix('gpuaccept-evidence/')}" in out, out
+
+
+def test_a_report_saying_accepted_over_rejected_results_fails_verify(accept, fake_tools, tmp_path, capsys):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt")
+    fake_tools.add("all_reduce_perf", p5_log())
+    run = accept(SOLD, nvml_recording("a100_sxm4_40gb_8gpu.json"), "--html=handover-2026.html")
+    page = run.path / "handover-2026.html"
+    page.write_text(page.read_text().replace('data-verdict="rejected"', 'data-verdict="accepted"')
+                    .replace(">REJECTED<", ">ACCEPTED<"))
+    assert cli(["verify", str(run.path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL changed: handover-2026.html" in out
+    assert "FAIL the report handover-2026.html states accepted verdict, the results give 'rejected'" in out
+
+
+def test_a_deleted_report_fails_verify_naming_it(accepted, tmp_path, capsys):
+    bundle = _copy(accepted, tmp_path)
+    (bundle / "gpuaccept-report.html").unlink()
+    assert cli(["verify", str(bundle)]) == 1
+    assert "FAIL missing: gpuaccept-report.html" in capsys.readouterr().out
+
+
+def _keypair(folder: Path, who: str) -> tuple[Path, str]:
+    key = folder / who
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", who, "-f", str(key)], check=True, timeout=30)
+    kind, blob, _comment = (folder / f"{who}.pub").read_text().split()
+    return key, f"{who}@example.com {kind} {blob}\n"
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="OpenSSH's ssh-keygen is needed (.ci/run installs it)")
+def test_buyer_and_vendor_sign_and_any_later_change_fails(accepted, tmp_path, capsys):
+    bundle = _copy(accepted, tmp_path)
+    buyer, buyer_line = _keypair(tmp_path, "buyer")
+    vendor, vendor_line = _keypair(tmp_path, "vendor")
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(buyer_line + vendor_line)
+    assert cli(["sign", str(bundle), "--key", str(buyer)]) == 0
+    assert cli(["sign", str(bundle), "--key", str(vendor)]) == 0
+    capsys.readouterr()
+    assert cli(["verify", str(bundle), "--allowed-signers", str(allowed)]) == 0
+    out = capsys.readouterr().out
+    assert "signed by: buyer@example.com" in out and "signed by: vendor@example.com" in out
+    # One byte of the manifest after signing: both signatures fail.
+    manifest = bundle / "gpuaccept-evidence" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"verdict": "accepted"', '"verdict": "accepted" '))
+    assert cli(["verify", str(bundle), "--allowed-signers", str(allowed)]) == 1
+    assert "FAIL signature 1.sig of buyer@example.com: does not match the manifest" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="OpenSSH's ssh-keygen is needed (.ci/run installs it)")
+def test_a_signature_by_a_key_not_allowed_fails(accepted, tmp_path, capsys):
+    bundle = _copy(accepted, tmp_path)
+    stranger, _line = _keypair(tmp_path, "stranger")
+    _buyer, buyer_line = _keypair(tmp_path, "buyer")
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(buyer_line)
+    assert cli(["sign", str(bundle), "--key", str(stranger)]) == 0
+    assert cli(["verify", str(bundle), "--allowed-signers", str(allowed)]) == 1
+    assert "signed by a key not in" in capsys.readouterr().out
+
+
+def test_an_unsigned_bundle_fails_when_signatures_are_required(accepted, tmp_path, capsys):
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text("")
+    assert cli(["verify", str(accepted.path), "--allowed-signers", str(allowed)]) == 1
+    assert "FAIL no signature in" in capsys.readouterr().out
