@@ -14,6 +14,7 @@ import pytest
 from . import __version__, charts
 from .bundle import CONTRACT_COPY, RESULTS_COPY, evidence_digest, write_manifest
 from .clauses import registry
+from .evidence import Evidence, ForeignEvidence
 from .integrity import loaded_plugins, replaced_code
 from .probes._run import last_line
 from .probes.nvml import Host
@@ -296,11 +297,11 @@ def recorded_identity(replay_dir: Path) -> dict[str, Any]:
 def _extra(state: State, check: dict[str, Any]) -> dict[str, Any]:
     from pytest_html import extras
 
-    extra: dict[str, Any] = extras.html(check_html(state.evidence_dir, check))
+    extra: dict[str, Any] = extras.html(check_html(state.runner.evidence, check))
     return extra
 
 
-def check_html(evidence_dir: Path, check: dict[str, Any]) -> str:
+def check_html(evidence: Evidence, check: dict[str, Any]) -> str:
     """One check: its row of facts, its details, then the raw output of every tool run behind it."""
     measured = "—" if check["measured"] is None else f"{check['measured']} {check.get('unit') or ''}"
     details = check.get("details", {})
@@ -321,12 +322,19 @@ def check_html(evidence_dir: Path, check: dict[str, Any]) -> str:
         parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(table))
     not_inline = []
     for name in check.get("evidence", []):
-        path = evidence_dir / name
         # Tool outputs are shown; run records and the sample series (drawn above) stay in the folder.
-        if not path.is_file() or (name.endswith(".json") and name != "nvml-host.json"):
+        if name.endswith(".json") and name != "nvml-host.json":
             not_inline.append(name)
             continue
-        text = path.read_bytes()[: RAW_SHOWN_BYTES * 2].decode("utf-8", errors="replace")
+        try:
+            raw = evidence.read(name)  # only as captured: a file changed since is not shown, it is named
+        except ForeignEvidence as exc:
+            parts.append(f"<h4>raw: {safe_text(name)}</h4><p><b>not shown: {safe_text(str(exc))}</b></p>")
+            continue
+        if raw is None:
+            not_inline.append(name)
+            continue
+        text = raw[: RAW_SHOWN_BYTES * 2].decode("utf-8", errors="replace")
         if text.strip():
             parts.append(f"<h4>raw: {safe_text(name)}</h4><pre>{safe_text(text, RAW_SHOWN_BYTES)}</pre>")
     if not_inline:
