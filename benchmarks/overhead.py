@@ -95,7 +95,11 @@ def main() -> int:
             accept_times.append(timed([sys.executable, "-m", "pytest", "--contract", str(root / "vendor.yaml"),
                                        f"--gpuaccept-nvml={root / 'nvml.json'}", "-q", "-p", "no:cacheprovider"],
                                       accept_dir, env)[0])
+            # The baseline runs without pytest-gpuaccept (-p no:...): everything the plugin costs, its import
+            # included, is overhead. (Before 2026-11-30 the baseline loaded the plugin too, so an import the
+            # plugin made in every pytest run was hidden from the figure.)
             plain_times.append(timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                      "-p", "no:gpuaccept", "-p", "no:gpuaccept_fixtures",
                                       "--html=report.html", "--self-contained-html"], plain_dir, env)[0])
         a, p = statistics.median(accept_times), statistics.median(plain_times)
         workload = 0.2  # the contract's utilisation duration: measuring time, not overhead

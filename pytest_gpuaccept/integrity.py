@@ -8,6 +8,7 @@ conftest that was loaded is listed with its SHA-256 so that a reader of the repo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import sys
@@ -31,7 +32,12 @@ def _ours(func: Any, owner: type | None = None, name: str = "") -> bool:
         return True  # builtins and C functions: not something a plugin writes
     if code.co_filename == "<string>":
         return owner is not None and name in _GENERATED and unwrapped.__name__ == name
-    path = Path(code.co_filename).resolve()
+    return _trusted_file(code.co_filename)
+
+
+@functools.lru_cache(maxsize=None)
+def _trusted_file(filename: str) -> bool:
+    path = Path(filename).resolve()
     return _HOME in path.parents or any(root in path.parents for root in _TRUSTED)
 
 
