@@ -133,7 +133,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
             if p.is_file() and "fakebin" not in p.parts and p.name != "fake-tools.log"}
 
 
-@pytest.mark.parametrize("mode", ["--collect-only", "--fixtures", "--markers"])
+@pytest.mark.parametrize("mode", ["--collect-only", "--fixtures", "--markers", "--help", "--version"])
 def test_modes_that_judge_nothing_leave_the_bundle_byte_for_byte(accepted, accept, mode):
     before = _snapshot(accepted.path)
     run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), mode)

@@ -10,6 +10,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from . import ParseError
+
 
 @dataclass(frozen=True)
 class Gpu:
@@ -75,7 +77,7 @@ def read_host() -> dict[str, Any]:
 
 
 def parse_host(reading: dict[str, Any]) -> Host:
-    """Typed view of a reading (live or recorded); a malformed recording raises ValueError."""
+    """Typed view of a reading (live or recorded); a malformed recording raises ParseError."""
     try:
         gpus = tuple(
             Gpu(int(g["index"]), str(g["name"]), str(g["uuid"]), str(g.get("serial", "")),
@@ -85,7 +87,7 @@ def parse_host(reading: dict[str, Any]) -> Host:
         return Host(str(reading.get("hostname", "")), reading.get("driver"), reading.get("cuda"), gpus,
                     reading.get("error"))
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"NVML reading malformed: {exc!r}") from None
+        raise ParseError("nvml", f"reading malformed: {exc!r}") from None
 
 
 # ------------------------------------------------------------------ sampling under load, and health
@@ -204,10 +206,10 @@ def parse_samples(recording: dict[str, Any]) -> list[GpuSeries]:
         raise ValueError(recording["error"])
     fields = recording.get("fields", list(SAMPLE_FIELDS))
     if list(fields) != list(SAMPLE_FIELDS):
-        raise ValueError(f"NVML samples have fields {fields}, expected {list(SAMPLE_FIELDS)}")
+        raise ParseError("nvml", f"samples have fields {fields}, expected {list(SAMPLE_FIELDS)}")
     try:
         return [GpuSeries(int(g["index"]), tuple(Sample(*row) for row in g["samples"]), dict(g.get("health", {})),
                           dict(g["lost"]) if g.get("lost") else None)
                 for g in recording["gpus"]]
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"NVML samples malformed: {exc!r}") from None
+        raise ParseError("nvml", f"samples malformed: {exc!r}") from None
