@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ class Contract:
     tools: Tools = field(default_factory=Tools)
     by_section: dict[str, Any] = field(default_factory=dict)  # section name -> its validated value
     lines: dict[str, int] = field(default_factory=dict)
+    raw: bytes = field(default=b"", repr=False)  # the file's bytes as judged (the bundle keeps a copy)
 
     def __getattr__(self, name: str) -> Any:
         """`contract.nvlink`: a section's value, None where the contract does not have it."""
@@ -78,7 +79,7 @@ def load_contract(path: str | Path) -> Contract:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ContractError([f"{shown}:1: contract: expected UTF-8 text, got an invalid byte at offset {exc.start}"]) from None
-    return parse_contract(text, shown, hashlib.sha256(data).hexdigest())
+    return replace(parse_contract(text, shown, hashlib.sha256(data).hexdigest()), raw=data)
 
 
 def parse_contract(text: str, path: str = "<contract>", sha256: str = "") -> Contract:
@@ -120,7 +121,7 @@ def parse_contract(text: str, path: str = "<contract>", sha256: str = "") -> Con
     if v.problems:
         raise ContractError(v.problems)
     return Contract(path=path, sha256=sha256, vendor=vendor, reference=reference, description=description,
-                    tools=tools, by_section=sections, lines=lines)
+                    tools=tools, by_section=sections, lines=lines, raw=text.encode())
 
 
 def _tools(v: schema.Validator, node: yaml.Node) -> Tools:

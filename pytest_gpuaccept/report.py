@@ -166,12 +166,15 @@ class ReportPlugin:
             if not check.get("details"):
                 check.pop("details", None)
         evidence = state.runner.evidence
-        evidence.write(CONTRACT_COPY, Path(state.contract.path).read_bytes())
-        foreign = evidence.foreign()  # anything the runner did not write, or that changed since: never trusted
-        foreign_code = sorted(set(state.foreign_code + replaced_code()))
+        # What the run writes itself goes in first (a planted file of the same name is moved aside).
+        evidence.write(CONTRACT_COPY, state.contract.raw)  # the bytes that were judged, not the file now
         plugins = loaded_plugins(self.config.pluginmanager.list_name_plugin(),
                                  {id(p): f"{d.project_name}=={d.version}"
                                   for p, d in self.config.pluginmanager.list_plugin_distinfo()})
+        evidence.write(PLUGINS_FILE, json.dumps(plugins, indent=1).encode())
+        results_copy = evidence.claim(RESULTS_COPY)
+        foreign = evidence.foreign()  # anything the runner did not write, or that changed since: never trusted
+        foreign_code = sorted(set(state.foreign_code + replaced_code()))
         verdict = verdict_of(checks, complete)
         if self.other_failures or foreign or foreign_code:
             verdict = "rejected"
@@ -202,11 +205,10 @@ class ReportPlugin:
         if foreign_code:
             results["foreign_code"] = foreign_code
         results["plugins"] = plugins
-        evidence.write(PLUGINS_FILE, json.dumps(plugins, indent=1).encode())
         text = json.dumps(results, indent=1)
         write_atomic(state.json_path, text)
         evidence.close()
-        (state.evidence_dir / RESULTS_COPY).write_text(text)
+        results_copy.write_text(text)
         self.manifest_digest = evidence_digest(state.evidence_dir)
         return results
 

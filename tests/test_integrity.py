@@ -13,20 +13,7 @@ from test_bundle import p5_log
 
 from pytest_gpuaccept.__main__ import main as cli
 
-SOLD = """\
-gpuaccept: 1
-vendor: "Example GPU Cloud"
-gpus:
-  count: 8
-  model: "H100"
-  memory: "80 GB"
-nvlink:
-  every_pair: true
-  min_links: 18
-allreduce:
-  min_busbw: "450 GB/s"
-  max_bytes: "16 GiB"
-"""
+SOLD = ACCEPTED_CONTRACT  # what the vendor sold: 8x H100 80 GB, NV18 between every pair, 450 GB/s busbw
 
 
 @pytest.fixture
