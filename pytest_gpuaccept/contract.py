@@ -19,7 +19,8 @@ from .clauses import registry
 from .units import Duration
 
 FORMAT_VERSION = 1
-TOOL_KEYS = ("nvidia-smi", "all_reduce_perf", "ethtool", "iperf3", "ib_write_bw", "python")
+TOOL_KEYS = ("nvidia-smi", "all_reduce_perf", "nvbandwidth", "p2pBandwidthLatencyTest", "ethtool", "iperf3",
+             "ib_write_bw", "python")
 NAME_PATTERN = schema.NAME_PATTERN
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 if TYPE_CHECKING:
+    from .clauses.p2p import P2pView
     from .contract import Contract
     from .measurements import AllReduceRuns, HostReading, LoadRun, NicLinks, NvlinkErrorReadings, RdmaDevices
     from .probes._run import Reading, ToolRunner
@@ -109,6 +110,21 @@ def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Cont
         readings.append(parse_run(run, nccl_tests.parse_all_reduce))
     tool = "PyTorch distributed (NCCL backend), not nccl-tests" if clause.tool == "torch" else "nccl-tests"
     return AllReduceRuns(tuple(readings), tool, tuple(gpu.name for gpu in gpuaccept_host.host.gpus))
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_p2p(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> P2pView:
+    """GPU-to-GPU copy bandwidth, once per run, with the contract's tool (nvbandwidth by default)."""
+    from .clauses import p2p
+    from .probes import nvbandwidth, p2p_latency
+
+    runner = _state(request).runner
+    section = p2p.SECTION.of(gpuaccept_contract)
+    both = section.min_bidirectional is not None
+    if section.tool == "p2pBandwidthLatencyTest":
+        return p2p.from_p2p_latency(p2p_latency.run_p2p_latency(runner), both)
+    cases = (p2p.WRITE_CE, p2p.READ_CE) + ((p2p.BIDIR_CE,) if both else ())
+    return p2p.from_nvbandwidth(nvbandwidth.run_nvbandwidth(runner, cases), both)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ vendor: "Example GPU Cloud"
 reference: "SLA-1"
 gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4"}
 nvlink: {every_pair: true, min_links: 6, links_per_gpu: 18, link_speed: "26.5 GB/s", errors_stable: true}
+p2p: {min_bandwidth: "700 GB/s", min_bidirectional: "1500 GB/s"}
 allreduce: {min_busbw: "40 GB/s", min_bytes: "8 B", max_bytes: "128 MiB"}
 nics: {interfaces: ["ens*"], min_speed: "25 Gb/s"}
 rdma: {devices: ["mlx5_*"], min_fraction_of_line_rate: 0.9}
@@ -39,6 +40,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     fake_tools.add("nvidia-smi", h100_status(4), when="nvlink -s")
     fake_tools.add("nvidia-smi", h100_errors(4), when="nvlink -e")
     fake_tools.add("all_reduce_perf", four_rank_rtx_log())
+    fake_tools.add("nvbandwidth", DATA / "nvbandwidth" / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt")
     fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
     fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
@@ -54,8 +56,9 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     assert run.json["verdict"] == "accepted" and run.json["complete"] is True
     assert run.json["not_in_contract"] == sorted(WITH_COUNT)
     assert run.result.ret == 0
-    # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; one each for
+    # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and four health clauses per GPU: every check once.
-    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 4 + 4 * 5
+    # p2p: 12 ordered pairs and 6 pairs both ways.
+    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 12 + 6 + 4 + 4 * 5
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

@@ -92,6 +92,28 @@ class GpuPairs:
         return [Subject.pair(i, j) for i in range(count) for j in range(i + 1, count)]
 
 
+@dataclass(frozen=True)
+class OrderedGpuPairs:
+    """Every ordered pair i != j of gpus.count GPUs: data moving from GPU i to GPU j."""
+
+    describe: str = "`GPU<i>->GPU<j>`, one per ordered pair i != j"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        count = gpu_count(contract)
+        return [Subject.ordered(i, j) for i in range(count) for j in range(count) if i != j]
+
+
+@dataclass(frozen=True)
+class GpuPairsBothWays:
+    """Every pair i < j, both directions at once."""
+
+    describe: str = "`GPU<i><->GPU<j>`, one per pair i<j"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        count = gpu_count(contract)
+        return [Subject.both_ways(i, j) for i in range(count) for j in range(i + 1, count)]
+
+
 def match_names(patterns: tuple[str, ...], available: list[str]) -> list[tuple[str, str | None]]:
     """(pattern, name) for each name each pattern matches, in order; (pattern, None) where none does."""
     pairs: list[tuple[str, str | None]] = []
@@ -122,7 +144,8 @@ class Named:
 
 
 # The rules by name, as pytest-xdist maps each --dist mode to its scheduler: docs and tests read this.
-SUBJECT_RULES: dict[str, type] = {"host": HostWide, "gpu": PerGpu, "pair": GpuPairs, "name": Named}
+SUBJECT_RULES: dict[str, type] = {"host": HostWide, "gpu": PerGpu, "pair": GpuPairs, "ordered_pair": OrderedGpuPairs,
+                                  "both_ways": GpuPairsBothWays, "name": Named}
 
 Judge = Callable[[Any, Subject, Any, "Contract"], Check]
 

@@ -1,0 +1,192 @@
+"""The `p2p` section: GPU-to-GPU copy bandwidth for every ordered pair (and both ways at once).
+
+Measured by NVIDIA's nvbandwidth (default) or cuda-samples' p2pBandwidthLatencyTest; both are reduced
+here to one view: for each ordered pair i -> j, every figure a tool printed for data moving from GPU i
+to GPU j, and the pairs without peer access. How each tool's cells map to subjects:
+
+- nvbandwidth `device_to_device_memcpy_write_ce`: cell [row r][column c] is GPU r writing into GPU c,
+  data r -> c; `device_to_device_memcpy_read_ce`: GPU r reading from GPU c, data c -> r (its header says
+  `GPU(row) -> GPU(column)` nonetheless). Both are taken; a pair is judged on the lower of the two.
+  `device_to_device_bidirectional_memcpy_read_ce_total` [r][c] is both ways at once (the lower of
+  [r][c] and [c][r]). A Waived testcase means peer access is not possible: every pair fails.
+- p2pBandwidthLatencyTest `Unidirectional P2P=Enabled (P2P Writes)` [i][j]: GPU i writes into GPU j;
+  `Bidirectional P2P=Enabled` [i][j]: both ways. A pair it reports as `CANNOT Access Peer` (or 0 in the
+  connectivity matrix) was copied through host memory by the tool's fallback: it fails, never passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .. import schema
+from ..probes._run import Reading
+from ..probes.nvbandwidth import NvBandwidth
+from ..probes.p2p_latency import P2pLatency
+from ..schema import Key
+from ..subjects import Subject
+from ..units import Bandwidth
+from ..verdict import Check, Verdict, fmt
+from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, Section
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+
+TOOLS = ("nvbandwidth", "p2pBandwidthLatencyTest")
+WRITE_CE, READ_CE = "device_to_device_memcpy_write_ce", "device_to_device_memcpy_read_ce"
+BIDIR_CE = "device_to_device_bidirectional_memcpy_read_ce"
+
+
+@dataclass(frozen=True)
+class P2p:
+    min_bandwidth: Bandwidth
+    min_bidirectional: Bandwidth | None
+    tool: str
+
+
+def _rules(p2p: P2p, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    count = getattr(sections.get("gpus"), "count", None)
+    if count is not None and count < 2:
+        return [("p2p", f"needs gpus.count of at least 2 to have GPU pairs, got {count}")]
+    return []
+
+
+SECTION = Section(
+    "p2p",
+    {"min_bandwidth": Key(schema.bandwidth, required=True), "min_bidirectional": Key(schema.bandwidth),
+     "tool": Key(schema.one_of(*TOOLS), default="nvbandwidth")},
+    P2p, "GPU-to-GPU copy bandwidth (nvbandwidth or p2pBandwidthLatencyTest)", needs_gpu_count=True,
+    cross_check=_rules)
+
+
+@dataclass(frozen=True)
+class P2pView:
+    """What a tool measured, per ordered pair; `failure` is why nothing can be judged at all."""
+
+    tool: str
+    evidence: tuple[str, ...]
+    failure: str | None = None
+    one_way: dict[tuple[int, int], list[tuple[str, float]]] = field(default_factory=dict)  # (i, j): data i -> j
+    both_ways: dict[tuple[int, int], float] = field(default_factory=dict)  # (i, j), i < j
+    no_peer: dict[tuple[int, int], str] = field(default_factory=dict)  # (i, j): why i -> j has no peer access
+    matrix_gpus: int = 0
+    no_peer_anywhere: str | None = None  # the tool waived P2P altogether
+
+
+def _offdiag(cells: tuple[tuple[float | None, ...], ...]) -> dict[tuple[int, int], float | None]:
+    return {(r, c): value for r, row in enumerate(cells) for c, value in enumerate(row) if r != c}
+
+
+def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool) -> P2pView:
+    view = P2pView("nvbandwidth", reading.evidence, reading.failure)
+    result = reading.value
+    if result is None:
+        return view
+    wanted = (WRITE_CE, READ_CE) + ((BIDIR_CE,) if bidirectional else ())
+    waived = [case for case in wanted if case in result.waived]
+    if waived:
+        return P2pView("nvbandwidth", reading.evidence,
+                       no_peer_anywhere=f"nvbandwidth waived {', '.join(waived)}: peer access is not possible")
+    missing = [c for c in wanted if c not in result.waived and result.matrix(c if c != BIDIR_CE else c + "_total") is None]
+    if missing:
+        return P2pView("nvbandwidth", reading.evidence, f"nvbandwidth printed no {', '.join(missing)} matrix")
+    sizes = []
+    for case, flip in ((WRITE_CE, False), (READ_CE, True)):
+        matrix = result.matrix(case)
+        if matrix is None:
+            continue
+        if matrix.unit != "GB/s":
+            return P2pView("nvbandwidth", reading.evidence, f"{case} is in {matrix.unit}, not GB/s")
+        sizes.append(len(matrix.cells))
+        for (r, c), value in _offdiag(matrix.cells).items():
+            pair = (c, r) if flip else (r, c)
+            if value is not None:
+                view.one_way.setdefault(pair, []).append((case.removeprefix("device_to_device_memcpy_"), value))
+    total = result.matrix(BIDIR_CE + "_total") if bidirectional else None
+    if total is not None:
+        cells = _offdiag(total.cells)
+        for (r, c), value in cells.items():
+            other = cells.get((c, r))
+            if r < c and value is not None and other is not None:
+                view.both_ways[(r, c)] = min(value, other)
+    return P2pView(view.tool, view.evidence, None, view.one_way, view.both_ways, view.no_peer, min(sizes, default=0))
+
+
+def from_p2p_latency(reading: Reading[P2pLatency], bidirectional: bool) -> P2pView:
+    result = reading.value
+    if result is None:
+        return P2pView(TOOLS[1], reading.evidence, reading.failure)
+    writes = result.matrices.get("unidirectional_p2p_enabled_writes") or result.matrices.get("unidirectional_p2p_enabled")
+    if writes is None:
+        return P2pView(TOOLS[1], reading.evidence, "no Unidirectional P2P=Enabled matrix in the output")
+    view = P2pView(TOOLS[1], reading.evidence, matrix_gpus=len(writes))
+    connectivity = result.matrices.get("connectivity")
+    for (i, j), value in _offdiag(writes).items():
+        if (i, j) in result.no_peer_access or (connectivity is not None and connectivity[i][j] == 0):
+            view.no_peer[(i, j)] = "p2pBandwidthLatencyTest: CANNOT Access Peer (its figure went through host memory)"
+        elif value is not None:
+            view.one_way[(i, j)] = [("P2P writes", value)]
+    both = result.matrices.get("bidirectional_p2p_enabled") if bidirectional else None
+    if both is not None:
+        for (i, j), value in _offdiag(both).items():
+            if i < j and value is not None:
+                view.both_ways[(i, j)] = min(value, both[j][i])
+    return view
+
+
+def _pair(subject: Subject) -> tuple[int, int]:
+    assert subject.gpu is not None and subject.peer is not None
+    return subject.gpu, subject.peer
+
+
+def _unmeasurable(v: Verdict, m: P2pView, pairs: list[tuple[int, int]]) -> Check | None:
+    if m.failure:
+        return v.not_measured(m.failure)
+    if m.no_peer_anywhere:
+        return v.failed(None, m.no_peer_anywhere)
+    for i, j in pairs:
+        if (i, j) in m.no_peer:
+            return v.failed(None, f"GPU{i}->GPU{j}: {m.no_peer[(i, j)]}")
+    if any(max(pair) >= m.matrix_gpus for pair in pairs):
+        return v.failed(None, f"{v.subject} not in the {m.tool} matrix: it has {m.matrix_gpus} GPUs")
+    return None
+
+
+def judge_one_way(section: P2p, subject: Subject, m: P2pView, contract: Contract) -> Check:
+    """Data from GPU i to GPU j, the lower of every figure the tool gave for that direction."""
+    i, j = _pair(subject)
+    minimum = section.min_bandwidth.gbyte_s
+    v = Verdict(ONE_WAY.key, subject, f">= {fmt(minimum)}", "GB/s", m.evidence, minimum)
+    early = _unmeasurable(v, m, [(i, j)])
+    if early:
+        return early
+    figures = m.one_way.get((i, j), [])
+    if not figures:
+        return v.failed(None, f"{m.tool} gave no figure for GPU{i}->GPU{j} (N/A off the diagonal)")
+    label, lowest = min(figures, key=lambda f: f[1])
+    shown = ", ".join(f"{name} {value:g}" for name, value in figures)
+    return v.at_least(lowest, minimum, f"GPU{i}->GPU{j}", {"figures": shown, "tool": m.tool},
+                      suffix=f" ({m.tool}: {shown} GB/s)" if len(figures) > 1 else f" ({m.tool} {label})")
+
+
+def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contract) -> Check:
+    i, j = _pair(subject)
+    assert section.min_bidirectional is not None
+    v = Verdict(BOTH_WAYS.key, subject, f">= {fmt(section.min_bidirectional.gbyte_s)}", "GB/s", m.evidence)
+    early = _unmeasurable(v, m, [(i, j), (j, i)])
+    if early:
+        return early
+    value = m.both_ways.get((i, j))
+    if value is None:
+        return v.failed(None, f"{m.tool} gave no bidirectional figure for GPU{i}<->GPU{j}")
+    return v.at_least(value, section.min_bidirectional.gbyte_s, f"GPU{i}<->GPU{j}", {"tool": m.tool},
+                      suffix=f" ({m.tool}, both directions at once)")
+
+
+ONE_WAY = Clause("p2p", SECTION, "test_p2p_bandwidth", OrderedGpuPairs(), "gpuaccept_p2p", judge_one_way,
+                 "copy bandwidth from GPU i to GPU j over peer access (nvbandwidth read and write CE, or "
+                 "p2pBandwidthLatencyTest P2P writes)", "GB/s")
+BOTH_WAYS = Clause("p2p.bidirectional", SECTION, "test_p2p_bidirectional", GpuPairsBothWays(), "gpuaccept_p2p",
+                   judge_both_ways, "both directions at once, summed, with `min_bidirectional`", "GB/s",
+                   lambda s: s.min_bidirectional is not None)
+CLAUSES = (ONE_WAY, BOTH_WAYS)

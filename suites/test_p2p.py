@@ -1,0 +1,9 @@
+"""The `p2p` section: GPU-to-GPU copy bandwidth for every ordered pair, and both ways at once.
+
+Each test is one clause of pytest_gpuaccept/clauses/p2p.py: its subjects, measurement and judge are
+declared there, once; this module only gives the clauses of that section their place in the run.
+"""
+
+from pytest_gpuaccept import suite
+
+globals().update(suite.clause_tests(__file__))  # not a test itself: the module holds only clause tests

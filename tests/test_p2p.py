@@ -1,0 +1,172 @@
+"""p2p: every corpus nvbandwidth and p2pBandwidthLatencyTest output read as EXPECTED.yaml says, then
+replayed through fake tools: each ordered pair measured from its own cells, a pair without peer access
+failing, never passing on a number that went through host memory."""
+
+
+import pytest
+import yaml
+from conftest import DATA, nvml_recording
+
+from pytest_gpuaccept.contract import ContractError, parse_contract
+from pytest_gpuaccept.probes import ParseError
+from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
+from pytest_gpuaccept.probes.p2p_latency import parse_p2p_latency
+
+NVB = DATA / "nvbandwidth"
+P2P = DATA / "p2pBandwidthLatencyTest"
+NVB_EXPECTED = yaml.safe_load((NVB / "EXPECTED.yaml").read_text())
+P2P_EXPECTED = yaml.safe_load((P2P / "EXPECTED.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(NVB_EXPECTED))
+def test_every_nvbandwidth_output_reads_as_expected(name):
+    result = parse_nvbandwidth((NVB / name).read_text(errors="replace"))
+    facts = NVB_EXPECTED[name]
+    assert result.version == facts["version"]
+    assert set(result.matrices) | set(result.waived) == set(facts["testcases"])
+    for key, expected in facts["testcases"].items():
+        if expected.get("status") == "Waived":
+            assert key in result.waived
+            continue
+        matrix = result.matrices[key]
+        assert (matrix.unit, matrix.sum) == (expected["unit"], pytest.approx(expected["sum"], abs=1e-9))
+        if expected.get("matrix"):
+            assert [list(row) for row in matrix.cells] == expected["matrix"]
+        if "coefficient_of_variation" in expected:
+            assert matrix.coefficient_of_variation == expected["coefficient_of_variation"]
+
+
+def test_the_p2p_latency_test_reads_as_expected():
+    (name, facts), = P2P_EXPECTED.items()
+    result = parse_p2p_latency((P2P / name).read_text())
+    assert list(result.gpus) == facts["gpus"] and not result.no_peer_access
+    for key, rows in facts["matrices"].items():
+        assert [list(row) for row in result.matrices[key]] == [[float(c) for c in row] for row in rows]
+
+
+B300 = (NVB / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt").read_text()
+
+
+@pytest.mark.parametrize("cut, why", [
+    (lambda t: t.replace(" 3    765.80    765.18    765.93       N/A    765.32    765.05    764.50\n", ""), "row 3 missing"),
+    (lambda t: t.replace("SUM device_to_device_memcpy_read_ce 32140.19", "SUM device_to_device_memcpy_read_ce 32999.19"),
+     "not the printed SUM"),
+    (lambda t: t.split("SUM device_to_device_memcpy_read_ce")[0], "no SUM line after the matrix"),
+    (lambda t: t.replace("765.86", "765.86 ..."), "not 7 cells wide"),
+    (lambda t: t + "\nASSERT: verification of device 3 failed\n", "the run reported a failure"),
+])
+def test_a_cut_edited_or_failed_nvbandwidth_output_is_refused(cut, why):
+    with pytest.raises(ParseError) as raised:
+        parse_nvbandwidth(cut(B300))
+    assert why in str(raised.value)
+
+
+CONTRACT = """\
+gpuaccept: 1
+vendor: V
+gpus:
+  count: {count}
+p2p:
+  min_bandwidth: "{minimum}"
+{extra}"""
+
+
+def _checks(run, clause="p2p"):
+    return {c["subject"]: c for c in run.checks(clause)}
+
+
+def test_nvbandwidth_each_ordered_pair_is_judged_on_its_own_cells(accept, fake_tools, tmp_path):
+    fake_tools.add("nvbandwidth", B300)
+    run = accept(CONTRACT.format(count=7, minimum="700 GB/s", extra="  min_bidirectional: '1500 GB/s'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"))
+    result = parse_nvbandwidth(B300)
+    write = result.matrices["device_to_device_memcpy_write_ce"].cells
+    read = result.matrices["device_to_device_memcpy_read_ce"].cells
+    checks = _checks(run)
+    assert len(checks) == 42
+    for i in range(7):
+        for j in range(7):
+            if i != j:  # data i -> j: GPU i writing into j, and GPU j reading from i
+                assert checks[f"GPU{i}->GPU{j}"]["measured"] == pytest.approx(min(write[i][j], read[j][i]), abs=0.01)
+    assert {c["outcome"] for c in checks.values()} == {"passed"}
+    both = _checks(run, "p2p.bidirectional")
+    total = result.matrices["device_to_device_bidirectional_memcpy_read_ce_total"].cells
+    assert len(both) == 21
+    assert all(both[f"GPU{i}<->GPU{j}"]["measured"] == min(total[i][j], total[j][i]) for i in range(7) for j in range(i + 1, 7))
+    assert fake_tools.calls("nvbandwidth") == [["nvbandwidth", "-t", "device_to_device_memcpy_write_ce", "-t",
+                                                "device_to_device_memcpy_read_ce", "-t",
+                                                "device_to_device_bidirectional_memcpy_read_ce"]]
+
+
+def test_nvbandwidth_a_threshold_just_above_the_weakest_pairs_fails_those_pairs_only(accept, fake_tools):
+    fake_tools.add("nvbandwidth", B300)
+    result = parse_nvbandwidth(B300)
+    write = result.matrices["device_to_device_memcpy_write_ce"].cells
+    read = result.matrices["device_to_device_memcpy_read_ce"].cells
+    pairs = {(i, j): min(write[i][j], read[j][i]) for i in range(7) for j in range(7) if i != j}
+    lowest = min(pairs.values())
+    weakest = sorted(f"GPU{i}->GPU{j}" for (i, j), value in pairs.items() if value == lowest)
+    assert len(weakest) == 4  # four pairs at 764.16 GB/s in the real output: the other 38 stay above
+    run = accept(CONTRACT.format(count=7, minimum=f"{lowest + 0.005:.3f} GB/s", extra=""),
+                 nvml_recording("h100_sxm5_8gpu.json"))
+    failed = sorted(s for s, c in _checks(run).items() if c["outcome"] != "passed")
+    assert failed == weakest
+
+
+def test_p2p_latency_test_a_threshold_1_gb_s_above_a_cell_fails_that_pair_only(accept, fake_tools):
+    fake_tools.add("p2pBandwidthLatencyTest", P2P / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt")
+    run = accept(CONTRACT.format(count=8, minimum="366.30 GB/s", extra="  tool: p2pBandwidthLatencyTest\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"))
+    checks = _checks(run)
+    assert checks["GPU0->GPU1"]["measured"] == 365.3 and checks["GPU7->GPU6"]["measured"] == 393.08
+    assert [s for s, c in checks.items() if c["outcome"] != "passed"] == ["GPU0->GPU1"]
+    assert checks["GPU0->GPU1"]["message"] == ("GPU0->GPU1 365.3 GB/s < 366.3 GB/s "
+                                                "(p2pBandwidthLatencyTest P2P writes)")
+
+
+def test_a_pair_without_peer_access_fails_and_its_host_memory_figure_is_never_taken(accept, fake_tools, tmp_path):
+    text = (P2P / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt").read_text()
+    text = text.replace("Device=2 CAN Access Peer Device=5", "Device=2 CANNOT Access Peer Device=5")
+    fake_tools.add("p2pBandwidthLatencyTest", text)
+    run = accept(CONTRACT.format(count=8, minimum="300 GB/s", extra="  tool: p2pBandwidthLatencyTest\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"))
+    check = _checks(run)["GPU2->GPU5"]
+    assert (check["outcome"], check["measured"]) == ("failed", None)
+    assert "CANNOT Access Peer" in check["message"]
+    assert run.json["verdict"] == "rejected"
+
+
+def test_nvbandwidth_waiving_peer_copies_fails_every_pair(accept, fake_tools):
+    fake_tools.add("nvbandwidth", NVB / "dcgm_tests_v0.5_json_verbose_1gpu_pcie3_waived_latency.json")
+    run = accept(CONTRACT.format(count=2, minimum="10 GB/s", extra=""), nvml_recording("h100_sxm5_8gpu.json"))
+    checks = _checks(run)
+    assert {c["outcome"] for c in checks.values()} == {"failed"} and len(checks) == 2
+    assert "nvbandwidth waived device_to_device_memcpy_write_ce, device_to_device_memcpy_read_ce: peer access is " \
+           "not possible" in checks["GPU0->GPU1"]["message"]
+
+
+def test_more_gpus_contracted_than_the_matrix_has_fail(accept, fake_tools):
+    fake_tools.add("nvbandwidth", B300)
+    run = accept(CONTRACT.format(count=8, minimum="700 GB/s", extra=""), nvml_recording("h100_sxm5_8gpu.json"))
+    checks = _checks(run)
+    assert checks["GPU0->GPU7"]["outcome"] == "failed"
+    assert checks["GPU0->GPU7"]["message"] == "GPU0->GPU7 not in the nvbandwidth matrix: it has 7 GPUs"
+    assert checks["GPU0->GPU1"]["outcome"] == "passed"
+
+
+def test_without_nvbandwidth_every_pair_is_not_measured(accept, fake_tools):
+    run = accept(CONTRACT.format(count=2, minimum="10 GB/s", extra=""), nvml_recording("h100_sxm5_8gpu.json"))
+    assert [c["message"] for c in run.checks("p2p")] == ["not measured: nvbandwidth not found on PATH"] * 2
+
+
+def test_the_p2p_section_is_validated():
+    with pytest.raises(ContractError) as raised:
+        parse_contract("gpuaccept: 1\nvendor: V\ngpus: {count: 8}\np2p: {min_bandwidth: '350 GB/s', tool: torch}\n",
+                       "v.yaml")
+    assert raised.value.problems == ["v.yaml:4: p2p.tool: expected one of 'nvbandwidth', 'p2pBandwidthLatencyTest', "
+                                     "got 'torch'"]
+
+
+def test_corpus_files_are_all_covered():
+    assert sorted(p.name for p in NVB.iterdir() if p.name != "EXPECTED.yaml") == sorted(NVB_EXPECTED)
+    assert sorted(p.name for p in P2P.iterdir() if p.name != "EXPECTED.yaml") == sorted(P2P_EXPECTED)
