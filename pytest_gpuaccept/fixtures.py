@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 if TYPE_CHECKING:
+    from .clauses.host_bandwidth import HostCopies
     from .clauses.p2p import P2pView
     from .contract import Contract
-    from .measurements import AllReduceRuns, HostReading, LoadRun, NicLinks, NvlinkErrorReadings, RdmaDevices
+    from .measurements import AllReduceRuns, GpuModels, HostReading, LoadRun, NicLinks, NvlinkErrorReadings, RdmaDevices
     from .probes._run import Reading, ToolRunner
     from .probes.iperf3 import Iperf3Runs
     from .probes.nvidia_smi import LinkStatus, Topology
@@ -113,7 +114,7 @@ def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Cont
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_p2p(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> P2pView:
+def gpuaccept_p2p(request: pytest.FixtureRequest, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> P2pView:
     """GPU-to-GPU copy bandwidth, once per run, with the contract's tool (nvbandwidth by default)."""
     from .clauses import p2p
     from .probes import nvbandwidth, p2p_latency
@@ -122,9 +123,29 @@ def gpuaccept_p2p(request: pytest.FixtureRequest, gpuaccept_contract: Contract) 
     section = p2p.SECTION.of(gpuaccept_contract)
     both = section.min_bidirectional is not None
     if section.tool == "p2pBandwidthLatencyTest":
-        return p2p.from_p2p_latency(p2p_latency.run_p2p_latency(runner), both)
+        return p2p.with_models(p2p.from_p2p_latency(p2p_latency.run_p2p_latency(runner), both), gpuaccept_models)
     cases = (p2p.WRITE_CE, p2p.READ_CE) + ((p2p.BIDIR_CE,) if both else ())
-    return p2p.from_nvbandwidth(nvbandwidth.run_nvbandwidth(runner, cases), both)
+    return p2p.with_models(p2p.from_nvbandwidth(nvbandwidth.run_nvbandwidth(runner, cases), both), gpuaccept_models)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_models(request: pytest.FixtureRequest) -> GpuModels:
+    """Each GPU's PCI device ID from sysfs and its model in the published-figures table (None: unknown)."""
+    from .measurements import GpuModels
+
+    ids, models, evidence = _state(request).gpu_models()
+    return GpuModels(ids, models, (evidence,))
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_host_copies(request: pytest.FixtureRequest, gpuaccept_models: GpuModels) -> HostCopies:
+    """Host <-> GPU copy bandwidth per GPU and direction, one nvbandwidth run."""
+    from .clauses import host_bandwidth
+    from .probes import nvbandwidth
+
+    reading = nvbandwidth.run_nvbandwidth(_state(request).runner, tuple(host_bandwidth.TESTCASES.values()),
+                                          key="nvbandwidth_host")
+    return host_bandwidth.from_nvbandwidth(reading, gpuaccept_models)
 
 
 @pytest.fixture(scope="session")

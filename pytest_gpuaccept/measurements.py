@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
+    from .models import Model
     from .probes._run import Reading, ToolRun
     from .probes.ethtool import LinkSettings
     from .probes.ib_write_bw import WriteBw
@@ -21,6 +22,18 @@ class HostReading:
 
     host: Host
     evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GpuModels:
+    """Each GPU's PCI device ID as sysfs gives it, and its model in the published-figures table."""
+
+    device_ids: dict[int, str | None]
+    models: dict[int, Model | None]
+    evidence: tuple[str, ...]
+
+    def model(self, index: int) -> Model | None:
+        return self.models.get(index)
 
 
 @dataclass(frozen=True)

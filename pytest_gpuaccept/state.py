@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import Contract
+from .models import NVIDIA, Model, by_device_id
 from .plugin import STATE
 from .probes import nvml, sysfs
 from .probes._run import ToolRunner
@@ -17,6 +18,7 @@ __all__ = ["NAMES_FILE", "NVML_HOST_FILE", "STATE", "State", "now"]
 
 NVML_HOST_FILE = "nvml-host.json"
 NAMES_FILE = "host-names.json"
+PCI_FILE = "sysfs-pci-gpus.json"
 
 
 @dataclass
@@ -57,6 +59,18 @@ class State:
                        "error": f"recorded NVML readings {self.nvml_recording} unreadable: {exc}"}
         reading["recorded"] = str(self.nvml_recording)
         return reading
+
+    def gpu_models(self) -> tuple[dict[int, str | None], dict[int, Model | None], str]:
+        """Each NVML GPU's PCI device ID from sysfs (vendor 0x10de, display class) and its model; the evidence file."""
+        host = self.host()
+        reading = self.runner.reading(PCI_FILE, lambda: sysfs.read_pci_devices(
+            self.sys_root, {g.index: g.pci_bus_id for g in host.gpus if g.pci_bus_id}))
+        ids: dict[int, str | None] = {}
+        for gpu in host.gpus:
+            entry = reading.get("devices", {}).get(str(gpu.index)) or {}
+            nvidia = entry.get("vendor") == NVIDIA and str(entry.get("class") or "").startswith("0x03")
+            ids[gpu.index] = str(entry["device"]).lower() if nvidia and entry.get("device") else None
+        return ids, {i: by_device_id(d) if d else None for i, d in ids.items()}, PCI_FILE
 
     def listings(self) -> dict[str, list[str]]:
         """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as evidence."""

@@ -20,6 +20,7 @@ reference: "SLA-1"
 gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4"}
 nvlink: {every_pair: true, min_links: 6, links_per_gpu: 18, link_speed: "26.5 GB/s", errors_stable: true}
 p2p: {min_bandwidth: "700 GB/s", min_bidirectional: "1500 GB/s"}
+host_bandwidth: {min_bandwidth: "50 GB/s"}
 allreduce: {min_busbw: "40 GB/s", min_bytes: "8 B", max_bytes: "128 MiB"}
 nics: {interfaces: ["ens*"], min_speed: "25 Gb/s"}
 rdma: {devices: ["mlx5_*"], min_fraction_of_line_rate: 0.9}
@@ -58,7 +59,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     assert run.result.ret == 0
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and four health clauses per GPU: every check once.
-    # p2p: 12 ordered pairs and 6 pairs both ways.
-    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 12 + 6 + 4 + 4 * 5
+    # p2p: 12 ordered pairs and 6 pairs both ways; host_bandwidth: 4 GPUs x 2 directions.
+    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 12 + 6 + 8 + 4 + 4 * 5
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

@@ -93,6 +93,17 @@ class GpuPairs:
 
 
 @dataclass(frozen=True)
+class PerGpuAspect:
+    """GPU<i>:<aspect> for each GPU and each aspect (h2d, d2h): one check per GPU and direction."""
+
+    aspects: tuple[str, ...]
+    describe: str = "`GPU<i>:<aspect>`, one per GPU and aspect"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        return [Subject.of_gpu(i, aspect) for i in range(gpu_count(contract)) for aspect in self.aspects]
+
+
+@dataclass(frozen=True)
 class OrderedGpuPairs:
     """Every ordered pair i != j of gpus.count GPUs: data moving from GPU i to GPU j."""
 

@@ -16,10 +16,12 @@ to GPU j, and the pairs without peer access. How each tool's cells map to subjec
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
+from ..measurements import GpuModels
+from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes._run import Reading
 from ..probes.nvbandwidth import NvBandwidth
 from ..probes.p2p_latency import P2pLatency
@@ -71,10 +73,15 @@ class P2pView:
     no_peer: dict[tuple[int, int], str] = field(default_factory=dict)  # (i, j): why i -> j has no peer access
     matrix_gpus: int = 0
     no_peer_anywhere: str | None = None  # the tool waived P2P altogether
+    models: GpuModels | None = None  # for "x % of the published figure"
 
 
 def _offdiag(cells: tuple[tuple[float | None, ...], ...]) -> dict[tuple[int, int], float | None]:
     return {(r, c): value for r, row in enumerate(cells) for c, value in enumerate(row) if r != c}
+
+
+def with_models(view: P2pView, models: GpuModels) -> P2pView:
+    return replace(view, models=models, evidence=view.evidence + models.evidence)
 
 
 def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool) -> P2pView:
@@ -134,6 +141,20 @@ def from_p2p_latency(reading: Reading[P2pLatency], bidirectional: bool) -> P2pVi
     return view
 
 
+def published(m: P2pView, i: int, j: int, both: bool) -> tuple[float | None, str]:
+    """The published GPU-to-GPU figure of the pair's model: half its NVLink bandwidth one way, all of it both
+    ways; a model without NVLink, its PCIe x16 figure. (None, "") where the model is unknown."""
+    models = [m.models.model(k) if m.models else None for k in (i, j)]
+    if any(model is None for model in models):
+        return None, ""
+    model = min(models, key=lambda x: x.nvlink_gbyte_s or 0)  # type: ignore[union-attr]
+    assert model is not None
+    if model.nvlink_gbyte_s:
+        return (model.nvlink_gbyte_s if both else model.nvlink_gbyte_s / 2), f"{model.name} NVLink"
+    pcie = PCIE_X16_GBYTE_S.get(model.pcie_gen)
+    return ((pcie * 2 if both else pcie) if pcie else None), f"{model.name} PCIe Gen{model.pcie_gen} x16"
+
+
 def _pair(subject: Subject) -> tuple[int, int]:
     assert subject.gpu is not None and subject.peer is not None
     return subject.gpu, subject.peer
@@ -165,8 +186,9 @@ def judge_one_way(section: P2p, subject: Subject, m: P2pView, contract: Contract
         return v.failed(None, f"{m.tool} gave no figure for GPU{i}->GPU{j} (N/A off the diagonal)")
     label, lowest = min(figures, key=lambda f: f[1])
     shown = ", ".join(f"{name} {value:g}" for name, value in figures)
-    return v.at_least(lowest, minimum, f"GPU{i}->GPU{j}", {"figures": shown, "tool": m.tool},
-                      suffix=f" ({m.tool}: {shown} GB/s)" if len(figures) > 1 else f" ({m.tool} {label})")
+    details, note = fraction_note(lowest, *published(m, i, j, both=False))
+    return v.at_least(lowest, minimum, f"GPU{i}->GPU{j}", {"figures": shown, "tool": m.tool, **details},
+                      suffix=(f" ({m.tool}: {shown} GB/s" if len(figures) > 1 else f" ({m.tool} {label}") + f"{note})")
 
 
 def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contract) -> Check:
@@ -179,8 +201,9 @@ def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contra
     value = m.both_ways.get((i, j))
     if value is None:
         return v.failed(None, f"{m.tool} gave no bidirectional figure for GPU{i}<->GPU{j}")
-    return v.at_least(value, section.min_bidirectional.gbyte_s, f"GPU{i}<->GPU{j}", {"tool": m.tool},
-                      suffix=f" ({m.tool}, both directions at once)")
+    details, note = fraction_note(value, *published(m, i, j, both=True))
+    return v.at_least(value, section.min_bidirectional.gbyte_s, f"GPU{i}<->GPU{j}", {"tool": m.tool, **details},
+                      suffix=f" ({m.tool}, both directions at once{note})")
 
 
 ONE_WAY = Clause("p2p", SECTION, "test_p2p_bandwidth", OrderedGpuPairs(), "gpuaccept_p2p", judge_one_way,

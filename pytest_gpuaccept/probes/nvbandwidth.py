@@ -193,8 +193,8 @@ P2P_TESTCASES = ("device_to_device_memcpy_read_ce", "device_to_device_memcpy_wri
                  "device_to_device_bidirectional_memcpy_read_ce")
 
 
-def run_nvbandwidth(runner: ToolRunner, testcases: tuple[str, ...], timeout_s: float = 900.0) -> Reading[NvBandwidth]:
+def run_nvbandwidth(runner: ToolRunner, testcases: tuple[str, ...], key: str = "nvbandwidth_p2p",
+                    timeout_s: float = 900.0) -> Reading[NvBandwidth]:
     """One run for the given testcases (`-t` each), text output, read whole or refused."""
     args = [arg for case in testcases for arg in ("-t", case)]
-    return parse_run(runner.run(TOOL, args, min(runner.default_timeout_s, timeout_s), key="nvbandwidth_p2p"),
-                     parse_nvbandwidth)
+    return parse_run(runner.run(TOOL, args, min(runner.default_timeout_s, timeout_s), key=key), parse_nvbandwidth)

@@ -88,3 +88,19 @@ def parse_ib_device(reading: dict[str, Any]) -> list[IbPort]:
                             f"{state or 'unknown'} / {phys or 'unknown'}", parse_rate(info.get("rate")),
                             info.get("link_layer"), info.get("roce_v2_gid_index")))
     return ports
+
+
+def sysfs_bus_id(nvml_bus_id: str) -> str:
+    """NVML's `00000000:18:00.0` as sysfs names it: `0000:18:00.0` (4-digit domain, lower case)."""
+    domain, _, rest = nvml_bus_id.strip().lower().partition(":")
+    return f"{domain[-4:].rjust(4, '0')}:{rest}"
+
+
+def read_pci_devices(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
+    """vendor, device and class of each GPU's PCI function (bus/pci/devices/<bus id>/...), by GPU index."""
+    devices: dict[str, Any] = {}
+    for index, bus_id in sorted(bus_ids.items()):
+        folder = sys_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
+        devices[str(index)] = {"bus_id": sysfs_bus_id(bus_id),
+                               **{key: _read(folder / key) for key in ("vendor", "device", "class")}}
+    return {"devices": devices}

@@ -1,0 +1,90 @@
+"""The `host_bandwidth` section: host <-> GPU copy bandwidth over PCIe, per GPU and direction (nvbandwidth).
+
+nvbandwidth `host_to_device_memcpy_ce` and `device_to_host_memcpy_ce` print one row (the CPU) and a
+column per GPU: cell [0][i] is GPU i's figure, `GPU<i>:h2d` and `GPU<i>:d2h`. Each is shown beside the
+PCIe x16 figure of the GPU's generation (from its PCI device ID), as a fraction of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .. import schema
+from ..measurements import GpuModels
+from ..models import PCIE_X16_GBYTE_S, fraction_note
+from ..probes._run import Reading
+from ..probes.nvbandwidth import NvBandwidth
+from ..schema import Key
+from ..subjects import Subject
+from ..units import Bandwidth
+from ..verdict import Check, Verdict, fmt
+from .base import Clause, PerGpuAspect, Section
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+
+TESTCASES = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce"}
+
+
+@dataclass(frozen=True)
+class HostBandwidth:
+    min_bandwidth: Bandwidth
+
+
+SECTION = Section("host_bandwidth", {"min_bandwidth": Key(schema.bandwidth, required=True)}, HostBandwidth,
+                  "host <-> GPU copy bandwidth (nvbandwidth)", needs_gpu_count=True)
+
+
+@dataclass(frozen=True)
+class HostCopies:
+    """GB/s per (GPU, direction) as nvbandwidth printed them; `failure` is why there are none."""
+
+    evidence: tuple[str, ...]
+    failure: str | None = None
+    figures: dict[tuple[int, str], float] = field(default_factory=dict)
+    columns: int = 0
+    models: GpuModels | None = None
+
+
+def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> HostCopies:
+    evidence = reading.evidence + models.evidence
+    result = reading.value
+    if result is None:
+        return HostCopies(evidence, reading.failure, models=models)
+    figures: dict[tuple[int, str], float] = {}
+    columns = []
+    for aspect, case in TESTCASES.items():
+        matrix = result.matrix(case)
+        if matrix is None or matrix.unit != "GB/s" or len(matrix.cells) != 1:
+            why = "waived" if case in result.waived else "not printed as one row in GB/s"
+            return HostCopies(evidence, f"nvbandwidth {case}: {why}", models=models)
+        columns.append(len(matrix.cells[0]))
+        for index, value in enumerate(matrix.cells[0]):
+            if value is not None:
+                figures[(index, aspect)] = value
+    return HostCopies(evidence, None, figures, min(columns), models)
+
+
+def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Contract) -> Check:
+    assert subject.gpu is not None and subject.aspect is not None
+    minimum = section.min_bandwidth.gbyte_s
+    v = Verdict(CLAUSE.key, subject, f">= {fmt(minimum)}", "GB/s", m.evidence, minimum)
+    if m.failure:
+        return v.not_measured(m.failure)
+    if subject.gpu >= m.columns:
+        return v.failed(None, f"GPU{subject.gpu} not in nvbandwidth's matrix: it has {m.columns} GPUs")
+    value = m.figures.get((subject.gpu, subject.aspect))
+    if value is None:
+        return v.failed(None, f"nvbandwidth printed N/A for GPU{subject.gpu} {subject.aspect}")
+    model = m.models.model(subject.gpu) if m.models else None
+    published = PCIE_X16_GBYTE_S.get(model.pcie_gen) if model else None
+    details, note = fraction_note(value, published, f"PCIe Gen{model.pcie_gen} x16, {model.name}" if model else "")
+    direction = "host to GPU" if subject.aspect == "h2d" else "GPU to host"
+    return v.at_least(value, minimum, f"{subject} {direction}", details, suffix=f" (nvbandwidth{note})")
+
+
+CLAUSE = Clause("host_bandwidth", SECTION, "test_host_bandwidth", PerGpuAspect(("h2d", "d2h"), "`GPU<i>:h2d`, `GPU<i>:d2h`"),
+                "gpuaccept_host_copies", judge, "pinned host memory <-> GPU copy bandwidth, each direction "
+                "(nvbandwidth host_to_device / device_to_host_memcpy_ce)", "GB/s")
+CLAUSES = (CLAUSE,)

@@ -1,0 +1,56 @@
+"""The published figures of GPU models, keyed by PCI device ID: data in gpus.json, each with its sources."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NVIDIA = "0x10de"
+
+
+@dataclass(frozen=True)
+class Model:
+    device_id: str  # 4 hex digits, lower case, no 0x
+    name: str
+    form_factor: str
+    memory_gb: float
+    memory_bandwidth_gbyte_s: float
+    tflops: dict[str, float]
+    nvlink_gbyte_s: float | None  # both directions, per GPU; None where the model has no NVLink
+    pcie_gen: int
+    tdp_w: float
+    sources: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((Path(__file__).parent / "gpus.json").read_text())
+    return data
+
+
+def by_device_id(device_id: str) -> Model | None:
+    """The model of a PCI device ID (`0x2330`, `2330`), or None where the table does not know it."""
+    key = device_id.lower().removeprefix("0x")
+    entry = _table()["models"].get(key)
+    if entry is None:
+        return None
+    sources = _table()["_sources"]
+    return Model(key, entry["name"], entry["form_factor"], entry["memory_gb"], entry["memory_bandwidth_gbyte_s"],
+                 dict(entry["tflops"]), entry["nvlink"].get("gbyte_s"), entry["pcie_gen"], entry["tdp_w"],
+                 tuple(sources[s] for s in entry["sources"]))
+
+
+# PCIe x16 bandwidth in one direction after line encoding, GB/s: what "x % of published" means for a host link.
+PCIE_X16_GBYTE_S = {3: 15.75, 4: 31.5, 5: 63.0, 6: 126.0}
+
+
+def fraction_note(measured: float, published: float | None, what: str) -> tuple[dict[str, Any], str]:
+    """(details, message suffix) for a measured figure against a published one; empty where none is known."""
+    if not published:
+        return {}, ""
+    fraction = measured / published
+    return ({"fraction_of_published": round(fraction, 4), "published": f"{published:g} GB/s ({what})"},
+            f"; {fraction:.0%} of the published {published:g} GB/s ({what})")

@@ -1,0 +1,89 @@
+"""host_bandwidth and the model table: nvbandwidth's host <-> GPU rows judged per GPU and direction, and
+every figure set beside the published one of the GPU's model, found by the PCI device ID sysfs gives."""
+
+import json
+
+import pytest
+from conftest import DATA, nvml_recording
+
+from pytest_gpuaccept.models import by_device_id
+from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
+from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
+
+H100_RUNS = DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt"
+B300 = DATA / "nvbandwidth" / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt"
+
+
+def pci_tree(root, device: str, recording: str = "h100_sxm5_8gpu.json") -> str:
+    """bus/pci/devices/<bus id>/{vendor,device,class} for every GPU of an NVML recording."""
+    gpus = json.loads((DATA / "nvml" / recording).read_text())["gpus"]
+    for gpu in gpus:
+        folder = root / "bus" / "pci" / "devices" / sysfs_bus_id(gpu["pci_bus_id"])
+        folder.mkdir(parents=True)
+        for name, value in (("vendor", "0x10de"), ("device", device), ("class", "0x030200")):
+            (folder / name).write_text(value + "\n")
+    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
+    return f"--gpuaccept-sysfs={root}"
+
+
+CONTRACT = "gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\n{section}"
+
+
+def test_the_model_table_knows_the_h100_sxm5_by_its_device_id():
+    model = by_device_id("0x2330")
+    assert (model.name, model.form_factor, model.memory_bandwidth_gbyte_s, model.tflops["bf16"]) == \
+        ("H100 SXM5 80GB", "sxm", 3350, 989.5)
+    assert model.sources and by_device_id("0xffff") is None
+    assert sysfs_bus_id("00000000:18:00.0") == "0000:18:00.0"
+
+
+def test_each_gpu_and_direction_is_judged_on_its_cell_beside_the_pcie_figure(accept, fake_tools, tmp_path):
+    fake_tools.add("nvbandwidth", H100_RUNS)
+    run = accept(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '50 GB/s'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+    result = parse_nvbandwidth(H100_RUNS.read_text())
+    h2d = result.matrices["host_to_device_memcpy_ce"].cells[0]
+    d2h = result.matrices["device_to_host_memcpy_ce"].cells[0]
+    checks = {c["subject"]: c for c in run.checks("host_bandwidth")}
+    assert len(checks) == 16 and {c["outcome"] for c in checks.values()} == {"passed"}
+    for i in range(8):
+        assert checks[f"GPU{i}:h2d"]["measured"] == h2d[i] and checks[f"GPU{i}:d2h"]["measured"] == d2h[i]
+    assert checks["GPU0:h2d"]["message"] == ("GPU0:h2d host to GPU 55.37 GB/s >= 50 GB/s (nvbandwidth; 88% of the "
+                                             "published 63 GB/s (PCIe Gen5 x16, H100 SXM5 80GB))")
+    assert checks["GPU0:h2d"]["details"]["fraction_of_published"] == pytest.approx(55.37 / 63, abs=1e-4)
+    assert fake_tools.calls("nvbandwidth") == [["nvbandwidth", "-t", "host_to_device_memcpy_ce", "-t",
+                                                "device_to_host_memcpy_ce"]]
+
+
+def test_a_slow_host_link_fails_per_gpu_and_direction(accept, fake_tools, tmp_path):
+    fake_tools.add("nvbandwidth", H100_RUNS)
+    run = accept(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '55.3 GB/s'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+    failed = sorted(c["subject"] for c in run.checks("host_bandwidth") if c["outcome"] != "passed")
+    assert failed == [f"GPU{i}:d2h" for i in range(8)]  # D2H 55.18-55.26 GB/s, H2D 55.33-55.37
+
+
+def test_without_a_known_device_id_there_is_no_fraction_but_still_a_judgement(accept, fake_tools, tmp_path):
+    fake_tools.add("nvbandwidth", H100_RUNS)
+    run = accept(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '50 GB/s'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0xffff"))
+    check = run.checks("host_bandwidth")[0]
+    assert check["outcome"] == "passed" and "published" not in check["message"]
+    assert "fraction_of_published" not in check.get("details", {})
+
+
+def test_a_gpu_beyond_the_matrix_fails(accept, fake_tools, tmp_path):
+    fake_tools.add("nvbandwidth", B300)  # 7 columns
+    run = accept(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '50 GB/s'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+    check = {c["subject"]: c for c in run.checks("host_bandwidth")}["GPU7:h2d"]
+    assert (check["outcome"], check["message"]) == ("failed", "GPU7 not in nvbandwidth's matrix: it has 7 GPUs")
+
+
+def test_p2p_figures_are_set_beside_half_the_nvlink_bandwidth_of_the_model(accept, fake_tools, tmp_path):
+    fake_tools.add("nvbandwidth", B300)
+    run = accept(CONTRACT.format(count=7, section="p2p:\n  min_bandwidth: '700 GB/s'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x3182"))
+    check = {c["subject"]: c for c in run.checks("p2p")}["GPU0->GPU1"]
+    assert check["message"].endswith("85% of the published 900 GB/s (B300 SXM6 AC NVLink))")
+    assert "fraction_of_published" in run.html
