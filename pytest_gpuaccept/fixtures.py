@@ -14,6 +14,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .clauses.host_bandwidth import HostCopies
+    from .clauses.memory_bandwidth import MemoryCopies
     from .clauses.p2p import P2pView
     from .contract import Contract
     from .measurements import AllReduceRuns, GpuModels, HostReading, LoadRun, NicLinks, NvlinkErrorReadings, RdmaDevices
@@ -146,6 +147,18 @@ def gpuaccept_host_copies(request: pytest.FixtureRequest, gpuaccept_models: GpuM
     reading = nvbandwidth.run_nvbandwidth(_state(request).runner, tuple(host_bandwidth.TESTCASES.values()),
                                           key="nvbandwidth_host")
     return host_bandwidth.from_nvbandwidth(reading, gpuaccept_models)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_memory_copies(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+                            gpuaccept_models: GpuModels) -> MemoryCopies:
+    """Each GPU's device-local copy bandwidth (PyTorch workload), once per run, with the GPUs' models."""
+    from .clauses import memory_bandwidth
+    from .probes import membw
+
+    section = memory_bandwidth.SECTION.of(gpuaccept_contract)
+    reading = membw.run_membw(_state(request).runner, gpuaccept_contract.gpus.count, section.size.nbytes, section.repeats)
+    return memory_bandwidth.MemoryCopies(reading, gpuaccept_models)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,9 @@ vendor: "Example GPU Cloud"
 reference: "SLA-1"
 gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4"}
 nvlink: {every_pair: true, min_links: 6, links_per_gpu: 18, link_speed: "26.5 GB/s", errors_stable: true}
+tools: {python: "/usr/bin/python3"}
 p2p: {min_bandwidth: "700 GB/s", min_bidirectional: "1500 GB/s"}
+memory_bandwidth: {min_bandwidth: "10 GB/s"}
 host_bandwidth: {min_bandwidth: "50 GB/s"}
 allreduce: {min_busbw: "40 GB/s", min_bytes: "8 B", max_bytes: "128 MiB"}
 nics: {interfaces: ["ens*"], min_speed: "25 Gb/s"}
@@ -42,6 +44,11 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     fake_tools.add("nvidia-smi", h100_errors(4), when="nvlink -e")
     fake_tools.add("all_reduce_perf", four_rank_rtx_log())
     fake_tools.add("nvbandwidth", DATA / "nvbandwidth" / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt")
+    # The memory workload: the recorded CPU run's two lines, relabelled as GPUs 0-3 (built here, not recorded).
+    head, *lines = (DATA / "torch" / "membw_cpu_2dev.txt").read_text().splitlines()
+    gpus = [lines[n % 2].replace('"gpu": 0', '"gpu": N').replace('"gpu": 1', '"gpu": N').replace("N", str(n), 1)
+            .replace('"device": "cpu"', f'"device": "cuda:{n}"') for n in range(4)]
+    fake_tools.add("python", "\n".join([head, *gpus]) + "\n")
     fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
     fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
@@ -49,7 +56,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     fake_tools.add("train-job", "training\n", hang=30)
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     (tmp_path / "sys" / "class" / "net" / "ens6f0").mkdir()
-    run = accept(CONTRACT, recording(tmp_path), sysfs)
+    run = accept(CONTRACT.replace("/usr/bin/python3", str(fake_tools.bin_dir / "python")), recording(tmp_path), sysfs)
     failing = [(c["clause"], c["subject"], c["message"]) for c in run.checks() if c["outcome"] != "passed"]
     assert failing == []
     # nics.count and rdma.count replace nics and rdma when a count is given: the one pair no contract has both of.
@@ -59,7 +66,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     assert run.result.ret == 0
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and four health clauses per GPU: every check once.
-    # p2p: 12 ordered pairs and 6 pairs both ways; host_bandwidth: 4 GPUs x 2 directions.
-    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 12 + 6 + 8 + 4 + 4 * 5
+    # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth per GPU; host_bandwidth: 4 GPUs x 2 directions.
+    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 12 + 6 + 4 + 8 + 4 + 4 * 5
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

@@ -1,0 +1,90 @@
+"""memory_bandwidth: our PyTorch workload's output read back (recomputed, never taken on its word), judged
+against min_bandwidth or a fraction of the published figure of the GPU's model; a CPU figure never passes."""
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+from conftest import DATA, nvml_recording
+from test_host_bandwidth import pci_tree
+
+from pytest_gpuaccept.probes import ParseError
+from pytest_gpuaccept.probes.membw import parse_membw
+
+RECORDED = (DATA / "torch" / "membw_cpu_2dev.txt").read_text()  # a real CPU run: devices "cpu"
+AS_GPUS = RECORDED.replace('"device": "cpu"', '"device": "cuda:0"', 1).replace('"device": "cpu"', '"device": "cuda:1"', 1)
+
+
+def test_the_recorded_cpu_run_reads_back_with_its_rates_recomputed():
+    copies = parse_membw(RECORDED)
+    assert {i: (c.device, c.gbyte_s) for i, c in copies.items()} == {0: ("cpu", 15.866), 1: ("cpu", 15.135)}
+
+
+def test_a_rate_that_disagrees_with_its_own_timings_is_refused():
+    with pytest.raises(ParseError) as raised:
+        parse_membw(RECORDED.replace('"gbyte_s": 15.866', '"gbyte_s": 3015.866'))
+    assert "is not 2 x bytes / median seconds (15.866)" in str(raised.value)
+
+
+CONTRACT = """\
+gpuaccept: 1
+vendor: V
+tools: {{python: "{python}"}}
+gpus: {{count: 2}}
+memory_bandwidth: {{{threshold}, size: "256 MiB", repeats: 5}}
+"""
+
+
+def _run(accept, fake_tools, tmp_path, output: str, threshold: str, device: str = "0x2330"):
+    fake_tools.add("python", output)
+    return accept(CONTRACT.format(python=fake_tools.bin_dir / "python", threshold=threshold),
+                  nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", device))
+
+
+def test_a_fraction_of_peak_on_an_h100_sxm5_requires_0_8_x_3350(accept, fake_tools, tmp_path):
+    run = _run(accept, fake_tools, tmp_path, AS_GPUS, "min_fraction_of_peak: 0.8")
+    checks = run.checks("memory_bandwidth")
+    assert [(c["required"], c["threshold"]) for c in checks] == [(">= 2680", 2680.0)] * 2
+    assert (checks[0]["outcome"], checks[0]["measured"]) == ("failed", 15.866)
+    assert checks[0]["message"] == ("GPU0 device-local copy 15.87 GB/s < 2680 GB/s (PyTorch, 268435456 bytes, median "
+                                    "of 5; 0% of the published 3350 GB/s (H100 SXM5 80GB, 3350 GB/s))")
+    assert fake_tools.calls("python") == [["python", "-m", "pytest_gpuaccept.workloads.membw", "--gpus", "2",
+                                           "--bytes", "268435456", "--repeats", "5"]]
+
+
+def test_min_bandwidth_is_judged_as_written(accept, fake_tools, tmp_path):
+    run = _run(accept, fake_tools, tmp_path, AS_GPUS, 'min_bandwidth: "15.5 GB/s"')
+    assert [(c["subject"], c["outcome"]) for c in run.checks("memory_bandwidth")] == [("GPU0", "passed"), ("GPU1", "failed")]
+
+
+def test_a_copy_that_ran_on_the_cpu_is_never_a_gpu_figure(accept, fake_tools, tmp_path):
+    run = _run(accept, fake_tools, tmp_path, RECORDED, 'min_bandwidth: "1 GB/s"')
+    assert {c["message"] for c in run.checks("memory_bandwidth")} == {
+        "not measured: the copy ran on cpu, not on GPU0: not a GPU figure",
+        "not measured: the copy ran on cpu, not on GPU1: not a GPU figure"}
+
+
+def test_a_fraction_of_an_unknown_model_is_not_measured_naming_the_device_id(accept, fake_tools, tmp_path):
+    run = _run(accept, fake_tools, tmp_path, AS_GPUS, "min_fraction_of_peak: 0.8", device="0x1234")
+    assert run.checks("memory_bandwidth")[0]["message"] == (
+        "not measured: GPU0's PCI device ID 0x1234 is not in the model table: no published figure to take 0.8 of")
+
+
+def test_both_thresholds_at_once_is_a_usage_error(accept, fake_tools):
+    run = accept("gpuaccept: 1\nvendor: V\ngpus: {count: 2}\n"
+                 "memory_bandwidth: {min_bandwidth: '1 GB/s', min_fraction_of_peak: 0.8}\n")
+    assert run.result.ret == 4
+    run.result.stderr.fnmatch_lines(["*memory_bandwidth: expected exactly one of min_bandwidth and min_fraction_of_peak"])
+
+
+def test_the_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing():
+    done = subprocess.run([sys.executable, "-W", "ignore", "-m", "pytest_gpuaccept.workloads.membw", "--gpus", "1",
+                           "--bytes", str(8 << 20), "--repeats", "3", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=120)
+    if importlib.util.find_spec("torch") is None:
+        assert done.returncode == 3 and "PyTorch is not installed" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        copies = parse_membw(done.stdout)
+        assert copies[0].device == "cpu" and copies[0].gbyte_s > 0
