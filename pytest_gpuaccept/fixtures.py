@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 if TYPE_CHECKING:
+    from .clauses.compute import GemmLoad
     from .clauses.host_bandwidth import HostCopies
     from .clauses.memory_bandwidth import MemoryCopies
     from .clauses.p2p import P2pView
     from .contract import Contract
     from .measurements import AllReduceRuns, GpuModels, HostReading, LoadRun, NicLinks, NvlinkErrorReadings, RdmaDevices
-    from .probes._run import Reading, ToolRunner
+    from .probes._run import Command, Reading, ToolRunner
     from .probes.iperf3 import Iperf3Runs
     from .probes.nvidia_smi import LinkStatus, Topology
     from .state import State
@@ -230,15 +231,46 @@ def gpuaccept_iperf3(request: pytest.FixtureRequest, gpuaccept_contract: Contrac
     return iperf3.run_iperf3(_state(request).runner, clause.server, clause.port, clause.streams, clause.duration.seconds)
 
 
-@pytest.fixture(scope="session")
-def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> LoadRun:
-    """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive)."""
-    import importlib.util
+def _under_load(state: State, command: Command, duration_s: float, count: int, samples_file: str,
+                expected_s: float) -> LoadRun:
+    """Run a workload while NVML samples every GPU (or the recording replays its samples); once per run."""
     import json
     import threading
 
     from .measurements import LoadRun
     from .probes import nvml
+
+    def sample(stop: threading.Event) -> dict[str, Any]:
+        if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
+            stop.wait(duration_s)
+            recording: dict[str, Any] = json.loads(state.nvml_recording.read_text())
+            return recording.get("utilisation", {"error": "the NVML recording has no utilisation samples"})  # type: ignore[no-any-return]
+        return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop)
+
+    run = state.runner.run_during(command, duration_s, sample, samples_file)
+    evidence = (*run.evidence, samples_file)
+    if run.error:
+        return LoadRun(run, {}, run.error, None, run.evidence)
+    recording = state.runner.reading(samples_file, lambda: {"error": "no NVML samples were recorded"})
+    try:
+        series = {s.index: s for s in nvml.parse_samples(recording)}
+    except ValueError as exc:
+        return LoadRun(run, {}, str(exc), None, evidence)
+    workload_failure = run.failure
+    if workload_failure is None and run.stopped_after_s is None and run.duration_s < expected_s:
+        workload_failure = f"`{run.command}` ended after {run.duration_s:g} s, before the {expected_s:g} s duration"
+    if workload_failure:
+        tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
+        workload_failure += f"; its last output: {tail}" if tail else ""
+    return LoadRun(run, series, None, workload_failure, evidence)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> LoadRun:
+    """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive)."""
+    import importlib.util
+
+    from .measurements import LoadRun
     from .probes._run import Command
     from .state import NVML_HOST_FILE
 
@@ -256,27 +288,27 @@ def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract)
                           key="workload_builtin")
     else:
         command = Command(clause.workload[0], tuple(clause.workload[1:]), key="workload")
+    return _under_load(state, command, clause.duration.seconds, count, SAMPLES_FILE, clause.duration.seconds)
 
-    def sample(stop: threading.Event) -> dict[str, Any]:
-        if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
-            stop.wait(clause.duration.seconds)
-            recording: dict[str, Any] = json.loads(state.nvml_recording.read_text())
-            return recording.get("utilisation", {"error": "the NVML recording has no utilisation samples"})  # type: ignore[no-any-return]
-        return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, clause.duration.seconds, stop)
 
-    run = state.runner.run_during(command, clause.duration.seconds, sample, SAMPLES_FILE)
-    evidence = (*run.evidence, SAMPLES_FILE)
-    if run.error:
-        return LoadRun(run, {}, run.error, None, run.evidence)
-    recording = state.runner.reading(SAMPLES_FILE, lambda: {"error": "no NVML samples were recorded"})
-    try:
-        series = {s.index: s for s in nvml.parse_samples(recording)}
-    except ValueError as exc:
-        return LoadRun(run, {}, str(exc), None, evidence)
-    workload_failure = run.failure
-    if workload_failure is None and run.stopped_after_s is None and run.duration_s < clause.duration.seconds:
-        workload_failure = f"`{run.command}` ended after {run.duration_s:g} s, before the {clause.duration} duration"
-    if workload_failure:
-        tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
-        workload_failure += f"; its last output: {tail}" if tail else ""
-    return LoadRun(run, series, None, workload_failure, evidence)
+@pytest.fixture(scope="session")
+def gpuaccept_gemm(request: pytest.FixtureRequest, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> GemmLoad:
+    """Dense GEMM on every GPU at once for the contract's duration, NVML sampling beside it (once per run)."""
+    from .clauses import compute
+    from .probes import gemm
+    from .probes._run import Command, parse_run
+
+    state = _state(request)
+    section = compute.SECTION.of(gpuaccept_contract)
+    count = gpuaccept_contract.gpus.count
+    seconds = section.duration.seconds
+    command = Command("python", ("-m", gemm.MODULE, "--gpus", str(count), "--dtype", section.dtype, "--n", str(section.n),
+                                 "--duration", f"{seconds:g}"), key="gemm_torch")
+    # The program ends by itself after `duration`; sampling stops with it (or 120 s later, past any start-up).
+    load = _under_load(state, command, seconds + 120.0, count, "nvml-samples-gemm.json", seconds)
+    reading = parse_run(load.run, gemm.parse_gemm) if load.run is not None else None
+    if reading is None:
+        from .probes._run import Reading
+
+        reading = Reading(None, None, load.failure or "the GEMM did not run")
+    return compute.GemmLoad(reading, load, gpuaccept_models)

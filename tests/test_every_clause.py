@@ -5,6 +5,7 @@ a clause whose checks could not be matched to what the contract asked would leav
 """
 
 from conftest import DATA
+from test_compute import as_gpus
 from test_network_acceptance import IB_UP, sysfs_tree
 from test_nvlink_health import h100_errors, h100_status
 from test_utilisation import recording
@@ -22,6 +23,7 @@ nvlink: {every_pair: true, min_links: 6, links_per_gpu: 18, link_speed: "26.5 GB
 tools: {python: "/usr/bin/python3"}
 p2p: {min_bandwidth: "700 GB/s", min_bidirectional: "1500 GB/s"}
 memory_bandwidth: {min_bandwidth: "10 GB/s"}
+compute: {dtype: fp32, min_tflops: 0.0001, duration: "3 s", n: 256}
 host_bandwidth: {min_bandwidth: "50 GB/s"}
 allreduce: {min_busbw: "40 GB/s", min_bytes: "8 B", max_bytes: "128 MiB"}
 nics: {interfaces: ["ens*"], min_speed: "25 Gb/s"}
@@ -48,7 +50,11 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     head, *lines = (DATA / "torch" / "membw_cpu_2dev.txt").read_text().splitlines()
     gpus = [lines[n % 2].replace('"gpu": 0', '"gpu": N').replace('"gpu": 1', '"gpu": N').replace("N", str(n), 1)
             .replace('"device": "cpu"', f'"device": "cuda:{n}"') for n in range(4)]
-    fake_tools.add("python", "\n".join([head, *gpus]) + "\n")
+    fake_tools.add("python", "\n".join([head, *gpus]) + "\n", when="membw")
+    # The GEMM workload: the recorded CPU run's windows, as GPUs 0-3 (GPUs 2 and 3 repeat 0 and 1; built here).
+    head, *windows = as_gpus((DATA / "torch" / "gemm_cpu_2proc_fp32_n256.txt").read_text()).splitlines()
+    more = [w.replace('"gpu": 0', '"gpu": 2').replace('"gpu": 1', '"gpu": 3') for w in windows]
+    fake_tools.add("python", "\n".join([head, *windows, *more]) + "\n", when="gemm")
     fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
     fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
@@ -66,7 +72,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     assert run.result.ret == 0
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and four health clauses per GPU: every check once.
-    # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth per GPU; host_bandwidth: 4 GPUs x 2 directions.
-    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 12 + 6 + 4 + 8 + 4 + 4 * 5
+    # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth and compute per GPU; host_bandwidth: 4 x 2.
+    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 8 + 4 + 4 * 5
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

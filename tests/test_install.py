@@ -18,7 +18,7 @@ def test_the_wheel_ships_the_suites_and_the_entry_points(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     wheel = next(tmp_path.glob("pytest_gpuaccept-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for suite in ("test_gpus.py", "test_nvlink.py", "test_p2p.py", "test_memory_bandwidth.py", "test_host_bandwidth.py", "test_allreduce.py", "test_network.py", "test_utilisation.py"):
+    for suite in ("test_gpus.py", "test_nvlink.py", "test_p2p.py", "test_memory_bandwidth.py", "test_compute.py", "test_host_bandwidth.py", "test_allreduce.py", "test_network.py", "test_utilisation.py"):
         assert f"pytest_gpuaccept/suites/{suite}" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "gpuaccept = pytest_gpuaccept.plugin" in entry_points

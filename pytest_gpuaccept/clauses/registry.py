@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import allreduce, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
+from . import allreduce, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
 from .base import Clause, HostNames, Section
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..subjects import Subject
 
 # Modules in the order of the format; within each, its sections and clauses in report order.
-_MODULES = (gpus, nvlink, p2p, memory_bandwidth, host_bandwidth, allreduce, network, utilisation)
+_MODULES = (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, network, utilisation)
 
 CLAUSES: tuple[Clause, ...] = tuple(clause for module in _MODULES for clause in module.CLAUSES)
 SECTIONS: tuple[Section[Any], ...] = tuple(dict.fromkeys(clause.section for clause in CLAUSES))

@@ -69,7 +69,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def _timeline(series: GpuSeries, min_percent: float | None, warmup_s: float) -> dict[str, Any]:
+def timeline_details(series: GpuSeries, min_percent: float | None, warmup_s: float) -> dict[str, Any]:
     rows = [[s.t_s, s.util_percent, s.sm_clock_mhz, s.power_w, s.temp_c] for s in series.samples]
     return {"timeline": {"fields": ["t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c"], "rows": rows,
                          "threshold": min_percent, "warmup_s": warmup_s}}
@@ -90,7 +90,7 @@ def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contra
         return v.failed(None, str(m.lost(index)))
     if series is None:
         return v.not_measured(failure or f"GPU{index} was not sampled")
-    details = _timeline(series, minimum, warmup_s)
+    details = timeline_details(series, minimum, warmup_s)
     steady = [(s.t_s, s.util_percent) for s in series.samples if s.t_s >= warmup_s and s.util_percent is not None]
     if not steady:
         return v.not_measured(failure or f"no utilisation sample after the {fmt(warmup_s)} s warmup", details)

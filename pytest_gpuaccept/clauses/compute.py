@@ -1,0 +1,119 @@
+"""The `compute` section: dense GEMM TFLOPS per GPU in the contract's dtype, every GPU at once.
+
+Measured with PyTorch (`pytest_gpuaccept.workloads.gemm`) for `duration`, while NVML samples SM clock,
+power and temperature (drawn in the report beside the figure). Judged on the sustained figure (the
+median of the second half of the run: a power-capped rack shows here first); the burst figure is shown
+beside it. The threshold is `min_tflops`, or `min_fraction_of_peak` of the model's published dense
+figure for the dtype (a model or dtype the table lacks: not measured, naming it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .. import schema
+from ..measurements import GpuModels, LoadRun
+from ..models import Model
+from ..probes._run import Reading
+from ..probes.gemm import Gemm
+from ..schema import Key
+from ..subjects import Subject
+from ..units import Duration, parse_duration
+from ..verdict import Check, Verdict
+from .base import Clause, PerGpu, Section
+from .utilisation import timeline_details
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+
+DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32", "fp64")
+
+
+@dataclass(frozen=True)
+class Compute:
+    dtype: str
+    min_tflops: float | None
+    min_fraction_of_peak: float | None
+    duration: Duration
+    n: int
+
+
+def _exactly_one(section: Compute, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if (section.min_tflops is None) == (section.min_fraction_of_peak is None):
+        return [("compute", "expected exactly one of min_tflops and min_fraction_of_peak")]
+    return []
+
+
+SECTION = Section(
+    "compute",
+    {"dtype": Key(schema.one_of(*DTYPES), required=True), "min_tflops": Key(schema.number(0.0, 100000.0, low_open=True)),
+     "min_fraction_of_peak": Key(schema.number(0.0, 1.0, low_open=True)),
+     "duration": Key(schema.duration, default=parse_duration("30 s")), "n": Key(schema.whole(64, 65536), default=8192)},
+    Compute, "dense GEMM TFLOPS per GPU, every GPU at once (PyTorch)", needs_gpu_count=True, cross_check=_exactly_one)
+
+
+@dataclass(frozen=True)
+class GemmLoad:
+    """The GEMM run, its NVML samples (as the utilisation load keeps them), and the GPUs' models."""
+
+    reading: Reading[Gemm]
+    load: LoadRun
+    models: GpuModels
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        return self.reading.evidence + self.load.evidence + self.models.evidence
+
+
+def _published(model: Model | None, dtype: str) -> float | None:
+    return model.tflops.get(dtype) if model is not None else None
+
+
+def judge(section: Compute, subject: Subject, m: GemmLoad, contract: Contract) -> Check:
+    assert subject.gpu is not None
+    index = subject.gpu
+    model = m.models.model(index)
+    published = _published(model, section.dtype)
+    v = Verdict(CLAUSE.key, subject, unit="TFLOPS", evidence=m.evidence)
+    if section.min_tflops is not None:
+        minimum = section.min_tflops
+    else:
+        assert section.min_fraction_of_peak is not None
+        if published is None:
+            what = f"{model.name} has no published {section.dtype} figure" if model else \
+                f"GPU{index}'s PCI device ID {m.models.device_ids.get(index) or '(unread)'} is not in the model table"
+            return v.not_measured(f"{what}: no figure to take {section.min_fraction_of_peak:g} of")
+        minimum = section.min_fraction_of_peak * published
+    v = v.but(required=f">= {minimum:g}", threshold=minimum)
+    result = m.reading.value
+    if result is None:
+        return v.not_measured(m.reading.failure or "no measurement")
+    if result.device != "cuda":
+        return v.not_measured(f"the GEMM ran on the {result.device}, not on the GPUs: not a GPU figure")
+    if result.dtype != section.dtype:
+        return v.not_measured(f"the GEMM ran in {result.dtype}, the contract asks {section.dtype}")
+    run = result.runs.get(index)
+    if run is None:
+        return v.failed(None, f"GPU{index} did not run the GEMM (ran: {sorted(result.runs)})")
+    series, _failure = m.load.of(index)
+    details: dict[str, Any] = timeline_details(series, None, 0.0) if series is not None else {}
+    details["burst_tflops"] = round(run.burst, 2)
+    ended = run.windows[-1][0]
+    if not run.done or ended < 0.9 * result.duration_s:
+        return v.failed(None, f"GPU{index} stopped after {ended:.1f} s of the {result.duration_s:g} s run", details)
+    if not run.finite:
+        return v.failed(None, f"GPU{index}'s product is not finite: its arithmetic cannot be trusted", details)
+    sustained = run.sustained(result.duration_s)
+    details["sustained_tflops"] = round(sustained, 2)
+    note = f", {sustained / published:.0%} of the published {published:g} ({model.name})" if published and model else ""
+    if published:
+        details["fraction_of_published"] = round(sustained / published, 4)
+    return v.at_least(sustained, minimum, f"GPU{index} sustained {section.dtype}", details,
+                      suffix=f" (burst {run.burst:.1f} TFLOPS, all GPUs at once, n={result.n}{note})")
+
+
+CLAUSE = Clause("compute", SECTION, "test_compute", PerGpu(), "gpuaccept_gemm", judge,
+                "sustained dense GEMM TFLOPS in `dtype`, every GPU at once, with burst, clock, power and temperature",
+                "TFLOPS")
+CLAUSES = (CLAUSE,)
