@@ -78,3 +78,34 @@ def busbw_chart(table: list[list[Any]], threshold: float) -> str:
     return line_chart("all_reduce busbw over message size", xs,
                       [("out-of-place", [row[1] for row in body], "#0969da"), ("in-place", in_place, "#8c959f")],
                       "GB/s", threshold, f"threshold {threshold:g} GB/s", x_label="bytes (log2)", log2_x=True)
+
+
+def heat_map(title: str, cells: dict[tuple[int, int], tuple[float | None, str]], unit: str) -> str:
+    """A GPU x GPU grid (row: from, column: to), each cell its value, shaded by it; failed red, unmeasured grey."""
+    if not cells:
+        return ""
+    size = max(max(pair) for pair in cells) + 1
+    values = [v for v, _outcome in cells.values() if v is not None]
+    top = max(values) if values else 1.0
+    style = "padding:2px 6px;text-align:right;font-size:11px;border:1px solid #fff"
+    head = "".join(f'<th style="{style}">GPU{j}</th>' for j in range(size))
+    rows = []
+    for i in range(size):
+        tds = []
+        for j in range(size):
+            value, outcome = cells.get((i, j), (None, ""))
+            if i == j:
+                tds.append(f'<td style="{style};background:#eee">—</td>')
+                continue
+            if outcome == "passed" and value is not None:
+                shade = int(235 - 120 * (value / top if top else 0))
+                colour = f"rgb({shade},{min(255, shade + 40)},{shade})"
+            elif outcome == "failed":
+                colour = "#f4b6b6"
+            else:
+                colour = "#d0d0d0"
+            shown = "—" if value is None else f"{value:g}"
+            tds.append(f'<td style="{style};background:{colour}" title="GPU{i}->GPU{j}: {outcome}">{shown}</td>')
+        rows.append(f'<tr><th style="{style}">GPU{i}</th>{"".join(tds)}</tr>')
+    return (f'<h4>{html.escape(title)} ({html.escape(unit)}; row: from, column: to)</h4>'
+            f'<table style="border-collapse:collapse"><tr><th></th>{head}</tr>{"".join(rows)}</table>')

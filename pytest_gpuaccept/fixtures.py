@@ -88,7 +88,7 @@ def gpuaccept_topology(request: pytest.FixtureRequest) -> Reading[Topology]:
 
 @pytest.fixture(scope="session")
 def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
-                        gpuaccept_host: HostReading) -> AllReduceRuns:
+                        gpuaccept_host: HostReading, gpuaccept_models: GpuModels) -> AllReduceRuns:
     """Every all_reduce run the contract asks for (`repeats`), parsed; `tool` names what measured.
 
     nccl-tests' all_reduce_perf by default; PyTorch distributed only where the contract says `tool: torch`.
@@ -112,7 +112,7 @@ def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Cont
             run = nccl_tests.run_all_reduce(state.runner, args, repeat)
         readings.append(parse_run(run, nccl_tests.parse_all_reduce))
     tool = "PyTorch distributed (NCCL backend), not nccl-tests" if clause.tool == "torch" else "nccl-tests"
-    return AllReduceRuns(tuple(readings), tool, tuple(gpu.name for gpu in gpuaccept_host.host.gpus))
+    return AllReduceRuns(tuple(readings), tool, tuple(gpu.name for gpu in gpuaccept_host.host.gpus), gpuaccept_models)
 
 
 @pytest.fixture(scope="session")

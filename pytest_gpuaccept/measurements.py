@@ -43,6 +43,7 @@ class AllReduceRuns:
     readings: tuple[Reading[NcclResult], ...]
     tool: str
     gpu_names: tuple[str, ...]  # as NVML names them: the model bounds what busbw is physically possible
+    models: GpuModels | None = None  # for "x % of the published figure"
 
 
 @dataclass(frozen=True)

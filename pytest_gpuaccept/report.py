@@ -362,6 +362,21 @@ def _table(rows: list[list[Any]]) -> str:
     return f'<table style="border-collapse:collapse"><tr>{cells}</tr>{lines}</table>'
 
 
+_ORDERED = re.compile(r"^GPU(\d+)->GPU(\d+)$")
+
+
+def _p2p_map(checks: list[dict[str, Any]]) -> str:
+    """The p2p checks as a GPU x GPU heat map: where a slow link or GPU sits shows at a glance."""
+    cells: dict[tuple[int, int], tuple[float | None, str]] = {}
+    for check in checks:
+        match = _ORDERED.match(str(check.get("subject", ""))) if check.get("clause") == "p2p" else None
+        if match:
+            measured = check.get("measured")
+            cells[(int(match.group(1)), int(match.group(2)))] = (
+                float(measured) if isinstance(measured, (int, float)) else None, str(check["outcome"]))
+    return charts.heat_map("GPU-to-GPU copy bandwidth", cells, "GB/s")
+
+
 def banner(results: dict[str, Any], state: State, digest: str) -> str:
     verdict = results["verdict"].upper()
     color = "#1a7f37" if verdict == "ACCEPTED" else "#cf222e"
@@ -405,6 +420,6 @@ def banner(results: dict[str, Any], state: State, digest: str) -> str:
         f"of {len(results['checks'])} checks.</p>"
         f"<table>{rows}</table><ul>{gpus}</ul>"
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.get('not_in_contract', [])) or 'none')}</p>"
-        f"<h3>Checks</h3>{_table(summary)}"
+        f"{_p2p_map(results['checks'])}<h3>Checks</h3>{_table(summary)}"
         f"<h3>Other plugins and conftest files loaded</h3>{_table(plugins) if len(plugins) > 1 else '<p>none</p>'}</div>"
     )

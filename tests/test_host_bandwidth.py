@@ -87,3 +87,15 @@ def test_p2p_figures_are_set_beside_half_the_nvlink_bandwidth_of_the_model(accep
     check = {c["subject"]: c for c in run.checks("p2p")}["GPU0->GPU1"]
     assert check["message"].endswith("85% of the published 900 GB/s (B300 SXM6 AC NVLink))")
     assert "fraction_of_published" in run.html
+
+
+def test_allreduce_busbw_is_set_beside_the_one_way_nvlink_figure(accept, fake_tools, tmp_path):
+    from test_bundle import p5_log
+
+    fake_tools.add("all_reduce_perf", p5_log())
+    run = accept(CONTRACT.format(count=8, section="allreduce:\n  min_busbw: '450 GB/s'\n  max_bytes: '16 GiB'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+    check = run.checks("allreduce")[0]
+    assert check["message"] == ("busbw 483.05 GB/s at 17179869184 bytes >= 450 GB/s (nccl-tests; 107% of the published "
+                                "450 GB/s (H100 SXM5 80GB NVLink, one direction))")
+    assert check["details"]["fraction_of_published"] == pytest.approx(483.05 / 450, abs=1e-4)

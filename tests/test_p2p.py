@@ -170,3 +170,12 @@ def test_the_p2p_section_is_validated():
 def test_corpus_files_are_all_covered():
     assert sorted(p.name for p in NVB.iterdir() if p.name != "EXPECTED.yaml") == sorted(NVB_EXPECTED)
     assert sorted(p.name for p in P2P.iterdir() if p.name != "EXPECTED.yaml") == sorted(P2P_EXPECTED)
+
+
+def test_the_report_draws_the_pairs_as_a_heat_map(accept, fake_tools):
+    fake_tools.add("p2pBandwidthLatencyTest", P2P / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt")
+    run = accept(CONTRACT.format(count=8, minimum="366.30 GB/s", extra="  tool: p2pBandwidthLatencyTest\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"))
+    page = run.html
+    assert "GPU-to-GPU copy bandwidth (GB/s; row: from, column: to)" in page
+    assert 'title="GPU0->GPU1: failed">365.3<' in page and 'title="GPU7->GPU6: passed">393.08<' in page

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import AllReduceRuns
+from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes.nccl_tests import NcclResult, Row
 from ..schema import Key
 from ..subjects import Subject
@@ -102,10 +103,23 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
             return v.not_measured("; ".join(problems), details)
         return v.failed(best.oop_busbw_gbyte_s, "; ".join(problems), details)
     assert best is not None
-    runs = f" (best of {len(m.readings)} runs, {m.tool})" if len(m.readings) > 1 else f" ({m.tool})"
+    extra, note = fraction_note(best.oop_busbw_gbyte_s, *_published(m, gpus))
+    runs = f" (best of {len(m.readings)} runs, {m.tool}{note})" if len(m.readings) > 1 else f" ({m.tool}{note})"
     bound = busbw_bound(m.gpu_names)
-    return v.at_least(best.oop_busbw_gbyte_s, minimum, "busbw", details, bound[0] if bound else None,
+    return v.at_least(best.oop_busbw_gbyte_s, minimum, "busbw", {**details, **extra}, bound[0] if bound else None,
                       bound[1] if bound else "", where=f" at {best.size_bytes} bytes", suffix=runs)
+
+
+def _published(m: AllReduceRuns, gpus: int) -> tuple[float | None, str]:
+    """The one-way GPU interconnect figure of the slowest model among the GPUs: what busbw is set beside."""
+    models = [m.models.model(i) for i in range(gpus)] if m.models else []
+    if not models or any(model is None for model in models):
+        return None, ""
+    slowest = min((model for model in models if model is not None), key=lambda x: x.nvlink_gbyte_s or 0)
+    if slowest.nvlink_gbyte_s:
+        return slowest.nvlink_gbyte_s / 2, f"{slowest.name} NVLink, one direction"
+    pcie = PCIE_X16_GBYTE_S.get(slowest.pcie_gen)
+    return pcie, f"{slowest.name} PCIe Gen{slowest.pcie_gen} x16"
 
 
 def _run_problems(result: NcclResult, max_bytes: int, gpu_count: int) -> list[str]:
