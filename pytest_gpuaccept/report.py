@@ -13,7 +13,7 @@ import pytest
 
 from . import __version__, charts
 from .bundle import CONTRACT_COPY, RESULTS_COPY, evidence_digest, write_manifest
-from .clauses import registry
+from .clauses import p2p, registry
 from .evidence import Evidence, ForeignEvidence
 from .integrity import loaded_plugins, replaced_code
 from .probes._run import last_line
@@ -369,7 +369,7 @@ def _p2p_map(checks: list[dict[str, Any]]) -> str:
     """The p2p checks as a GPU x GPU heat map: where a slow link or GPU sits shows at a glance."""
     cells: dict[tuple[int, int], tuple[float | None, str]] = {}
     for check in checks:
-        match = _ORDERED.match(str(check.get("subject", ""))) if check.get("clause") == "p2p" else None
+        match = _ORDERED.match(str(check.get("subject", ""))) if check.get("clause") == p2p.ONE_WAY.key else None
         if match:
             measured = check.get("measured")
             cells[(int(match.group(1)), int(match.group(2)))] = (
