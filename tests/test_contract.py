@@ -128,3 +128,12 @@ def test_the_contract_digest_is_of_its_bytes(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(GOOD)
     assert load_contract(path).sha256 == hashlib.sha256(GOOD.encode()).hexdigest()
+
+
+def test_the_readme_example_contract_is_valid():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    example = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
+    assert parse_contract(example, "README.md").sections()
