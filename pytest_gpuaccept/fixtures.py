@@ -124,6 +124,11 @@ def gpuaccept_p2p(request: pytest.FixtureRequest, gpuaccept_contract: Contract, 
     runner = _state(request).runner
     section = p2p.SECTION.of(gpuaccept_contract)
     both = section.min_bidirectional is not None
+    if section.tool == "torch":
+        from .probes import torch_p2p
+
+        reading = torch_p2p.run_torch_p2p(runner, gpuaccept_contract.gpus.count, section.size.nbytes, section.repeats, both)
+        return p2p.with_models(p2p.from_torch(reading, gpuaccept_contract.gpus.count), gpuaccept_models)
     if section.tool == "p2pBandwidthLatencyTest":
         return p2p.with_models(p2p.from_p2p_latency(p2p_latency.run_p2p_latency(runner), both), gpuaccept_models)
     cases = (p2p.WRITE_CE, p2p.READ_CE) + ((p2p.BIDIR_CE,) if both else ())

@@ -161,10 +161,10 @@ def test_without_nvbandwidth_every_pair_is_not_measured(accept, fake_tools):
 
 def test_the_p2p_section_is_validated():
     with pytest.raises(ContractError) as raised:
-        parse_contract("gpuaccept: 1\nvendor: V\ngpus: {count: 8}\np2p: {min_bandwidth: '350 GB/s', tool: torch}\n",
+        parse_contract("gpuaccept: 1\nvendor: V\ngpus: {count: 8}\np2p: {min_bandwidth: '350 GB/s', tool: nccl}\n",
                        "v.yaml")
     assert raised.value.problems == ["v.yaml:4: p2p.tool: expected one of 'nvbandwidth', 'p2pBandwidthLatencyTest', "
-                                     "got 'torch'"]
+                                     "'torch', got 'nccl'"]
 
 
 def test_corpus_files_are_all_covered():
@@ -179,3 +179,56 @@ def test_the_report_draws_the_pairs_as_a_heat_map(accept, fake_tools):
     page = run.html
     assert "GPU-to-GPU copy bandwidth (GB/s; row: from, column: to)" in page
     assert 'title="GPU0->GPU1: failed">365.3<' in page and 'title="GPU7->GPU6: passed">393.08<' in page
+
+
+TORCH = (DATA / "torch" / "p2p_cpu_2dev_bidirectional.txt").read_text()  # a real CPU run: device cpu
+TORCH_AS_GPUS = TORCH.replace("device cpu", "device cuda", 1)  # relabelled here, not recorded on GPUs
+
+
+def _torch_run(accept, fake_tools, output: str, minimum: str = "5 GB/s"):
+    fake_tools.add("python", output)
+    contract = CONTRACT.format(count=2, minimum=minimum, extra="  min_bidirectional: '10 GB/s'\n  tool: torch\n"
+                               "  size: '64 MiB'\n  repeats: 3\n")
+    contract = contract.replace("gpus:", f'tools: {{python: "{fake_tools.bin_dir / "python"}"}}\ngpus:')
+    return accept(contract, nvml_recording("h100_sxm5_8gpu.json"))
+
+
+def test_torch_copies_are_judged_from_their_bytes_and_timings(accept, fake_tools):
+    run = _torch_run(accept, fake_tools, TORCH_AS_GPUS)
+    one_way = _checks(run)
+    assert one_way["GPU0->GPU1"]["measured"] == round(67108864 / 0.009120910000092408 / 1e9, 3)
+    assert {c["outcome"] for c in one_way.values()} == {"passed"}
+    assert _checks(run, "p2p.bidirectional")["GPU0<->GPU1"]["measured"] == round(2 * 67108864 / 0.018275563000315742 / 1e9, 3)
+    assert fake_tools.calls("python") == [["python", "-m", "pytest_gpuaccept.workloads.p2p", "--gpus", "2", "--bytes",
+                                           "67108864", "--repeats", "3", "--bidirectional"]]
+
+
+def test_torch_a_pair_without_peer_access_fails_and_a_cpu_run_is_not_a_gpu_figure(accept, fake_tools):
+    no_peer = TORCH_AS_GPUS.replace('{"src": 1, "dst": 0, "peer": true', '{"src": 1, "dst": 0, "peer": false', 1)
+    run = _torch_run(accept, fake_tools, no_peer)
+    check = _checks(run)["GPU1->GPU0"]
+    assert (check["outcome"], check["measured"]) == ("failed", None) and "no peer access" in check["message"]
+    assert _checks(run, "p2p.bidirectional")["GPU0<->GPU1"]["outcome"] == "failed"
+
+
+def test_torch_copies_between_cpu_tensors_are_never_a_gpu_figure(accept, fake_tools):
+    run = _torch_run(accept, fake_tools, TORCH)
+    assert {c["message"] for c in run.checks("p2p")} == {"not measured: the copies ran on the cpu, not between GPUs"}
+
+
+def test_the_torch_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing():
+    import importlib.util
+    import subprocess
+    import sys
+
+    from pytest_gpuaccept.probes.torch_p2p import parse_torch_p2p
+
+    done = subprocess.run([sys.executable, "-W", "ignore", "-m", "pytest_gpuaccept.workloads.p2p", "--gpus", "2",
+                           "--bytes", str(1 << 20), "--repeats", "2", "--bidirectional", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=120)
+    if importlib.util.find_spec("torch") is None:
+        assert done.returncode == 3 and "PyTorch is not installed" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        result = parse_torch_p2p(done.stdout)
+        assert set(result.one_way) == {(0, 1), (1, 0)} and set(result.both_ways) == {(0, 1)}

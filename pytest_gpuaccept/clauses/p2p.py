@@ -1,7 +1,7 @@
 """The `p2p` section: GPU-to-GPU copy bandwidth for every ordered pair (and both ways at once).
 
-Measured by NVIDIA's nvbandwidth (default) or cuda-samples' p2pBandwidthLatencyTest; both are reduced
-here to one view: for each ordered pair i -> j, every figure a tool printed for data moving from GPU i
+Measured by NVIDIA's nvbandwidth (default), cuda-samples' p2pBandwidthLatencyTest or our PyTorch workload;
+each is reduced here to one view: for each ordered pair i -> j, every figure a tool printed for data moving from GPU i
 to GPU j, and the pairs without peer access. How each tool's cells map to subjects:
 
 - nvbandwidth `device_to_device_memcpy_write_ce`: cell [row r][column c] is GPU r writing into GPU c,
@@ -12,6 +12,8 @@ to GPU j, and the pairs without peer access. How each tool's cells map to subjec
 - p2pBandwidthLatencyTest `Unidirectional P2P=Enabled (P2P Writes)` [i][j]: GPU i writes into GPU j;
   `Bidirectional P2P=Enabled` [i][j]: both ways. A pair it reports as `CANNOT Access Peer` (or 0 in the
   connectivity matrix) was copied through host memory by the tool's fallback: it fails, never passes.
+- PyTorch (`pytest_gpuaccept.workloads.p2p`): one line per ordered pair and, both ways, per pair; a pair
+  without peer access is never copied. A run between CPU tensors (the tests) is never a GPU figure.
 """
 
 from __future__ import annotations
@@ -25,16 +27,17 @@ from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes._run import Reading
 from ..probes.nvbandwidth import NvBandwidth
 from ..probes.p2p_latency import P2pLatency
+from ..probes.torch_p2p import TorchP2p
 from ..schema import Key
 from ..subjects import Subject
-from ..units import Bandwidth
+from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, Verdict, fmt
 from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
 
-TOOLS = ("nvbandwidth", "p2pBandwidthLatencyTest")
+TOOLS = ("nvbandwidth", "p2pBandwidthLatencyTest", "torch")
 WRITE_CE, READ_CE = "device_to_device_memcpy_write_ce", "device_to_device_memcpy_read_ce"
 BIDIR_CE = "device_to_device_bidirectional_memcpy_read_ce"
 
@@ -44,6 +47,8 @@ class P2p:
     min_bandwidth: Bandwidth
     min_bidirectional: Bandwidth | None
     tool: str
+    size: Size  # torch: bytes copied each time
+    repeats: int  # torch: timed copies after a warm-up
 
 
 def _rules(p2p: P2p, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -56,7 +61,8 @@ def _rules(p2p: P2p, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
 SECTION = Section(
     "p2p",
     {"min_bandwidth": Key(schema.bandwidth, required=True), "min_bidirectional": Key(schema.bandwidth),
-     "tool": Key(schema.one_of(*TOOLS), default="nvbandwidth")},
+     "tool": Key(schema.one_of(*TOOLS), default="nvbandwidth"), "size": Key(schema.size, default=parse_size("1 GiB")),
+     "repeats": Key(schema.whole(1, 1000), default=10)},
     P2p, "GPU-to-GPU copy bandwidth (nvbandwidth or p2pBandwidthLatencyTest)", needs_gpu_count=True,
     cross_check=_rules)
 
@@ -153,6 +159,17 @@ def published(m: P2pView, i: int, j: int, both: bool) -> tuple[float | None, str
         return (model.nvlink_gbyte_s if both else model.nvlink_gbyte_s / 2), f"{model.name} NVLink"
     pcie = PCIE_X16_GBYTE_S.get(model.pcie_gen)
     return ((pcie * 2 if both else pcie) if pcie else None), f"{model.name} PCIe Gen{model.pcie_gen} x16"
+
+
+def from_torch(reading: Reading[TorchP2p], gpus: int) -> P2pView:
+    result = reading.value
+    if result is None:
+        return P2pView("PyTorch", reading.evidence, reading.failure)
+    if result.device != "cuda":
+        return P2pView("PyTorch", reading.evidence, f"the copies ran on the {result.device}, not between GPUs")
+    return P2pView("PyTorch", reading.evidence, None, {pair: [("copy", value)] for pair, value in result.one_way.items()},
+                   dict(result.both_ways), {pair: "PyTorch: no peer access (torch.cuda.can_device_access_peer)"
+                                            for pair in result.no_peer}, gpus)
 
 
 def _pair(subject: Subject) -> tuple[int, int]:
