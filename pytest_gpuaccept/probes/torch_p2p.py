@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from . import ParseError
 from ._run import Reading, ToolRunner, parse_run
 
-TOOL = "p2p"
+TOOL = "workloads.p2p"  # our PyTorch workload, named as ParseError shows it
 MODULE = "pytest_gpuaccept.workloads.p2p"
 _HEADER = re.compile(r"^# pytest-gpuaccept p2p: PyTorch (\S+), device (\w+), (\d+) bytes, (\d+) repeats")
 
