@@ -145,14 +145,22 @@ def gpuaccept_models(request: pytest.FixtureRequest) -> GpuModels:
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_host_copies(request: pytest.FixtureRequest, gpuaccept_models: GpuModels) -> HostCopies:
-    """Host <-> GPU copy bandwidth per GPU and direction, one nvbandwidth run."""
+def gpuaccept_host_copies(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+                          gpuaccept_models: GpuModels) -> HostCopies:
+    """Host <-> GPU copy bandwidth per GPU and direction: one nvbandwidth run, or our PyTorch workload with each
+    GPU's pinned buffer allocated on its own NUMA node (its local_cpulist in sysfs)."""
     from .clauses import host_bandwidth
-    from .probes import nvbandwidth
+    from .probes import nvbandwidth, torch_hostbw
 
-    reading = nvbandwidth.run_nvbandwidth(_state(request).runner, tuple(host_bandwidth.TESTCASES.values()),
-                                          key="nvbandwidth_host")
-    return host_bandwidth.from_nvbandwidth(reading, gpuaccept_models)
+    state = _state(request)
+    section = host_bandwidth.SECTION.of(gpuaccept_contract)
+    if section.tool == "torch":
+        count = gpuaccept_contract.gpus.count
+        cpus = {gpu: local for gpu, local in state.local_cpus().items() if gpu < count}
+        reading = torch_hostbw.run_torch_hostbw(state.runner, count, section.size.nbytes, section.repeats, cpus)
+        return host_bandwidth.from_torch(reading, gpuaccept_models, count)
+    nvb = nvbandwidth.run_nvbandwidth(state.runner, tuple(host_bandwidth.TESTCASES.values()), key="nvbandwidth_host")
+    return host_bandwidth.from_nvbandwidth(nvb, gpuaccept_models)
 
 
 @pytest.fixture(scope="session")

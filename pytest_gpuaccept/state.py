@@ -60,11 +60,20 @@ class State:
         reading["recorded"] = str(self.nvml_recording)
         return reading
 
+    def _pci(self) -> dict[str, Any]:
+        host = self.host()
+        return self.runner.reading(PCI_FILE, lambda: sysfs.read_pci_devices(
+            self.sys_root, {g.index: g.pci_bus_id for g in host.gpus if g.pci_bus_id}))
+
+    def local_cpus(self) -> dict[int, str]:
+        """The CPUs local to each GPU (its PCI function's local_cpulist in sysfs), by GPU index."""
+        devices = self._pci().get("devices", {})
+        return {int(i): str(d.get("local_cpulist") or "") for i, d in devices.items()}
+
     def gpu_models(self) -> tuple[dict[int, str | None], dict[int, Model | None], str]:
         """Each NVML GPU's PCI device ID from sysfs (vendor 0x10de, display class) and its model; the evidence file."""
         host = self.host()
-        reading = self.runner.reading(PCI_FILE, lambda: sysfs.read_pci_devices(
-            self.sys_root, {g.index: g.pci_bus_id for g in host.gpus if g.pci_bus_id}))
+        reading = self._pci()
         ids: dict[int, str | None] = {}
         for gpu in host.gpus:
             entry = reading.get("devices", {}).get(str(gpu.index)) or {}

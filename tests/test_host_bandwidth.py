@@ -20,7 +20,8 @@ def pci_tree(root, device: str, recording: str = "h100_sxm5_8gpu.json") -> str:
     for gpu in gpus:
         folder = root / "bus" / "pci" / "devices" / sysfs_bus_id(gpu["pci_bus_id"])
         folder.mkdir(parents=True)
-        for name, value in (("vendor", "0x10de"), ("device", device), ("class", "0x030200")):
+        local = "0-55" if gpu["index"] < len(gpus) // 2 else "56-111"
+        for name, value in (("vendor", "0x10de"), ("device", device), ("class", "0x030200"), ("local_cpulist", local)):
             (folder / name).write_text(value + "\n")
     (root / "class" / "net").mkdir(parents=True, exist_ok=True)
     return f"--gpuaccept-sysfs={root}"
@@ -99,3 +100,46 @@ def test_allreduce_busbw_is_set_beside_the_one_way_nvlink_figure(accept, fake_to
     assert check["message"] == ("busbw 483.05 GB/s at 17179869184 bytes >= 450 GB/s (nccl-tests; 107% of the published "
                                 "450 GB/s (H100 SXM5 80GB NVLink, one direction))")
     assert check["details"]["fraction_of_published"] == pytest.approx(483.05 / 450, abs=1e-4)
+
+
+HOSTBW = (DATA / "torch" / "hostbw_cpu_2dev_pinned_cpus.txt").read_text()  # a real CPU run: device cpu
+
+
+def _torch_host(accept, fake_tools, tmp_path, output: str):
+    fake_tools.add("python", output)
+    contract = (f'gpuaccept: 1\nvendor: V\ntools: {{python: "{fake_tools.bin_dir / "python"}"}}\ngpus:\n  count: 2\n'
+                "host_bandwidth:\n  min_bandwidth: '3 GB/s'\n  tool: torch\n  size: '64 MiB'\n  repeats: 3\n")
+    return accept(contract, nvml_recording("h100_sxm5_4gpu.json"), pci_tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json"))
+
+
+def test_torch_host_copies_come_from_each_gpus_own_numa_node(accept, fake_tools, tmp_path):
+    run = _torch_host(accept, fake_tools, tmp_path, HOSTBW.replace("device cpu", "device cuda", 1))  # relabelled here
+    checks = {c["subject"]: c for c in run.checks("host_bandwidth")}
+    assert checks["GPU0:h2d"]["measured"] == round(67108864 / 0.016804914000204008 / 1e9, 3)
+    assert "host buffer on CPUs 0" in checks["GPU0:h2d"]["message"]
+    assert fake_tools.calls("python") == [["python", "-m", "pytest_gpuaccept.workloads.hostbw", "--gpus", "2", "--bytes",
+                                           "67108864", "--repeats", "3", "--cpus=0=0-55", "--cpus=1=0-55"]]
+
+
+def test_torch_host_copies_between_cpu_tensors_are_never_a_gpu_figure(accept, fake_tools, tmp_path):
+    run = _torch_host(accept, fake_tools, tmp_path, HOSTBW)
+    assert {c["message"] for c in run.checks("host_bandwidth")} == {
+        "not measured: the copies ran on the cpu, not to and from GPUs"}
+
+
+def test_the_host_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing():
+    import importlib.util
+    import subprocess
+    import sys
+
+    from pytest_gpuaccept.probes.torch_hostbw import parse_torch_hostbw
+
+    done = subprocess.run([sys.executable, "-W", "ignore", "-m", "pytest_gpuaccept.workloads.hostbw", "--gpus", "1",
+                           "--bytes", str(1 << 20), "--repeats", "2", "--cpus", "0=0", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=120)
+    if importlib.util.find_spec("torch") is None:
+        assert done.returncode == 3 and "PyTorch is not installed" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        result = parse_torch_hostbw(done.stdout)
+        assert set(result.figures) == {(0, "h2d"), (0, "d2h")} and result.cpus == {0: "0"}

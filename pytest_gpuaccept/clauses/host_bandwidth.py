@@ -15,9 +15,10 @@ from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes._run import Reading
 from ..probes.nvbandwidth import NvBandwidth
+from ..probes.torch_hostbw import HostBw
 from ..schema import Key
 from ..subjects import Subject
-from ..units import Bandwidth
+from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, Verdict, fmt
 from .base import Clause, PerGpuAspect, Section
 
@@ -30,10 +31,17 @@ TESTCASES = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce
 @dataclass(frozen=True)
 class HostBandwidth:
     min_bandwidth: Bandwidth
+    tool: str
+    size: Size
+    repeats: int
 
 
-SECTION = Section("host_bandwidth", {"min_bandwidth": Key(schema.bandwidth, required=True)}, HostBandwidth,
-                  "host <-> GPU copy bandwidth (nvbandwidth)", needs_gpu_count=True)
+SECTION = Section(
+    "host_bandwidth",
+    {"min_bandwidth": Key(schema.bandwidth, required=True),
+     "tool": Key(schema.one_of("nvbandwidth", "torch"), default="nvbandwidth"),
+     "size": Key(schema.size, default=parse_size("1 GiB")), "repeats": Key(schema.whole(1, 1000), default=10)},
+    HostBandwidth, "host <-> GPU copy bandwidth (nvbandwidth or PyTorch)", needs_gpu_count=True)
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class HostCopies:
     figures: dict[tuple[int, str], float] = field(default_factory=dict)
     columns: int = 0
     models: GpuModels | None = None
+    tool: str = "nvbandwidth"
+    cpus: dict[int, str] = field(default_factory=dict)  # torch: the CPUs each GPU's pinned buffer came from
 
 
 def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> HostCopies:
@@ -66,6 +76,17 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> HostCo
     return HostCopies(evidence, None, figures, min(columns), models)
 
 
+def from_torch(reading: Reading[HostBw], models: GpuModels, gpus: int) -> HostCopies:
+    evidence = reading.evidence + models.evidence
+    result = reading.value
+    if result is None:
+        return HostCopies(evidence, reading.failure, models=models, tool="PyTorch")
+    if result.device != "cuda":
+        return HostCopies(evidence, f"the copies ran on the {result.device}, not to and from GPUs", models=models,
+                          tool="PyTorch")
+    return HostCopies(evidence, None, dict(result.figures), gpus, models, "PyTorch", dict(result.cpus))
+
+
 def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Contract) -> Check:
     assert subject.gpu is not None and subject.aspect is not None
     minimum = section.min_bandwidth.gbyte_s
@@ -73,15 +94,18 @@ def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Con
     if m.failure:
         return v.not_measured(m.failure)
     if subject.gpu >= m.columns:
-        return v.failed(None, f"GPU{subject.gpu} not in nvbandwidth's matrix: it has {m.columns} GPUs")
+        return v.failed(None, f"GPU{subject.gpu} not in {m.tool}'s matrix: it has {m.columns} GPUs")
     value = m.figures.get((subject.gpu, subject.aspect))
     if value is None:
-        return v.failed(None, f"nvbandwidth printed N/A for GPU{subject.gpu} {subject.aspect}")
+        return v.failed(None, f"{m.tool} gave no figure for GPU{subject.gpu} {subject.aspect}")
     model = m.models.model(subject.gpu) if m.models else None
     published = PCIE_X16_GBYTE_S.get(model.pcie_gen) if model else None
     details, note = fraction_note(value, published, f"PCIe Gen{model.pcie_gen} x16, {model.name}" if model else "")
     direction = "host to GPU" if subject.aspect == "h2d" else "GPU to host"
-    return v.at_least(value, minimum, f"{subject} {direction}", details, suffix=f" (nvbandwidth{note})")
+    where = f", host buffer on CPUs {m.cpus[subject.gpu]}" if m.cpus.get(subject.gpu) else ""
+    if m.cpus.get(subject.gpu):
+        details["host_cpus"] = m.cpus[subject.gpu]
+    return v.at_least(value, minimum, f"{subject} {direction}", details, suffix=f" ({m.tool}{where}{note})")
 
 
 CLAUSE = Clause("host_bandwidth", SECTION, "test_host_bandwidth", PerGpuAspect(("h2d", "d2h"), "`GPU<i>:h2d`, `GPU<i>:d2h`"),

@@ -102,5 +102,6 @@ def read_pci_devices(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
     for index, bus_id in sorted(bus_ids.items()):
         folder = sys_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
         devices[str(index)] = {"bus_id": sysfs_bus_id(bus_id),
-                               **{key: _read(folder / key) for key in ("vendor", "device", "class")}}
+                               **{key: _read(folder / key) for key in ("vendor", "device", "class", "local_cpulist",
+                                                                         "numa_node")}}
     return {"devices": devices}
