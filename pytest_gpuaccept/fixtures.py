@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .clauses.memory_bandwidth import MemoryCopies
     from .clauses.p2p import P2pView
     from .contract import Contract
-    from .measurements import AllReduceRuns, GpuModels, HostReading, LoadRun, NicLinks, NvlinkErrorReadings, RdmaDevices
+    from .measurements import AllReduceRuns, GpuModels, HostReading, LoadRun, NicLinks, NvlinkErrorReadings, RdmaDevices, WithModels
     from .probes._run import Command, Reading, ToolRunner
     from .probes.iperf3 import Iperf3Runs
     from .probes.nvidia_smi import LinkStatus, Topology
@@ -181,6 +181,22 @@ def gpuaccept_nvlink_status(request: pytest.FixtureRequest) -> Reading[LinkStatu
     from .probes import nvidia_smi
 
     return nvidia_smi.read_nvlink_status(_state(request).runner)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_nvlink_topology(gpuaccept_topology: Reading[Topology], gpuaccept_models: GpuModels) -> WithModels[Topology]:
+    """`topo -m`, with the GPUs' models: each pair's NVLinks beside the model's published number of links."""
+    from .measurements import WithModels
+
+    return WithModels(gpuaccept_topology, gpuaccept_models)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_nvlink_links(gpuaccept_nvlink_status: Reading[LinkStatus], gpuaccept_models: GpuModels) -> WithModels[LinkStatus]:
+    """`nvlink -s`, with the GPUs' models: each link's speed beside the model's published one."""
+    from .measurements import WithModels
+
+    return WithModels(gpuaccept_nvlink_status, gpuaccept_models)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
     from .models import Model
@@ -22,6 +22,9 @@ class HostReading:
 
     host: Host
     evidence: tuple[str, ...]
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -101,3 +104,15 @@ class LoadRun:
         missing = None if index in self.series or not self.series else \
             f"GPU{index} not sampled: the host has {len(self.series)} GPUs"
         return self.series.get(index), self.failure or missing
+
+
+@dataclass(frozen=True)
+class WithModels(Generic[T]):
+    """A tool's reading, and the GPUs' models to set its figures beside the published ones."""
+
+    reading: Reading[T]
+    models: GpuModels
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        return self.reading.evidence

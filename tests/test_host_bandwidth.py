@@ -143,3 +143,17 @@ def test_the_host_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing(
         assert done.returncode == 0, done.stderr
         result = parse_torch_hostbw(done.stdout)
         assert set(result.figures) == {(0, "h2d"), (0, "d2h")} and result.cpus == {0: "0"}
+
+
+def test_nvlink_pairs_and_links_are_set_beside_the_models_published_links(accept, fake_tools, tmp_path):
+    from test_nvlink_health import h100_status
+
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt", when="topo")
+    fake_tools.add("nvidia-smi", h100_status(8), when="nvlink -s")
+    run = accept(CONTRACT.format(count=8, section="nvlink:\n  every_pair: true\n  min_links: 18\n  links_per_gpu: 18\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+    pair = run.checks("nvlink")[0]
+    assert pair["message"] == "NV18 between GPU0 and GPU1 (100% of the 18 NVLinks of a H100 SXM5 80GB)"
+    links = run.checks("nvlink.links")[0]
+    assert links["details"]["fraction_of_published"] == pytest.approx(26.562 / 25, abs=1e-4)
+    assert links["details"]["published"] == "18 links of 25 GB/s each way (H100 SXM5 80GB)"

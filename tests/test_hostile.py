@@ -9,7 +9,7 @@ from conftest import DATA, nvml_recording
 from pytest_gpuaccept.clauses import allreduce, network, nvlink
 from pytest_gpuaccept.clauses.base import Clause
 from pytest_gpuaccept.contract import ContractError, parse_contract
-from pytest_gpuaccept.measurements import AllReduceRuns, NicLinks, RdmaDevices
+from pytest_gpuaccept.measurements import AllReduceRuns, GpuModels, NicLinks, RdmaDevices, WithModels
 from pytest_gpuaccept.probes import ethtool, ib_write_bw, iperf3, nccl_tests, nvidia_smi
 from pytest_gpuaccept.probes._run import ToolRun, parse_run
 from pytest_gpuaccept.probes.sysfs import IbPort
@@ -74,6 +74,9 @@ iperf3: {server: 10.0.0.2, min_throughput: "0.001 Gb/s"}
 """)
 
 
+NO_MODELS = GpuModels({}, {}, ())  # no sysfs: no published figure to set beside
+
+
 def judge(kind: str, text: str) -> Check:
     """Push one tool output through its parser and its clause's judge, as the suites do."""
     run = ToolRun("k", (kind,), 0, 0.1, text, "")
@@ -82,7 +85,7 @@ def judge(kind: str, text: str) -> Check:
         return clause.judge(clause.section.of(JUDGED), subject, measured, JUDGED)
 
     if kind == "topo":
-        return clause_judge(nvlink.PAIRS, Subject.pair(0, 1), parse_run(run, nvidia_smi.parse_topo))
+        return clause_judge(nvlink.PAIRS, Subject.pair(0, 1), WithModels(parse_run(run, nvidia_smi.parse_topo), NO_MODELS))
     if kind == "nccl":
         runs = AllReduceRuns((parse_run(run, nccl_tests.parse_all_reduce),), "nccl-tests", ())
         return clause_judge(allreduce.CLAUSE, Subject.whole("all_reduce"), runs)
@@ -98,7 +101,8 @@ def judge(kind: str, text: str) -> Check:
         runs3 = iperf3.Iperf3Runs((parse_run(run, iperf3.parse_iperf3_json),), "")
         return clause_judge(network.IPERF3_TCP, Subject.whole("10.0.0.2"), runs3)
     if kind == "nvlink":
-        return clause_judge(nvlink.LINKS, Subject.of_gpu(0), parse_run(run, nvidia_smi.parse_nvlink_status))
+        return clause_judge(nvlink.LINKS, Subject.of_gpu(0),
+                            WithModels(parse_run(run, nvidia_smi.parse_nvlink_status), NO_MODELS))
     raise AssertionError(kind)
 
 

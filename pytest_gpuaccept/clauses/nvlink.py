@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
-from ..measurements import NvlinkErrorReadings
-from ..probes._run import Reading
+from ..measurements import NvlinkErrorReadings, WithModels
 from ..probes.nvidia_smi import LinkStatus, Topology
 from ..schema import Key
 from ..subjects import Subject
@@ -50,10 +49,11 @@ SECTION = Section(
     NVLink, "NVLink between GPUs", needs_gpu_count=True, cross_check=_cross_check)
 
 
-def judge_pair(section: NVLink, subject: Subject, m: Reading[Topology], contract: Contract) -> Check:
+def judge_pair(section: NVLink, subject: Subject, measured: WithModels[Topology], contract: Contract) -> Check:
     """NVLinks between GPU i and GPU j from the topo matrix; PCIe paths count 0."""
     assert subject.gpu is not None and subject.peer is not None
     i, j = subject.gpu, subject.peer
+    m = measured.reading
     v = Verdict(PAIRS.key, subject, f">= {section.min_links}", "links", m.evidence, float(section.min_links))
     if m.value is None:
         return v.not_measured(m.failure or "no topology")
@@ -63,12 +63,19 @@ def judge_pair(section: NVLink, subject: Subject, m: Reading[Topology], contract
     links, label = topo.nvlinks(i, j), topo.labels[(i, j)]
     ok = links >= section.min_links
     shortfall = "" if ok else f", {links} < {section.min_links} links"
-    return v.judged(ok, links, f"{label} between GPU{i} and GPU{j}{shortfall}")
+    model = measured.models.model(i)
+    details: dict[str, Any] = {}
+    if model is not None and model.nvlink_links:
+        details = {"fraction_of_published": round(links / model.nvlink_links, 4),
+                   "published": f"{model.nvlink_links} NVLinks per GPU ({model.name})"}
+        shortfall += f" ({links / model.nvlink_links:.0%} of the {model.nvlink_links} NVLinks of a {model.name})"
+    return v.judged(ok, links, f"{label} between GPU{i} and GPU{j}{shortfall}", details)
 
 
-def judge_links(section: NVLink, subject: Subject, m: Reading[LinkStatus], contract: Contract) -> Check:
+def judge_links(section: NVLink, subject: Subject, measured: WithModels[LinkStatus], contract: Contract) -> Check:
     """Every NVLink of a GPU active, at least `links_per_gpu` of them, each at least `link_speed` (nvlink -s)."""
     assert subject.gpu is not None
+    m = measured.reading
     index, per_gpu = subject.gpu, section.links_per_gpu
     speed = section.link_speed.gbyte_s if section.link_speed else None
     wants = [f">= {per_gpu} active" if per_gpu else "", f"each >= {fmt(speed)} GB/s" if speed else ""]
@@ -88,7 +95,13 @@ def judge_links(section: NVLink, subject: Subject, m: Reading[LinkStatus], contr
         problems.append(f"links {slow} below {fmt(speed)} GB/s ({', '.join(f'{active[n]:g}' for n in slow)} GB/s)")
     speeds = sorted(set(active.values()))
     shown = f"{len(active)} links active at {', '.join(f'{s:g}' for s in speeds)} GB/s" if active else "no link active"
-    return v.judged(not problems, len(active), shown + ("; " + "; ".join(problems) if problems else ""))
+    model = measured.models.model(index)
+    details: dict[str, Any] = {}
+    if model is not None and model.nvlink_links and model.nvlink_gbyte_s and active:
+        per_link = model.nvlink_gbyte_s / model.nvlink_links / 2  # one direction of one link
+        details = {"fraction_of_published": round(min(active.values()) / per_link, 4),
+                   "published": f"{model.nvlink_links} links of {per_link:g} GB/s each way ({model.name})"}
+    return v.judged(not problems, len(active), shown + ("; " + "; ".join(problems) if problems else ""), details)
 
 
 def judge_errors(section: NVLink, subject: Subject, m: NvlinkErrorReadings, contract: Contract) -> Check:
@@ -123,9 +136,9 @@ def judge_errors(section: NVLink, subject: Subject, m: NvlinkErrorReadings, cont
     return v.passed(0, f"no NVLink error counter increased ({after.total(index)} in total, as before the load)")
 
 
-PAIRS = Clause("nvlink", SECTION, "test_nvlink_pair", GpuPairs(), "gpuaccept_topology", judge_pair,
+PAIRS = Clause("nvlink", SECTION, "test_nvlink_pair", GpuPairs(), "gpuaccept_nvlink_topology", judge_pair,
                "NVLinks between each GPU pair i<j, from `nvidia-smi topo -m` (NV# -> #, PCIe paths -> 0)", "links")
-LINKS = Clause("nvlink.links", SECTION, "test_nvlink_links_active", PerGpu(), "gpuaccept_nvlink_status", judge_links,
+LINKS = Clause("nvlink.links", SECTION, "test_nvlink_links_active", PerGpu(), "gpuaccept_nvlink_links", judge_links,
                "every NVLink of each GPU active and at speed, from `nvidia-smi nvlink -s`", "links",
                lambda s: s.links_per_gpu is not None or s.link_speed is not None)
 ERRORS = Clause("nvlink.errors", SECTION, "test_nvlink_errors_stable", PerGpu(), "gpuaccept_nvlink_errors",

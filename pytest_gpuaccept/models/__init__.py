@@ -20,6 +20,7 @@ class Model:
     memory_bandwidth_gbyte_s: float
     tflops: dict[str, float]
     nvlink_gbyte_s: float | None  # both directions, per GPU; None where the model has no NVLink
+    nvlink_links: int  # NVLinks per GPU (0: none, or a bridge)
     pcie_gen: int
     tdp_w: float
     sources: tuple[str, ...]
@@ -39,7 +40,8 @@ def by_device_id(device_id: str) -> Model | None:
         return None
     sources = _table()["_sources"]
     return Model(key, entry["name"], entry["form_factor"], entry["memory_gb"], entry["memory_bandwidth_gbyte_s"],
-                 dict(entry["tflops"]), entry["nvlink"].get("gbyte_s"), entry["pcie_gen"], entry["tdp_w"],
+                 dict(entry["tflops"]), entry["nvlink"].get("gbyte_s"), entry["nvlink"].get("links", 0),
+                 entry["pcie_gen"], entry["tdp_w"],
                  tuple(sources[s] for s in entry["sources"]))
 
 
