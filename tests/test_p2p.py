@@ -232,3 +232,17 @@ def test_the_torch_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing
         assert done.returncode == 0, done.stderr
         result = parse_torch_p2p(done.stdout)
         assert set(result.one_way) == {(0, 1), (1, 0)} and set(result.both_ways) == {(0, 1)}
+
+
+def test_nvbandwidth_is_found_where_dcgm_ships_it_when_not_on_path(tmp_path, monkeypatch):
+    from pytest_gpuaccept.probes import _run
+
+    for cuda in ("cuda12", "cuda13"):
+        tool = tmp_path / "plugins" / cuda / "nvbandwidth"
+        tool.parent.mkdir(parents=True)
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+    monkeypatch.setitem(_run.PACKAGED, "nvbandwidth", (str(tmp_path / "plugins" / "cuda*" / "nvbandwidth"),))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    runner = _run.ToolRunner(tmp_path / "evidence")
+    assert runner.which("nvbandwidth") == str(tmp_path / "plugins" / "cuda13" / "nvbandwidth")

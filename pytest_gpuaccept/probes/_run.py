@@ -10,6 +10,7 @@ recorded runs of an earlier bundle are read back instead.
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import os
 import re
@@ -24,6 +25,11 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
+
+# Where a tool is installed by a package rather than on PATH (DCGM 4 ships nvbandwidth per CUDA version).
+PACKAGED: dict[str, tuple[str, ...]] = {
+    "nvbandwidth": ("/usr/libexec/datacenter-gpu-manager-4/plugins/cuda*/nvbandwidth",),
+}
 
 # The most of a tool's output kept, per stream. Beyond it the file is cut and the cut is marked.
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -112,11 +118,16 @@ class ToolRunner:
         self.evidence = Evidence(self.evidence_dir, self.key)
 
     def which(self, tool: str) -> str | None:
-        """The executable for a tool: the contract's `tools:` path, else PATH."""
+        """The executable for a tool: the contract's `tools:` path, else PATH, else where packages put it."""
         if tool in self.tool_paths:
             path = self.tool_paths[tool]
             return path if os.access(path, os.X_OK) else None
-        return shutil.which(tool)
+        found = shutil.which(tool)
+        for pattern in () if found else PACKAGED.get(tool, ()):
+            hits = sorted(p for p in glob.glob(pattern) if os.access(p, os.X_OK))
+            if hits:
+                return hits[-1]  # the newest CUDA build DCGM ships
+        return found
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
