@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from . import spawn_per_gpu
+from . import spawn_per_gpu, torch_missing
 
 DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp64", "fp8")
 
@@ -93,11 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=1.0)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpuaccept: PyTorch is not installed: pip install 'pytest-gpuaccept[torch]'", file=sys.stderr)
-        return 3
+    missing = torch_missing(args.gpus, args.device == "cuda")
+    if missing:
+        return missing
+    import torch
+
     print(f"# pytest-gpuaccept gemm: PyTorch {torch.__version__}, device {args.device}, dtype {args.dtype}, "
           f"n {args.n}, duration {args.duration:g} s", flush=True)
     return spawn_per_gpu(_worker, args.gpus, (args,), need_cuda=args.device == "cuda")

@@ -13,12 +13,13 @@ reader computes the rates from bytes and timings.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 from typing import Any
+
+from . import copy_arguments, torch_missing
 
 
 def cpu_list(text: str) -> set[int]:
@@ -58,21 +59,14 @@ def _copies(gpu: int, device: str, nbytes: int, repeats: int) -> dict[str, list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--gpus", type=int, required=True)
-    parser.add_argument("--bytes", type=int, default=1 << 30)
-    parser.add_argument("--repeats", type=int, default=10)
+    parser = copy_arguments(__doc__, 1 << 30, 10)
     parser.add_argument("--cpus", action="append", default=[], help="GPU=CPULIST: the CPUs local to that GPU")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpuaccept: PyTorch is not installed: pip install 'pytest-gpuaccept[torch]'", file=sys.stderr)
-        return 3
-    if args.device == "cuda" and torch.cuda.device_count() < args.gpus:
-        print(f"gpuaccept: {args.gpus} GPUs asked, torch sees {torch.cuda.device_count()}", file=sys.stderr)
-        return 2
+    missing = torch_missing(args.gpus, args.device == "cuda")
+    if missing:
+        return missing
+    import torch
+
     local = dict(item.split("=", 1) for item in args.cpus)
     everywhere = os.sched_getaffinity(0)
     print(f"# pytest-gpuaccept hostbw: PyTorch {torch.__version__}, device {args.device}, {args.bytes} bytes, "

@@ -12,12 +12,13 @@ Run: python -m pytest_gpuaccept.workloads.membw --gpus 8 --bytes 4294967296 --re
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
 from typing import Any
+
+from . import copy_arguments, torch_missing
 
 
 def measure(device: str, nbytes: int, repeats: int) -> list[float]:
@@ -47,21 +48,13 @@ def measure(device: str, nbytes: int, repeats: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--gpus", type=int, required=True)
-    parser.add_argument("--bytes", type=int, default=4 << 30)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="cpu: the same timing logic on the CPU (the project's tests), never a GPU figure")
+    parser = copy_arguments(__doc__, 4 << 30, 20)
     args = parser.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpuaccept: PyTorch is not installed: pip install 'pytest-gpuaccept[torch]'", file=sys.stderr)
-        return 3
-    if args.device == "cuda" and torch.cuda.device_count() < args.gpus:
-        print(f"gpuaccept: {args.gpus} GPUs asked, torch sees {torch.cuda.device_count()}", file=sys.stderr)
-        return 2
+    missing = torch_missing(args.gpus, args.device == "cuda")
+    if missing:
+        return missing
+    import torch
+
     print(f"# pytest-gpuaccept membw: PyTorch {torch.__version__}, device {args.device}, {args.bytes} bytes, "
           f"{args.repeats} repeats", flush=True)
     for gpu in range(args.gpus):

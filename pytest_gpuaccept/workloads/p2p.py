@@ -15,11 +15,12 @@ Run: python -m pytest_gpuaccept.workloads.p2p --gpus 8 --bytes 1073741824 --repe
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from typing import Any
+
+from . import copy_arguments, torch_missing
 
 
 def _timed(copies: list[tuple[Any, Any]], device: str, repeats: int) -> list[float]:
@@ -54,22 +55,15 @@ def _timed(copies: list[tuple[Any, Any]], device: str, repeats: int) -> list[flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--gpus", type=int, required=True)
-    parser.add_argument("--bytes", type=int, default=1 << 30)
-    parser.add_argument("--repeats", type=int, default=10)
+    parser = copy_arguments(__doc__, 1 << 30, 10)
     parser.add_argument("--bidirectional", action="store_true")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpuaccept: PyTorch is not installed: pip install 'pytest-gpuaccept[torch]'", file=sys.stderr)
-        return 3
     cuda = args.device == "cuda"
-    if cuda and torch.cuda.device_count() < args.gpus:
-        print(f"gpuaccept: {args.gpus} GPUs asked, torch sees {torch.cuda.device_count()}", file=sys.stderr)
-        return 2
+    missing = torch_missing(args.gpus, cuda)
+    if missing:
+        return missing
+    import torch
+
     print(f"# pytest-gpuaccept p2p: PyTorch {torch.__version__}, device {args.device}, {args.bytes} bytes, "
           f"{args.repeats} repeats", flush=True)
     where = [f"cuda:{i}" if cuda else "cpu" for i in range(args.gpus)]
