@@ -6,6 +6,7 @@ a clause whose checks could not be matched to what the contract asked would leav
 
 from conftest import DATA
 from test_compute import as_gpus
+from test_host_bandwidth import pci_tree
 from test_network_acceptance import IB_UP, sysfs_tree
 from test_nvlink_health import h100_errors, h100_status
 from test_utilisation import recording
@@ -18,7 +19,7 @@ CONTRACT = """\
 gpuaccept: 1
 vendor: "Example GPU Cloud"
 reference: "SLA-1"
-gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4"}
+gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4", form_factor: sxm}
 nvlink: {every_pair: true, min_links: 6, links_per_gpu: 18, link_speed: "26.5 GB/s", errors_stable: true}
 tools: {python: "/usr/bin/python3"}
 p2p: {min_bandwidth: "700 GB/s", min_bidirectional: "1500 GB/s"}
@@ -62,6 +63,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     fake_tools.add("train-job", "training\n", hang=30)
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     (tmp_path / "sys" / "class" / "net" / "ens6f0").mkdir()
+    pci_tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json")  # the GPUs' PCI functions: H100 SXM5
     run = accept(CONTRACT.replace("/usr/bin/python3", str(fake_tools.bin_dir / "python")), recording(tmp_path), sysfs)
     failing = [(c["clause"], c["subject"], c["message"]) for c in run.checks() if c["outcome"] != "passed"]
     assert failing == []
@@ -72,7 +74,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     assert run.result.ret == 0
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and four health clauses per GPU: every check once.
-    # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth and compute per GPU; host_bandwidth: 4 x 2.
-    assert len(run.checks()) == 3 + 4 * 2 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 8 + 4 + 4 * 5
+    # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth, compute and form_factor per GPU; host 4 x 2.
+    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 8 + 4 + 4 * 5
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

@@ -157,3 +157,24 @@ def test_nvlink_pairs_and_links_are_set_beside_the_models_published_links(accept
     links = run.checks("nvlink.links")[0]
     assert links["details"]["fraction_of_published"] == pytest.approx(26.562 / 25, abs=1e-4)
     assert links["details"]["published"] == "18 links of 25 GB/s each way (H100 SXM5 80GB)"
+
+
+@pytest.mark.parametrize("device, outcome, message", [
+    ("0x2330", "passed", "GPU0 is PCI device 0x2330, a H100 SXM5 80GB (sxm)"),
+    ("0x2331", "failed", "GPU0 is PCI device 0x2331, a H100 PCIe (pcie), not sxm as contracted"),
+    ("0x9999", "not_measured", "not measured: GPU0's PCI device ID 0x9999 is not in the model table"),
+])
+def test_the_form_factor_comes_from_the_pci_device_id_not_the_name(accept, fake_tools, tmp_path, device, outcome, message):
+    """An H100 PCIe and an H100 SXM5 both call themselves "NVIDIA H100 ..." in NVML: the device ID tells them apart."""
+    run = accept(CONTRACT.format(count=8, section="").replace("count: 8\n", "count: 8\n  form_factor: sxm\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", device))
+    check = run.checks("gpus.form_factor")[0]
+    assert (check["outcome"], check["message"]) == (outcome, message)
+    assert len(run.checks("gpus.form_factor")) == 8
+
+
+def test_without_gpus_count_the_form_factor_judges_every_gpu_at_once(accept, fake_tools, tmp_path):
+    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  form_factor: pcie\n", nvml_recording("h100_sxm5_8gpu.json"),
+                 pci_tree(tmp_path / "sys", "0x2330"))
+    (check,) = run.checks("gpus.form_factor")
+    assert (check["subject"], check["outcome"], check["measured"]) == ("GPUs", "failed", "sxm")

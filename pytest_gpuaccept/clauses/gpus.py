@@ -9,11 +9,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from .. import schema
-from ..measurements import HostReading
+from ..measurements import GpuModels, HostReading
 from ..schema import Key
 from ..subjects import Kind, Subject
 from ..units import Size, bytes_to_gb
-from ..verdict import Check, Verdict, fmt
+from ..verdict import NOT_MEASURED_PREFIX, Check, Outcome, Verdict, fmt
 from .base import Clause, HostWide, PerGpu, Section
 
 if TYPE_CHECKING:
@@ -27,12 +27,14 @@ class Gpus:
     memory: Size | None
     driver: SpecifierSet | None
     cuda: SpecifierSet | None
+    form_factor: str | None  # sxm | pcie | nvl: judged from the PCI device ID, never from the name
 
 
 SECTION = Section(
     "gpus",
     {"count": Key(schema.whole(1, 64)), "model": Key(schema.text), "memory": Key(schema.size),
-     "driver": Key(schema.specifier), "cuda": Key(schema.specifier)},
+     "driver": Key(schema.specifier), "cuda": Key(schema.specifier),
+     "form_factor": Key(schema.one_of("sxm", "pcie", "nvl"))},
     Gpus, "the GPUs as NVML reports them")
 
 
@@ -115,6 +117,35 @@ def judge_cuda(section: Gpus, subject: Subject, m: HostReading, contract: Contra
     return _version(Verdict(CUDA.key, subject, str(section.cuda), None, m.evidence), m.host.cuda, section.cuda, m)
 
 
+def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: Contract) -> Check:
+    """The form factor of the GPU's PCI device ID in the model table: an H100 PCIe and an SXM5 share a name."""
+    assert section.form_factor is not None
+    v = Verdict(FORM_FACTOR.key, subject, f"== {section.form_factor}", None, m.evidence)
+    if subject.kind is Kind.ALL_GPUS:  # without gpus.count: every GPU NVML lists, judged at once
+        each = [judge_form_factor(section, Subject.of_gpu(i), m, contract) for i in sorted(m.device_ids)]
+        if not each:
+            return v.failed(None, "no GPU found")
+        unmeasured = [c for c in each if c.outcome is Outcome.NOT_MEASURED]
+        if unmeasured:
+            return v.not_measured(unmeasured[0].message.removeprefix(NOT_MEASURED_PREFIX))
+        wrong = [c for c in each if not c.passed]
+        factors = ", ".join(sorted({str(c.measured) for c in each}))
+        return v.judged(not wrong, factors, "; ".join(c.message for c in wrong) or f"all {len(each)} GPUs are {factors}")
+    assert subject.gpu is not None
+    index = subject.gpu
+    if index not in m.device_ids:
+        return v.failed(None, f"GPU{index} not present: NVML lists {len(m.device_ids)} GPUs")
+    device = m.device_ids[index]
+    model = m.models.get(index)
+    if device is None:
+        return v.not_measured(f"GPU{index}'s PCI function in sysfs is not an NVIDIA display controller, or unreadable")
+    if model is None:
+        return v.not_measured(f"GPU{index}'s PCI device ID 0x{device.removeprefix('0x')} is not in the model table")
+    ok = model.form_factor == section.form_factor
+    return v.judged(ok, model.form_factor, f"GPU{index} is PCI device 0x{model.device_id}, a {model.name} "
+                    f"({model.form_factor})" + ("" if ok else f", not {section.form_factor} as contracted"))
+
+
 COUNT = Clause("gpus.count", SECTION, "test_gpu_count", HostWide(), "gpuaccept_host", judge_count,
                "exactly `count` GPUs (NVML)", "GPUs", lambda s: s.count is not None)
 MODEL = Clause("gpus.model", SECTION, "test_gpu_model", PerGpu(), "gpuaccept_host", judge_model,
@@ -125,4 +156,7 @@ DRIVER = Clause("gpus.driver", SECTION, "test_driver_version", HostWide(), "gpua
                 "the driver version satisfies the specifier set", None, lambda s: s.driver is not None)
 CUDA = Clause("gpus.cuda", SECTION, "test_cuda_version", HostWide(), "gpuaccept_host", judge_cuda,
               "the CUDA version the driver supports satisfies the specifier set", None, lambda s: s.cuda is not None)
-CLAUSES = (COUNT, MODEL, MEMORY, DRIVER, CUDA)
+FORM_FACTOR = Clause("gpus.form_factor", SECTION, "test_gpu_form_factor", PerGpu(), "gpuaccept_models",
+                     judge_form_factor, "the form factor of each GPU's PCI device ID (sxm, pcie, nvl), not its name",
+                     None, lambda s: s.form_factor is not None)
+CLAUSES = (COUNT, MODEL, MEMORY, FORM_FACTOR, DRIVER, CUDA)
