@@ -31,7 +31,8 @@ nics: {interfaces: ["ens*"], min_speed: "25 Gb/s"}
 rdma: {devices: ["mlx5_*"], min_fraction_of_line_rate: 0.9}
 iperf3: {server: 10.0.0.2, min_throughput: "1.5 Gb/s", streams: 1, duration: "1 s"}
 utilisation: {min_percent: 80, duration: "1.5 s", warmup: "1 s", workload: ["train-job"]}
-health: {ecc: true, row_remapping: true, throttle: true, pcie_gen: 5, pcie_width: 16}
+health: {ecc: true, row_remapping: true, throttle: true, pcie_gen: 5, pcie_width: 16, power_limit: default,
+         max_remapped_rows: 0}
 """
 
 
@@ -64,7 +65,10 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     (tmp_path / "sys" / "class" / "net" / "ens6f0").mkdir()
     pci_tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json")  # the GPUs' PCI functions: H100 SXM5
-    run = accept(CONTRACT.replace("/usr/bin/python3", str(fake_tools.bin_dir / "python")), recording(tmp_path), sysfs)
+    health = {i: {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_limit_enforced_w": 700.0,
+                  "power_limit_default_w": 700.0} for i in range(4)}
+    run = accept(CONTRACT.replace("/usr/bin/python3", str(fake_tools.bin_dir / "python")), recording(tmp_path, health=health),
+                 sysfs)
     failing = [(c["clause"], c["subject"], c["message"]) for c in run.checks() if c["outcome"] != "passed"]
     assert failing == []
     # nics.count and rdma.count replace nics and rdma when a count is given: the one pair no contract has both of.
@@ -73,8 +77,8 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     assert run.json["not_in_contract"] == sorted(WITH_COUNT)
     assert run.result.ret == 0
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
-    # allreduce, nics, rdma, iperf3; utilisation and four health clauses per GPU: every check once.
+    # allreduce, nics, rdma, iperf3; utilisation and six health clauses per GPU: every check once.
     # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth, compute and form_factor per GPU; host 4 x 2.
-    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 8 + 4 + 4 * 5
+    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 8 + 4 + 4 * 7
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

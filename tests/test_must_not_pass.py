@@ -90,3 +90,35 @@ def test_a_400g_port_trained_at_200_fails_even_when_ib_write_bw_reaches_90_perce
     assert check["message"] == ("mlx5_0 port 1 is active at 200 Gb/s, below the contract's line rate 400 Gb/s "
                                 "(4: ACTIVE / 5: LinkUp): not measured further")
     assert fake_tools.calls("ib_write_bw") == []
+
+
+POWER = LOAD_CONTRACT + "  power_limit: default\n  max_remapped_rows: 0\n"
+HEALTHY = {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_limit_enforced_w": 700.0,
+           "power_limit_default_w": 700.0}
+
+
+def test_a_rack_capped_to_half_its_power_and_a_card_with_remapped_rows_fail(accept, fake_tools, tmp_path):
+    from test_utilisation import recording
+
+    fake_tools.add("train-job", "training\n", hang=30)
+    capped = {**HEALTHY, "power_limit_enforced_w": 350.0}
+    worn = {**HEALTHY, "remapped_rows": [3, 2, 0, 0]}
+    run = accept(POWER, recording(tmp_path, health={0: HEALTHY, 1: capped, 2: worn, 3: HEALTHY}))
+    power = {c["subject"]: c for c in run.checks("health.power_limit")}
+    assert (power["GPU0"]["outcome"], power["GPU0"]["measured"]) == ("passed", 700.0)
+    assert power["GPU1"]["outcome"] == "failed"
+    assert power["GPU1"]["message"] == ("enforced power limit 350 W under load, default 700 W: capped to 50% of "
+                                        "the default")
+    rows = {c["subject"]: c for c in run.checks("health.remapped_rows")}
+    assert (rows["GPU2"]["outcome"], rows["GPU2"]["measured"]) == ("failed", 2)
+    assert rows["GPU2"]["message"] == "2 rows remapped for uncorrectable errors (at most 0)"
+    assert rows["GPU0"]["outcome"] == "passed"
+
+
+def test_power_limits_nvml_does_not_give_are_not_measured(accept, fake_tools, tmp_path):
+    from test_utilisation import recording
+
+    fake_tools.add("train-job", "training\n", hang=30)
+    run = accept(POWER, recording(tmp_path))  # the recording has no power limits
+    assert {c["message"] for c in run.checks("health.power_limit")} == {
+        "not measured: NVML gives no enforced or default power limit for this GPU"}

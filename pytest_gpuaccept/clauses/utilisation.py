@@ -33,6 +33,8 @@ class Health:
     throttle: bool
     pcie_gen: int | None
     pcie_width: int | None
+    power_limit: str | None  # "default": the enforced limit is not below the GPU's default limit
+    max_remapped_rows: int | None  # rows already remapped for uncorrectable errors (history), per GPU
 
 
 def _utilisation_rules(util: Utilisation, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -57,7 +59,8 @@ HEALTH = Section(
     "health",
     {"ecc": Key(schema.boolean, default=False), "row_remapping": Key(schema.boolean, default=False),
      "throttle": Key(schema.boolean, default=False), "pcie_gen": Key(schema.whole(1, 7)),
-     "pcie_width": Key(schema.whole(1, 32))},
+     "pcie_width": Key(schema.whole(1, 32)), "power_limit": Key(schema.one_of("default")),
+     "max_remapped_rows": Key(schema.whole(0, 1000000))},
     Health, "GPU health read around the utilisation load (NVML)", needs_gpu_count=True, cross_check=_health_rules)
 
 
@@ -193,6 +196,42 @@ def judge_pcie(section: Health, subject: Subject, m: LoadRun, contract: Contract
     return v.judged(not problems, f"gen{low_gen} x{low_width}", shown + (": " + ", ".join(problems) if problems else ""))
 
 
+def judge_power_limit(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    """The enforced power limit under load is not below the GPU's default: a rack capped to half shows here."""
+    series, failure = m.of(_gpu(subject))
+    v = Verdict(POWER_LIMIT.key, subject, "", "W", m.evidence)
+    if m.lost(_gpu(subject)):
+        return v.failed(None, str(m.lost(_gpu(subject))))
+    if series is None:
+        return v.not_measured(failure or "not sampled")
+    enforced, default = series.health.get("power_limit_enforced_w"), series.health.get("power_limit_default_w")
+    if enforced is None or default is None:
+        return v.not_measured("NVML gives no enforced or default power limit for this GPU")
+    v = v.but(required=f">= {default:g} (the default limit)", threshold=float(default))
+    ok = enforced + 1e-9 >= default
+    return v.judged(ok, enforced, f"enforced power limit {enforced:g} W under load, default {default:g} W"
+                    + ("" if ok else f": capped to {enforced / default:.0%} of the default"))
+
+
+def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    """Rows already remapped for uncorrectable errors (or pages retired for double-bit ECC): a worn card's history."""
+    assert section.max_remapped_rows is not None
+    series, failure = m.of(_gpu(subject))
+    v = Verdict(REMAPPED_ROWS.key, subject, f"<= {section.max_remapped_rows}", "rows", m.evidence)
+    if m.lost(_gpu(subject)):
+        return v.failed(None, str(m.lost(_gpu(subject))))
+    if series is None:
+        return v.not_measured(failure or "not sampled")
+    rows = series.health.get("remapped_rows")
+    if rows is not None:
+        count, source = int(rows[1]), "rows remapped for uncorrectable errors"
+    elif series.health.get("retired_pages_double_bit") is not None:
+        count, source = int(series.health["retired_pages_double_bit"]), "pages retired for double-bit ECC errors"
+    else:
+        return v.not_measured("neither row remapping nor page retirement is readable on this GPU")
+    return v.judged(count <= section.max_remapped_rows, count, f"{count} {source} (at most {section.max_remapped_rows})")
+
+
 UTIL = Clause("utilisation", UTILISATION, "test_utilisation", PerGpu(), "gpuaccept_load", judge_utilisation,
               "lowest utilisation after warmup, with mean and 5th percentile", "%")
 ECC = Clause("health.ecc", HEALTH, "test_ecc", PerGpu(), "gpuaccept_load", judge_ecc,
@@ -204,4 +243,10 @@ THROTTLE = Clause("health.throttle", HEALTH, "test_throttle", PerGpu(), "gpuacce
                   "no HW slowdown, thermal slowdown or power brake during the load", "samples", lambda s: s.throttle)
 PCIE = Clause("health.pcie", HEALTH, "test_pcie_link", PerGpu(), "gpuaccept_load", judge_pcie,
               "PCIe generation and width under load", None, lambda s: s.pcie_gen is not None or s.pcie_width is not None)
-CLAUSES = (UTIL, ECC, ROW_REMAPPING, THROTTLE, PCIE)
+POWER_LIMIT = Clause("health.power_limit", HEALTH, "test_power_limit", PerGpu(), "gpuaccept_load", judge_power_limit,
+                     "the enforced power limit under load is not below the GPU's default limit", "W",
+                     lambda s: s.power_limit is not None)
+REMAPPED_ROWS = Clause("health.remapped_rows", HEALTH, "test_remapped_rows", PerGpu(), "gpuaccept_load",
+                       judge_remapped_rows, "rows remapped for uncorrectable errors (or double-bit retired pages), "
+                       "at most `max_remapped_rows`", "rows", lambda s: s.max_remapped_rows is not None)
+CLAUSES = (UTIL, ECC, ROW_REMAPPING, THROTTLE, PCIE, POWER_LIMIT, REMAPPED_ROWS)

@@ -167,12 +167,21 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any) -> 
 
 
 def _health(pynvml: Any, handle: Any) -> dict[str, Any]:
-    """ECC, row remapping (or retired pages where the GPU has those instead), read after the load."""
+    """ECC, row remapping (or retired pages where the GPU has those instead) and power limits, read as the
+    load ends (the workload still runs: the enforced limit is the one under load)."""
     remapped = _or_none(pynvml.nvmlDeviceGetRemappedRows, handle)
-    retired_pending = None
+    retired_pending = retired_double_bit = None
     if remapped is None:
         retired_pending = _or_none(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+        pages = _or_none(pynvml.nvmlDeviceGetRetiredPages, handle,
+                         pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        retired_double_bit = len(pages) if pages is not None else None
+    enforced = _or_none(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    default = _or_none(pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
     return {
+        "power_limit_enforced_w": round(enforced / 1000.0, 1) if enforced is not None else None,
+        "power_limit_default_w": round(default / 1000.0, 1) if default is not None else None,
+        "retired_pages_double_bit": retired_double_bit,
         "ecc_volatile_uncorrected": _or_none(pynvml.nvmlDeviceGetTotalEccErrors, handle,
                                              pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
         "remapped_rows": list(remapped) if remapped is not None else None,  # corr, uncorr, pending, failure
