@@ -89,8 +89,9 @@ def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contra
     series, failure = m.of(index)
     failure = failure or m.workload_failure
     v = Verdict(UTIL.key, subject, f">= {fmt(minimum)}", "%", m.evidence, minimum)
-    if m.lost(index):
-        return v.failed(None, str(m.lost(index)))
+    lost = m.lost(index)
+    if lost:
+        return v.failed(None, lost)
     if series is None:
         return v.not_measured(failure or f"GPU{index} was not sampled")
     details = timeline_details(series, minimum, warmup_s)
@@ -110,13 +111,26 @@ def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contra
     return v.passed(lowest, f"GPU{index} lowest {fmt(lowest)} % >= {fmt(minimum)} %; {stats}", details)
 
 
-def judge_ecc(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
-    series, failure = m.of(_gpu(subject))
-    v = Verdict(ECC.key, subject, "== 0", "errors", m.evidence, 0.0)
-    if m.lost(_gpu(subject)):
-        return v.failed(None, str(m.lost(_gpu(subject))))
-    if series is None:
+def _sampled(v: Verdict, m: LoadRun, subject: Subject, strict: bool = False) -> GpuSeries | Check:
+    """The GPU's series, or the check saying why it cannot be judged: lost during the load (failed) or not
+    sampled (not measured). `strict`: a workload that failed is no load to judge either."""
+    index = _gpu(subject)
+    series, failure = m.of(index)
+    if strict:
+        failure = failure or m.workload_failure
+    lost = m.lost(index)
+    if lost:
+        return v.failed(None, lost)
+    if series is None or (strict and failure):
         return v.not_measured(failure or "not sampled")
+    return series
+
+
+def judge_ecc(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    v = Verdict(ECC.key, subject, "== 0", "errors", m.evidence, 0.0)
+    series = _sampled(v, m, subject)
+    if isinstance(series, Check):
+        return series
     count = series.health.get("ecc_volatile_uncorrected")
     if count is None:
         return v.not_measured("volatile ECC counters are not supported on this GPU (or ECC is off)")
@@ -125,12 +139,10 @@ def judge_ecc(section: Health, subject: Subject, m: LoadRun, contract: Contract)
 
 def judge_row_remapping(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """No pending or failed row remapping; retired pages pending where the GPU retires pages instead."""
-    series, failure = m.of(_gpu(subject))
     v = Verdict(ROW_REMAPPING.key, subject, "no pending or failed remapping", None, m.evidence)
-    if m.lost(_gpu(subject)):
-        return v.failed(None, str(m.lost(_gpu(subject))))
-    if series is None:
-        return v.not_measured(failure or "not sampled")
+    series = _sampled(v, m, subject)
+    if isinstance(series, Check):
+        return series
     rows = series.health.get("remapped_rows")
     if rows is not None:
         corrected, uncorrected, pending, failed = rows
@@ -147,13 +159,10 @@ def judge_row_remapping(section: Health, subject: Subject, m: LoadRun, contract:
 
 def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """No hardware slowdown, thermal slowdown or power brake at any moment of the load."""
-    series, failure = m.of(_gpu(subject))
-    failure = failure or m.workload_failure
     v = Verdict(THROTTLE.key, subject, "no HW slowdown / thermal / power brake", None, m.evidence)
-    if m.lost(_gpu(subject)):
-        return v.failed(None, str(m.lost(_gpu(subject))))
-    if series is None or failure:
-        return v.not_measured(failure or "not sampled")
+    series = _sampled(v, m, subject, strict=True)
+    if isinstance(series, Check):
+        return series
     masks = [s.throttle_reasons for s in series.samples if s.throttle_reasons is not None]
     if not masks:
         return v.not_measured("clock event reasons are not supported on this GPU")
@@ -172,14 +181,11 @@ def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Cont
 def judge_pcie(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """The PCIe link under load (after warmup: idle links downshift to save power) at least gen and width."""
     gen, width = section.pcie_gen, section.pcie_width
-    series, failure = m.of(_gpu(subject))
-    failure = failure or m.workload_failure
     required = " ".join(x for x in (f"gen >= {gen}" if gen else "", f"x{width} or wider" if width else "") if x)
     v = Verdict(PCIE.key, subject, required, None, m.evidence)
-    if m.lost(_gpu(subject)):
-        return v.failed(None, str(m.lost(_gpu(subject))))
-    if series is None or failure:
-        return v.not_measured(failure or "not sampled")
+    series = _sampled(v, m, subject, strict=True)
+    if isinstance(series, Check):
+        return series
     warmup_s = contract.by_section["utilisation"].warmup.seconds
     steady = [(s.pcie_gen, s.pcie_width) for s in series.samples
               if s.t_s >= warmup_s and s.pcie_gen is not None and s.pcie_width is not None]
@@ -198,12 +204,10 @@ def judge_pcie(section: Health, subject: Subject, m: LoadRun, contract: Contract
 
 def judge_power_limit(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """The enforced power limit under load is not below the GPU's default: a rack capped to half shows here."""
-    series, failure = m.of(_gpu(subject))
     v = Verdict(POWER_LIMIT.key, subject, "", "W", m.evidence)
-    if m.lost(_gpu(subject)):
-        return v.failed(None, str(m.lost(_gpu(subject))))
-    if series is None:
-        return v.not_measured(failure or "not sampled")
+    series = _sampled(v, m, subject)
+    if isinstance(series, Check):
+        return series
     enforced, default = series.health.get("power_limit_enforced_w"), series.health.get("power_limit_default_w")
     if enforced is None or default is None:
         return v.not_measured("NVML gives no enforced or default power limit for this GPU")
@@ -216,12 +220,10 @@ def judge_power_limit(section: Health, subject: Subject, m: LoadRun, contract: C
 def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """Rows already remapped for uncorrectable errors (or pages retired for double-bit ECC): a worn card's history."""
     assert section.max_remapped_rows is not None
-    series, failure = m.of(_gpu(subject))
     v = Verdict(REMAPPED_ROWS.key, subject, f"<= {section.max_remapped_rows}", "rows", m.evidence)
-    if m.lost(_gpu(subject)):
-        return v.failed(None, str(m.lost(_gpu(subject))))
-    if series is None:
-        return v.not_measured(failure or "not sampled")
+    series = _sampled(v, m, subject)
+    if isinstance(series, Check):
+        return series
     rows = series.health.get("remapped_rows")
     if rows is not None:
         count, source = int(rows[1]), "rows remapped for uncorrectable errors"
