@@ -143,10 +143,12 @@ def pytest_configure(config: pytest.Config) -> None:
     runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None, key=key,
                         keep=judging)
     mode = "replay" if replay is not None else "simulated" if nvml_recording is not None else "live"
+    from .clauses.advice import advise
     config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
                                 Path(nvml_recording).resolve() if nvml_recording else None,
                                 is_controller=workerinput is None,
-                                sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode)
+                                sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode,
+                                advice=advise(contract))
     if judging:
         config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")
     else:
@@ -177,6 +179,12 @@ def _command_line_only(config: pytest.Config) -> None:
         if places:
             raise pytest.UsageError(f"{flag} may only be given on the command line, not in {places[0]}: "
                                     "a recording or replay replaces what this host measures")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The contract's warnings, before anything runs (they are in the report and the results too)."""
+    state = _state(config)
+    return [f"gpuaccept warning: {line}" for line in state.advice] if state is not None else []
 
 
 class _NothingJudged:

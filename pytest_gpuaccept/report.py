@@ -205,6 +205,8 @@ class ReportPlugin:
         if foreign_code:
             results["foreign_code"] = foreign_code
         results["plugins"] = plugins
+        if state.advice:
+            results["contract_warnings"] = state.advice
         text = json.dumps(results, indent=1)
         write_atomic(state.json_path, text)
         evidence.close()
@@ -407,6 +409,9 @@ def banner(results: dict[str, Any], state: State, digest: str) -> str:
     if foreign:
         foreign = ("<p><b>FOREIGN FILES IN THE EVIDENCE FOLDER</b>: written by something other than this run, "
                    f"or changed after capture; never read, and the run is rejected:</p><ul>{foreign}</ul>")
+    advice = "".join(f"<li>{safe_text(line)}</li>" for line in results.get("contract_warnings", []))
+    if advice:
+        foreign += f"<p><b>Contract warnings</b> (not failures: the contract is the buyer's word):</p><ul>{advice}</ul>"
     code = "".join(f"<li>{safe_text(line)}</li>" for line in results.get("foreign_code", []))
     if code:
         foreign += f"<p><b>FOREIGN CODE</b>: pytest-gpuaccept's own code was replaced; the run is rejected:</p><ul>{code}</ul>"

@@ -34,6 +34,7 @@ class State:
     started: str = field(default_factory=lambda: now())
     mode: str = "live"  # "simulated" with an NVML recording, "replay" from a bundle (results.md)
     foreign_code: list[str] = field(default_factory=list)  # shipped code or fixtures replaced at run time
+    advice: list[str] = field(default_factory=list)  # warnings about the contract, shown, never failures
     # Judged checks by (clause, subject), as plain dicts: they arrive from xdist workers that way.
     checks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 

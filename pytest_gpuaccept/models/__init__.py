@@ -56,3 +56,17 @@ def fraction_note(measured: float, published: float | None, what: str) -> tuple[
     fraction = measured / published
     return ({"fraction_of_published": round(fraction, 4), "published": f"{published:g} GB/s ({what})"},
             f"; {fraction:.0%} of the published {published:g} GB/s ({what})")
+
+
+def all_models() -> list[Model]:
+    return [m for key in _table()["models"] if (m := by_device_id(key)) is not None]
+
+
+def matching(name: str) -> list[Model]:
+    """The models whose marketing name contains `name` (case, spaces and dashes ignored), or the reverse."""
+    wanted = _squash(name)
+    return [m for m in all_models() if wanted and (wanted in _squash(m.name) or _squash(m.name) in wanted)]
+
+
+def _squash(text: str) -> str:
+    return "".join(ch for ch in text.lower().removeprefix("nvidia").strip() if ch.isalnum())
