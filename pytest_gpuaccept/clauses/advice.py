@@ -8,6 +8,7 @@ import difflib
 from typing import TYPE_CHECKING
 
 from ..models import all_models, matching
+from . import allreduce, gpus, memory_bandwidth, nvlink, p2p
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -17,8 +18,7 @@ _ANY_GPU = {"nvidia", "gpu", "tesla", "geforce", "rtx", "a", "h"}
 
 
 def advise(contract: Contract) -> list[str]:
-    gpus = contract.by_section.get("gpus")
-    model_text = getattr(gpus, "model", None)
+    model_text = getattr(contract.by_section.get(gpus.SECTION.name), "model", None)
     found: list[str] = []
     models = matching(model_text) if model_text else []
     if model_text and model_text.strip().lower() in _ANY_GPU:
@@ -31,19 +31,20 @@ def advise(contract: Contract) -> list[str]:
     # The figures below are judged against the slowest model the name could mean.
     if not models:
         return found
-    nvlink = min((m.nvlink_gbyte_s or 0) for m in models)
+    nvlink_gbyte_s = min((m.nvlink_gbyte_s or 0) for m in models)
     links = min(m.nvlink_links for m in models)
     memory = min(m.memory_bandwidth_gbyte_s for m in models)
     name = " / ".join(sorted({m.name for m in models}))
     section = contract.by_section
-    if section.get("nvlink") is not None and links >= 12 and section["nvlink"].min_links == 1:
+    links_section = section.get(nvlink.SECTION.name)
+    if links_section is not None and links >= 12 and links_section.min_links == 1:
         found.append(f"nvlink.min_links is 1 on {name}, which has {links} NVLinks per GPU: any one link would pass")
     checks = [
-        ("allreduce.min_busbw", getattr(section.get("allreduce"), "min_busbw", None), nvlink / 2, "NVLink one way"),
-        ("p2p.min_bandwidth", getattr(section.get("p2p"), "min_bandwidth", None), nvlink / 2, "NVLink one way"),
-        ("memory_bandwidth.min_bandwidth", getattr(section.get("memory_bandwidth"), "min_bandwidth", None), memory,
-         "memory bandwidth"),
-    ]
+        (f"{module.SECTION.name}.{key}", getattr(section.get(module.SECTION.name), key, None), published, what)
+        for module, key, published, what in (
+            (allreduce, "min_busbw", nvlink_gbyte_s / 2, "NVLink one way"),
+            (p2p, "min_bandwidth", nvlink_gbyte_s / 2, "NVLink one way"),
+            (memory_bandwidth, "min_bandwidth", memory, "memory bandwidth"))]
     for key, threshold, published, what in checks:
         if threshold is not None and published and threshold.gbyte_s < FAR_BELOW * published:
             found.append(f"{key} {threshold} is {threshold.gbyte_s:g} GB/s, {threshold.gbyte_s / published:.0%} of the "
