@@ -145,6 +145,14 @@ def gpuaccept_models(request: pytest.FixtureRequest) -> GpuModels:
 
 
 @pytest.fixture(scope="session")
+def gpuaccept_host_identity(gpuaccept_host: HostReading, gpuaccept_models: GpuModels) -> HostReading:
+    """The NVML reading with each GPU's PCI device ID and model from sysfs: two sources for who a GPU is."""
+    from .measurements import HostReading
+
+    return HostReading(gpuaccept_host.host, gpuaccept_host.evidence, gpuaccept_models)
+
+
+@pytest.fixture(scope="session")
 def gpuaccept_host_copies(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
                           gpuaccept_models: GpuModels) -> HostCopies:
     """Host <-> GPU copy bandwidth per GPU and direction: one nvbandwidth run, or our PyTorch workload with each

@@ -22,7 +22,7 @@ class HostReading:
 
     host: Host
     evidence: tuple[str, ...]
-
+    models: GpuModels | None = None  # where a clause also reads each GPU's PCI device ID
 
 T = TypeVar("T")
 

@@ -178,3 +178,16 @@ def test_without_gpus_count_the_form_factor_judges_every_gpu_at_once(accept, fak
                  pci_tree(tmp_path / "sys", "0x2330"))
     (check,) = run.checks("gpus.form_factor")
     assert (check["subject"], check["outcome"], check["measured"]) == ("GPUs", "failed", "sxm")
+
+
+@pytest.mark.parametrize("device, outcome, message", [
+    ("0x2330", "passed", "GPU0 is 'NVIDIA H100 80GB HBM3', PCI device 0x2330: H100 SXM5 80GB"),
+    ("0x2331", "failed", "GPU0 is 'NVIDIA H100 80GB HBM3', which does not contain 'H100 SXM5', nor does its PCI "
+                         "device 0x2331 (H100 PCIe)"),
+])
+def test_model_h100_sxm5_passes_on_a_real_h100_sxm5_by_its_device_id(accept, fake_tools, tmp_path, device, outcome,
+                                                                      message):
+    run = accept(CONTRACT.format(count=8, section="").replace("count: 8\n", "count: 8\n  model: 'H100 SXM5'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", device))
+    check = run.checks("gpus.model")[0]
+    assert (check["outcome"], check["message"]) == (outcome, message)

@@ -10,6 +10,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import schema
 from ..measurements import GpuModels, HostReading
+from ..models import names as names_model
 from ..schema import Key
 from ..subjects import Kind, Subject
 from ..units import Size, bytes_to_gb
@@ -76,8 +77,14 @@ def judge_model(section: Gpus, subject: Subject, m: HostReading, contract: Contr
         return v.judged(not wrong, names, message)
     assert subject.gpu is not None
     name = m.host.gpus[subject.gpu].name
-    ok = model.lower() in name.lower()
-    return v.judged(ok, name, f"{subject} is {name!r}" + ("" if ok else f", which does not contain {model!r}"))
+    if model.lower() in name.lower():
+        return v.passed(name, f"{subject} is {name!r}")
+    # The marketing name of its PCI device ID counts too: "H100 SXM5" is an "NVIDIA H100 80GB HBM3" of 0x2330.
+    known = m.models.model(subject.gpu) if m.models else None
+    if known is not None and names_model(known, model):
+        return v.passed(name, f"{subject} is {name!r}, PCI device 0x{known.device_id}: {known.name}")
+    also = f" nor does its PCI device 0x{known.device_id} ({known.name})" if known else ""
+    return v.failed(name, f"{subject} is {name!r}, which does not contain {model!r}" + (f",{also}" if also else ""))
 
 
 def judge_memory(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
@@ -148,8 +155,9 @@ def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: C
 
 COUNT = Clause("gpus.count", SECTION, "test_gpu_count", HostWide(), "gpuaccept_host", judge_count,
                "exactly `count` GPUs (NVML)", "GPUs", lambda s: s.count is not None)
-MODEL = Clause("gpus.model", SECTION, "test_gpu_model", PerGpu(), "gpuaccept_host", judge_model,
-               "case-insensitive substring of each GPU's name", None, lambda s: s.model is not None)
+MODEL = Clause("gpus.model", SECTION, "test_gpu_model", PerGpu(), "gpuaccept_host_identity", judge_model,
+               "case-insensitive substring of each GPU's name, or the marketing name of its PCI device ID", None,
+               lambda s: s.model is not None)
 MEMORY = Clause("gpus.memory", SECTION, "test_gpu_memory", PerGpu(), "gpuaccept_host", judge_memory,
                 "total memory as the driver reports it, at least this", "GB", lambda s: s.memory is not None)
 DRIVER = Clause("gpus.driver", SECTION, "test_driver_version", HostWide(), "gpuaccept_host", judge_driver,

@@ -62,10 +62,16 @@ def all_models() -> list[Model]:
     return [m for key in _table()["models"] if (m := by_device_id(key)) is not None]
 
 
-def matching(name: str) -> list[Model]:
-    """The models whose marketing name contains `name` (case, spaces and dashes ignored), or the reverse."""
+def names(model: Model, name: str) -> bool:
+    """Whether `name` names this model: its marketing name contains it, or the reverse (case, spaces and
+    dashes ignored, a leading "NVIDIA" too): "H100 SXM5" names "H100 SXM5 80GB"."""
     wanted = _squash(name)
-    return [m for m in all_models() if wanted and (wanted in _squash(m.name) or _squash(m.name) in wanted)]
+    return bool(wanted) and (wanted in _squash(model.name) or _squash(model.name) in wanted)
+
+
+def matching(name: str) -> list[Model]:
+    """The models `name` names."""
+    return [m for m in all_models() if names(m, name)]
 
 
 def _squash(text: str) -> str:
