@@ -24,6 +24,7 @@ class Model:
     pcie_gen: int
     tdp_w: float
     sources: tuple[str, ...]
+    nvml_name: str = ""  # how NVML names it: only to recognise a contract's `model`
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,7 +43,7 @@ def by_device_id(device_id: str) -> Model | None:
     return Model(key, entry["name"], entry["form_factor"], entry["memory_gb"], entry["memory_bandwidth_gbyte_s"],
                  dict(entry["tflops"]), entry["nvlink"].get("gbyte_s"), entry["nvlink"].get("links", 0),
                  entry["pcie_gen"], entry["tdp_w"],
-                 tuple(sources[s] for s in entry["sources"]))
+                 tuple(sources[s] for s in entry["sources"]), entry.get("nvml_name", ""))
 
 
 # PCIe x16 bandwidth in one direction after line encoding, GB/s: what "x % of published" means for a host link.
@@ -66,7 +67,8 @@ def names(model: Model, name: str) -> bool:
     """Whether `name` names this model: its marketing name contains it, or the reverse (case, spaces and
     dashes ignored, a leading "NVIDIA" too): "H100 SXM5" names "H100 SXM5 80GB"."""
     wanted = _squash(name)
-    return bool(wanted) and (wanted in _squash(model.name) or _squash(model.name) in wanted)
+    return bool(wanted) and any(wanted in _squash(known) or _squash(known) in wanted
+                                for known in (model.name, model.nvml_name) if known)
 
 
 def matching(name: str) -> list[Model]:
@@ -75,4 +77,7 @@ def matching(name: str) -> list[Model]:
 
 
 def _squash(text: str) -> str:
-    return "".join(ch for ch in text.lower().removeprefix("nvidia").strip() if ch.isalnum())
+    text = text.lower().strip()
+    for prefix in ("nvidia", "tesla"):
+        text = text.removeprefix(prefix).strip()
+    return "".join(ch for ch in text if ch.isalnum())
