@@ -24,7 +24,7 @@ _GENERATED = frozenset({"__init__", "__repr__", "__eq__", "__hash__", "__setattr
                         "__lt__", "__le__", "__gt__", "__ge__", "__match_args__"})
 
 
-def _ours(func: Any, owner: type | None = None, name: str = "") -> bool:
+def is_ours(func: Any, owner: type | None = None, name: str = "") -> bool:
     """Code from this package, from the standard library (enum, typing, dataclasses), or made by @dataclass."""
     unwrapped = inspect.unwrap(func)
     code = getattr(unwrapped, "__code__", None)
@@ -48,17 +48,17 @@ def replaced_code() -> list[str]:
         if module is None or not (name == PACKAGE or name.startswith(PACKAGE + ".")) or name.endswith("__main__"):
             continue
         for attr, value in list(vars(module).items()):
-            if inspect.isfunction(value) and getattr(value, "__module__", "") == name and not _ours(value):
+            if inspect.isfunction(value) and getattr(value, "__module__", "") == name and not is_ours(value):
                 problems.append(f"{name}.{attr} was replaced by code from {inspect.unwrap(value).__code__.co_filename}")
             if inspect.isclass(value) and value.__module__ == name:
                 for method, member in list(vars(value).items()):
                     func = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
-                    if inspect.isfunction(func) and not _ours(func, value, method):
+                    if inspect.isfunction(func) and not is_ours(func, value, method):
                         problems.append(f"{name}.{attr}.{method} was replaced by code from "
                                         f"{inspect.unwrap(func).__code__.co_filename}")
     registry = sys.modules.get(f"{PACKAGE}.clauses.registry")
     for clause in getattr(registry, "CLAUSES", ()):
-        if not _ours(clause.judge):
+        if not is_ours(clause.judge):
             problems.append(f"the judge of clause {clause.key} was replaced by code from "
                             f"{inspect.unwrap(clause.judge).__code__.co_filename}")
     return problems

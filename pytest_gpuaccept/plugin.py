@@ -87,6 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # loaded in every pytest run of the environment: do nothing unless asked
     from . import report
     from .bundle import evidence_folder, verify
+    from .clauses.advice import advise
     from .contract import ContractError, load_contract
     from .evidence import new_key
     from .probes._run import ToolRunner
@@ -143,7 +144,6 @@ def pytest_configure(config: pytest.Config) -> None:
     runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None, key=key,
                         keep=judging)
     mode = "replay" if replay is not None else "simulated" if nvml_recording is not None else "live"
-    from .clauses.advice import advise
     config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
                                 Path(nvml_recording).resolve() if nvml_recording else None,
                                 is_controller=workerinput is None,
@@ -243,17 +243,17 @@ def _state(config: pytest.Config) -> State | None:
 
 def _foreign_fixtures(item: pytest.Item) -> list[str]:
     """A shipped test whose gpuaccept_* fixture is defined outside this package: someone else would measure."""
-    from .integrity import _ours
+    from .integrity import is_ours
 
     function = getattr(item, "function", None)
     info = getattr(item, "_fixtureinfo", None)
-    if function is None or info is None or not _ours(function):
+    if function is None or info is None or not is_ours(function):
         return []  # a user's own acceptance test: its code is listed with the plugins, not judged here
     problems = []
     for name in getattr(item, "fixturenames", ()):
         definitions = info.name2fixturedefs.get(name, ())
         func = definitions[-1].func if definitions else None
-        if name.startswith("gpuaccept_") and func is not None and not _ours(func) \
+        if name.startswith("gpuaccept_") and func is not None and not is_ours(func) \
                 and not getattr(func, "__module__", "").startswith("_pytest."):  # parametrize's own
             problems.append(f"fixture {name} of {item.name} is defined by {definitions[-1].baseid or 'a plugin'}")
     return problems

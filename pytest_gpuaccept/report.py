@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from . import __version__, charts
-from .bundle import CONTRACT_COPY, RESULTS_COPY, evidence_digest, write_manifest
+from .bundle import CONTRACT_COPY, MANIFEST, RESULTS_COPY, evidence_digest, write_manifest
 from .clauses import p2p, registry
 from .evidence import Evidence, ForeignEvidence
 from .integrity import loaded_plugins, replaced_code
@@ -207,11 +207,7 @@ class ReportPlugin:
         results["plugins"] = plugins
         if state.advice:
             results["contract_warnings"] = state.advice
-        text = json.dumps(results, indent=1)
-        write_atomic(state.json_path, text)
-        evidence.close()
-        results_copy.write_text(text)
-        self.manifest_digest = evidence_digest(state.evidence_dir)
+        self._publish(json.dumps(results, indent=1), results_copy)
         return results
 
     def fallback(self, exc: Exception) -> dict[str, Any]:
@@ -224,12 +220,15 @@ class ReportPlugin:
             "host": {}, "checks": list(self.state.checks.values()),
             "error": f"pytest-gpuaccept failed while judging: {type(exc).__name__}: {exc}",
         }
-        text = json.dumps(results, indent=1, default=str)
+        self._publish(json.dumps(results, indent=1, default=str), self.state.runner.evidence.claim(RESULTS_COPY))
+        return results
+
+    def _publish(self, text: str, results_copy: Path) -> None:
+        """Write the results and their copy in the evidence (its path claimed before), close the seals, digest."""
         write_atomic(self.state.json_path, text)
         self.state.runner.evidence.close()
-        (self.state.evidence_dir / RESULTS_COPY).write_text(text)
+        results_copy.write_text(text)
         self.manifest_digest = evidence_digest(self.state.evidence_dir)
-        return results
 
     def _junit(self, config: pytest.Config, results: dict[str, Any]) -> None:
         """The JUnit file carries the verdict, mode and contract digest as testsuite properties."""
@@ -290,7 +289,7 @@ def mode_label(results: dict[str, Any]) -> str:
 def recorded_identity(replay_dir: Path) -> dict[str, Any]:
     """Whose host a replayed bundle recorded, and when (from its manifest, which verified)."""
     try:
-        recorded: dict[str, Any] = json.loads((replay_dir / "manifest.json").read_text()).get("recorded", {})
+        recorded: dict[str, Any] = json.loads((replay_dir / MANIFEST).read_text()).get("recorded", {})
         return recorded
     except (OSError, ValueError):
         return {}

@@ -62,14 +62,14 @@ def judge_pair(section: NVLink, subject: Subject, measured: WithModels[Topology]
         return v.failed(0, f"GPU{j} not present: found {topo.gpu_count}")
     links, label = topo.nvlinks(i, j), topo.labels[(i, j)]
     ok = links >= section.min_links
-    shortfall = "" if ok else f", {links} < {section.min_links} links"
+    suffix = "" if ok else f", {links} < {section.min_links} links"
     model = measured.models.model(i)
     details: dict[str, Any] = {}
     if model is not None and model.nvlink_links:
         details = {"fraction_of_published": round(links / model.nvlink_links, 4),
                    "published": f"{model.nvlink_links} NVLinks per GPU ({model.name})"}
-        shortfall += f" ({links / model.nvlink_links:.0%} of the {model.nvlink_links} NVLinks of a {model.name})"
-    return v.judged(ok, links, f"{label} between GPU{i} and GPU{j}{shortfall}", details)
+        suffix += f" ({links / model.nvlink_links:.0%} of the {model.nvlink_links} NVLinks of a {model.name})"
+    return v.judged(ok, links, f"{label} between GPU{i} and GPU{j}{suffix}", details)
 
 
 def judge_links(section: NVLink, subject: Subject, measured: WithModels[LinkStatus], contract: Contract) -> Check:

@@ -122,7 +122,7 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool) -> P2pV
             other = cells.get((c, r))
             if r < c and value is not None and other is not None:
                 view.both_ways[(r, c)] = min(value, other)
-    return P2pView(view.tool, view.evidence, None, view.one_way, view.both_ways, view.no_peer, min(sizes, default=0))
+    return replace(view, matrix_gpus=min(sizes, default=0))
 
 
 def from_p2p_latency(reading: Reading[P2pLatency], bidirectional: bool) -> P2pView:
