@@ -138,10 +138,7 @@ def gpuaccept_p2p(request: pytest.FixtureRequest, gpuaccept_contract: Contract, 
 @pytest.fixture(scope="session")
 def gpuaccept_models(request: pytest.FixtureRequest) -> GpuModels:
     """Each GPU's PCI device ID from sysfs and its model in the published-figures table (None: unknown)."""
-    from .measurements import GpuModels
-
-    ids, models, evidence = _state(request).gpu_models()
-    return GpuModels(ids, models, (evidence,))
+    return _state(request).gpu_models()
 
 
 @pytest.fixture(scope="session")

@@ -31,9 +31,10 @@ T = TypeVar("T")
 class GpuModels:
     """Each GPU's PCI device ID as sysfs gives it, and its model in the published-figures table."""
 
-    device_ids: dict[int, str | None]
+    device_ids: dict[int, str | None]  # 4 hex digits, lower case, no 0x (as the model table keys them)
     models: dict[int, Model | None]
     evidence: tuple[str, ...]
+    sysfs_gpus: tuple[str, ...] | None = None  # bus IDs of every NVIDIA GPU function on the PCI bus; None: unread
 
     def model(self, index: int) -> Model | None:
         return self.models.get(index)
@@ -112,6 +113,7 @@ class WithModels(Generic[T]):
 
     reading: Reading[T]
     models: GpuModels
+    host: Host | None = None  # the NVML reading, where a clause sets the tool's word beside the driver's
 
     @property
     def evidence(self) -> tuple[str, ...]:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from .contract import Contract
-from .models import NVIDIA, Model, by_device_id
+from .measurements import GpuModels
+from .models import by_device_id
 from .plugin import STATE
 from .probes import nvml, sysfs
 from .probes._run import ToolRunner
@@ -71,16 +72,19 @@ class State:
         devices = self._pci().get("devices", {})
         return {int(i): str(d.get("local_cpulist") or "") for i, d in devices.items()}
 
-    def gpu_models(self) -> tuple[dict[int, str | None], dict[int, Model | None], str]:
-        """Each NVML GPU's PCI device ID from sysfs (vendor 0x10de, display class) and its model; the evidence file."""
+    def gpu_models(self) -> GpuModels:
+        """Each NVML GPU's PCI device ID from sysfs (vendor 0x10de, display class) and its model, and every
+        NVIDIA GPU function sysfs lists."""
         host = self.host()
         reading = self._pci()
         ids: dict[int, str | None] = {}
         for gpu in host.gpus:
             entry = reading.get("devices", {}).get(str(gpu.index)) or {}
-            nvidia = entry.get("vendor") == NVIDIA and str(entry.get("class") or "").startswith("0x03")
-            ids[gpu.index] = str(entry["device"]).lower() if nvidia and entry.get("device") else None
-        return ids, {i: by_device_id(d) if d else None for i, d in ids.items()}, PCI_FILE
+            nvidia = sysfs.is_nvidia_gpu(entry.get("vendor"), entry.get("class"))
+            ids[gpu.index] = str(entry["device"]).lower().removeprefix("0x") if nvidia and entry.get("device") else None
+        listed = reading.get("nvidia_gpus")
+        return GpuModels(ids, {i: by_device_id(d) if d else None for i, d in ids.items()}, (PCI_FILE,),
+                         None if listed is None else tuple(str(b) for b in listed))
 
     def listings(self) -> dict[str, list[str]]:
         """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as evidence."""

@@ -130,12 +130,48 @@ class Accept:
         return "\n".join(parts)
 
 
+NVSWITCH_BUS_IDS = ("0000:c0:00.0", "0000:c1:00.0", "0000:c2:00.0", "0000:c3:00.0")
+
+
+def pci_tree(root: Path, device: str | None = None, recording: str | Path = "h100_sxm5_8gpu.json") -> str:
+    """bus/pci/devices/<bus id>/{vendor,device,class,local_cpulist} for every GPU of an NVML recording, as the
+    kernel lists them: the device ID the recording's NVML gives unless `device` says otherwise, and four
+    NVSwitches (bridge class, never counted as GPUs) beside them."""
+    from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
+
+    try:  # an absolute path stays itself; a recording that is not JSON (a hostile one) has no GPUs to list
+        gpus = json.loads((DATA / "nvml" / recording).read_text()).get("gpus", [])
+    except ValueError:
+        gpus = []
+    devices = root / "bus" / "pci" / "devices"
+    for gpu in gpus:
+        folder = devices / sysfs_bus_id(gpu["pci_bus_id"])
+        folder.mkdir(parents=True, exist_ok=True)
+        local = "0-55" if gpu["index"] < len(gpus) // 2 else "56-111"
+        for name, value in (("vendor", "0x10de"), ("device", device or gpu["pci_device_id"]), ("class", "0x030200"),
+                            ("local_cpulist", local)):
+            (folder / name).write_text(value + "\n")
+    for bus in NVSWITCH_BUS_IDS:
+        (devices / bus).mkdir(parents=True, exist_ok=True)
+        for name, value in (("vendor", "0x10de"), ("device", "0x22a3"), ("class", "0x068000")):
+            (devices / bus / name).write_text(value + "\n")
+    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
+    return f"--gpuaccept-sysfs={root}"
+
+
 @pytest.fixture
 def accept(pytester: pytest.Pytester):
-    """Run `pytest --contract=<text>` in pytester's folder; returns an Accept."""
+    """Run `pytest --contract=<text>` in pytester's folder; returns an Accept.
+
+    A run on an NVML recording without a sysfs of its own gets the honest one: the PCI functions the
+    recording's GPUs have (pci_tree), so that its GPUs' identity is corroborated as on a real host.
+    """
     def run(contract: str, *args: str, subprocess: bool = False) -> Accept:
         path = pytester.path / "vendor.yaml"
         path.write_text(textwrap.dedent(contract))
+        recordings = [a.split("=", 1)[1] for a in args if a.startswith("--gpuaccept-nvml=")]
+        if recordings and not any(a.startswith("--gpuaccept-sysfs") for a in args):
+            args = (*args, pci_tree(pytester.path / "sys", recording=Path(recordings[0])))
         argv = ["--contract", str(path), "-p", "no:cacheprovider", *args]
         result = pytester.runpytest_subprocess(*argv) if subprocess else pytester.runpytest_inprocess(*argv)
         return Accept(result, pytester.path)

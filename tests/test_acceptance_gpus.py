@@ -5,7 +5,7 @@
 
 
 import pytest
-from conftest import DATA, nvml_recording
+from conftest import DATA, nvml_recording, pci_tree
 
 H100_8 = """\
 gpuaccept: 1
@@ -29,7 +29,7 @@ def test_an_nv18_h100_box_passes_all_28_pairs_with_18_links(accept, fake_tools):
     pairs = run.checks("nvlink")
     assert len(pairs) == 28
     assert {(c["outcome"], c["measured"], c["unit"]) for c in pairs} == {("passed", 18, "links")}
-    assert pairs[0]["message"] == "NV18 between GPU0 and GPU1"
+    assert pairs[0]["message"] == "NV18 between GPU0 and GPU1 (100% of the 18 NVLinks of a H100 SXM5 80GB)"
     assert pairs[0]["test"] == "suites/test_nvlink.py::test_nvlink_pair[GPU0-GPU1]"
     assert run.json["verdict"] == "accepted" and run.json["complete"] is True
     assert run.result.ret == 0
@@ -78,7 +78,8 @@ def test_a_40gb_card_sold_as_80gb_fails_model_and_memory(accept, fake_tools):
     assert (memory["outcome"], memory["measured"], memory["unit"]) == ("failed", 42.95, "GB")
     assert memory["message"] == "GPU0 total memory 42.95 GB < 80 GB"
     model = run.checks("gpus.model")[0]
-    assert model["message"] == "GPU0 is 'NVIDIA A100-SXM4-40GB', which does not contain 'A100-SXM4-80GB'"
+    assert model["message"] == ("GPU0 is 'NVIDIA A100-SXM4-40GB', which does not contain 'A100-SXM4-80GB', "
+                                "nor does its PCI device 0x20b0 (A100 SXM4 40GB)")
     assert run.checks("gpus.driver")[0]["outcome"] == "passed"
 
 
@@ -87,7 +88,7 @@ def test_without_a_driver_every_check_is_not_measured_with_the_reason(accept, fa
     run = accept(H100_8)
     assert run.result.ret == 1
     checks = run.checks()
-    assert len(checks) == 1 + 8 + 8 + 1 + 1 + 28
+    assert len(checks) == 1 + 8 + 8 + 8 + 1 + 1 + 28
     assert {c["outcome"] for c in checks} == {"not_measured"}
     assert all(c["measured"] is None for c in checks)
     assert {c["message"] for c in run.checks("nvlink")} == {"not measured: nvidia-smi not found on PATH"}
@@ -150,7 +151,7 @@ def test_a_missing_contract_file_is_a_usage_error(pytester, fake_tools):
 def test_collection_runs_no_tool_and_reads_no_gpu(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "--collect-only")
-    run.result.stdout.fnmatch_lines(["*47/* tests collected (* deselected)*"])
+    run.result.stdout.fnmatch_lines(["*55/* tests collected (* deselected)*"])
     assert fake_tools.calls() == []
     assert not (run.path / "gpuaccept-evidence" / "nvml-host.json").exists()
 
@@ -177,9 +178,10 @@ def test_a_contract_runs_from_any_directory(pytester, fake_tools, tmp_path):
     contract = tmp_path / "elsewhere" / "vendor.yaml"
     contract.parent.mkdir()
     contract.write_text(H100_8)
-    result = pytester.runpytest_subprocess(f"--contract={contract}", nvml_recording("h100_sxm5_8gpu.json"))
+    result = pytester.runpytest_subprocess(f"--contract={contract}", nvml_recording("h100_sxm5_8gpu.json"),
+                                           pci_tree(tmp_path / "sys"))
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*gpuaccept: ACCEPTED*47 passed, 0 failed, 0 not measured*"])
+    result.stdout.fnmatch_lines(["*gpuaccept: ACCEPTED*55 passed, 0 failed, 0 not measured*"])
 
 
 def test_under_xdist_the_topology_is_read_once_and_checks_listed_once(accept, fake_tools):
@@ -188,7 +190,7 @@ def test_under_xdist_the_topology_is_read_once_and_checks_listed_once(accept, fa
     assert run.result.ret == 0, run.result.stdout.str()
     assert fake_tools.calls("nvidia-smi") == [["nvidia-smi", "topo", "-m"]]
     subjects = [(c["clause"], c["subject"]) for c in run.checks()]
-    assert len(subjects) == len(set(subjects)) == 47
+    assert len(subjects) == len(set(subjects)) == 55
     assert run.json["verdict"] == "accepted"
 
 

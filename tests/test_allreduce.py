@@ -81,7 +81,8 @@ def test_measured_is_the_out_of_place_busbw_at_the_largest_size(accept, fake_too
     assert check["measured"] == pytest.approx(483.05, abs=0.01)
     assert (check["outcome"], check["unit"]) == (outcome, "GB/s")
     sign = ">=" if outcome == "passed" else "<"
-    assert check["message"] == f"busbw 483.05 GB/s at 17179869184 bytes {sign} {threshold} (nccl-tests)"
+    assert check["message"] == (f"busbw 483.05 GB/s at 17179869184 bytes {sign} {threshold} (nccl-tests; "
+                                "107% of the published 450 GB/s (H100 SXM5 80GB NVLink, one direction))")
     assert fake_tools.calls("all_reduce_perf") == [
         ["all_reduce_perf", "-g", "8", "-b", "8388608", "-e", "17179869184", "-f", "2", "-c", "1"]]
     assert "156.742" not in check["message"]  # never the sweep average
@@ -178,7 +179,8 @@ def test_a_busbw_above_the_nvlink_bound_fails_as_implausible(accept, fake_tools)
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
     assert check["message"] == ("busbw 983.05 GB/s at 17179869184 bytes is implausible: above 900 GB/s "
-                                "(H100 NVLink, both directions) (nccl-tests)")
+                                "(H100 NVLink, both directions) (nccl-tests; 218% of the published 450 GB/s "
+                                "(H100 SXM5 80GB NVLink, one direction))")
 
 
 def test_the_torch_alternative_is_chosen_by_the_contract_and_labelled(accept, fake_tools):

@@ -78,7 +78,8 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     assert run.result.ret == 0
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and six health clauses per GPU: every check once.
-    # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth, compute and form_factor per GPU; host 4 x 2.
-    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 8 + 4 + 4 * 7
+    # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth, compute, form_factor and identity per GPU;
+    # host 4 x 2.
+    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 7
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

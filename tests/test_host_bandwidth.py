@@ -1,10 +1,9 @@
 """host_bandwidth and the model table: nvbandwidth's host <-> GPU rows judged per GPU and direction, and
 every figure set beside the published one of the GPU's model, found by the PCI device ID sysfs gives."""
 
-import json
 
 import pytest
-from conftest import DATA, nvml_recording
+from conftest import DATA, nvml_recording, pci_tree
 
 from pytest_gpuaccept.models import by_device_id
 from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
@@ -12,19 +11,6 @@ from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 H100_RUNS = DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt"
 B300 = DATA / "nvbandwidth" / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt"
-
-
-def pci_tree(root, device: str, recording: str = "h100_sxm5_8gpu.json") -> str:
-    """bus/pci/devices/<bus id>/{vendor,device,class} for every GPU of an NVML recording."""
-    gpus = json.loads((DATA / "nvml" / recording).read_text())["gpus"]
-    for gpu in gpus:
-        folder = root / "bus" / "pci" / "devices" / sysfs_bus_id(gpu["pci_bus_id"])
-        folder.mkdir(parents=True)
-        local = "0-55" if gpu["index"] < len(gpus) // 2 else "56-111"
-        for name, value in (("vendor", "0x10de"), ("device", device), ("class", "0x030200"), ("local_cpulist", local)):
-            (folder / name).write_text(value + "\n")
-    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
-    return f"--gpuaccept-sysfs={root}"
 
 
 CONTRACT = "gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\n{section}"

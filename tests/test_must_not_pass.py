@@ -69,7 +69,8 @@ def test_a_gpu_that_stops_answering_nvml_fails_from_that_moment(accept, fake_too
     assert util["GPU2"]["message"] == ("GPU2 stopped answering NVML at t=7.4 s during the load (NVMLError_GpuIsLost: "
                                        "GPU is lost): lost, not judged on what came before")
     assert util["GPU0"]["outcome"] == "passed"
-    assert {c["outcome"] for c in run.checks() if c["subject"] == "GPU2"} == {"failed"}
+    # Every reading under load fails for GPU2; who it is was read before the load, and stands.
+    assert {c["outcome"] for c in run.checks() if c["subject"] == "GPU2" and c["clause"] != "gpus.identity"} == {"failed"}
 
 
 def test_a_gpu_with_far_fewer_samples_is_not_judged_on_what_is_left(accept, fake_tools, tmp_path):

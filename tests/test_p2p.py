@@ -121,7 +121,8 @@ def test_p2p_latency_test_a_threshold_1_gb_s_above_a_cell_fails_that_pair_only(a
     assert checks["GPU0->GPU1"]["measured"] == 365.3 and checks["GPU7->GPU6"]["measured"] == 393.08
     assert [s for s, c in checks.items() if c["outcome"] != "passed"] == ["GPU0->GPU1"]
     assert checks["GPU0->GPU1"]["message"] == ("GPU0->GPU1 365.3 GB/s < 366.3 GB/s "
-                                                "(p2pBandwidthLatencyTest P2P writes)")
+                                                "(p2pBandwidthLatencyTest P2P writes; 81% of the published "
+                                                "450 GB/s (H100 SXM5 80GB NVLink))")
 
 
 def test_a_pair_without_peer_access_fails_and_its_host_memory_figure_is_never_taken(accept, fake_tools, tmp_path):

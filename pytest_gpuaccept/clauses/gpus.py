@@ -11,6 +11,7 @@ from packaging.version import InvalidVersion, Version
 from .. import schema
 from ..measurements import GpuModels, HostReading
 from ..models import names as names_model
+from ..probes.sysfs import sysfs_bus_id
 from ..schema import Key
 from ..subjects import Kind, Subject
 from ..units import Size, bytes_to_gb
@@ -124,20 +125,24 @@ def judge_cuda(section: Gpus, subject: Subject, m: HostReading, contract: Contra
     return _version(Verdict(CUDA.key, subject, str(section.cuda), None, m.evidence), m.host.cuda, section.cuda, m)
 
 
+def _every_gpu(v: Verdict, each: list[Check]) -> Check:
+    """Without gpus.count the subject is every GPU NVML lists, judged at once: the worst of the per-GPU checks."""
+    if not each:
+        return v.failed(None, "no GPU found")
+    wrong = [c for c in each if c.outcome is Outcome.FAILED]
+    unmeasured = [c for c in each if c.outcome is Outcome.NOT_MEASURED]
+    if unmeasured and not wrong:
+        return v.not_measured(unmeasured[0].message.removeprefix(NOT_MEASURED_PREFIX))
+    found = ", ".join(sorted({str(c.measured) for c in each}))
+    return v.judged(not wrong, found, "; ".join(c.message for c in wrong) or f"all {len(each)} GPUs: {found}")
+
+
 def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: Contract) -> Check:
     """The form factor of the GPU's PCI device ID in the model table: an H100 PCIe and an SXM5 share a name."""
     assert section.form_factor is not None
     v = Verdict(FORM_FACTOR.key, subject, f"== {section.form_factor}", None, m.evidence)
-    if subject.kind is Kind.ALL_GPUS:  # without gpus.count: every GPU NVML lists, judged at once
-        each = [judge_form_factor(section, Subject.of_gpu(i), m, contract) for i in sorted(m.device_ids)]
-        if not each:
-            return v.failed(None, "no GPU found")
-        unmeasured = [c for c in each if c.outcome is Outcome.NOT_MEASURED]
-        if unmeasured:
-            return v.not_measured(unmeasured[0].message.removeprefix(NOT_MEASURED_PREFIX))
-        wrong = [c for c in each if not c.passed]
-        factors = ", ".join(sorted({str(c.measured) for c in each}))
-        return v.judged(not wrong, factors, "; ".join(c.message for c in wrong) or f"all {len(each)} GPUs are {factors}")
+    if subject.kind is Kind.ALL_GPUS:
+        return _every_gpu(v, [judge_form_factor(section, Subject.of_gpu(i), m, contract) for i in sorted(m.device_ids)])
     assert subject.gpu is not None
     index = subject.gpu
     if index not in m.device_ids:
@@ -147,11 +152,68 @@ def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: C
     if device is None:
         return v.not_measured(f"GPU{index}'s PCI function in sysfs is not an NVIDIA display controller, or unreadable")
     if model is None:
-        return v.not_measured(f"GPU{index}'s PCI device ID 0x{device.removeprefix('0x')} is not in the model table")
+        return v.not_measured(f"GPU{index}'s PCI device ID 0x{device} is not in the model table")
     ok = model.form_factor == section.form_factor
     return v.judged(ok, model.form_factor, f"GPU{index} is PCI device 0x{model.device_id}, a {model.name} "
                     f"({model.form_factor})" + ("" if ok else f", not {section.form_factor} as contracted"))
 
+
+def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
+    """Who a GPU is, from two sources: NVML's name and device ID against the PCI function sysfs lists at the
+    bus ID NVML gives; unique UUID, serial and bus ID; as many GPUs as NVIDIA GPU functions on the PCI bus;
+    visible to CUDA in this run; MIG off. Measured: the PCI device ID."""
+    v = Verdict(IDENTITY.key, subject, "NVML, sysfs and CUDA agree; MIG off", None, m.evidence +
+                (m.models.evidence if m.models else ()))
+    host, models = m.host, m.models
+    if subject.kind is Kind.ALL_GPUS:
+        return _every_gpu(v, [judge_identity(section, Subject.of_gpu(g.index), m, contract) for g in host.gpus]) \
+            if not host.error else v.not_measured(host.error)
+    early = _per_gpu(v, m, subject)
+    if early:
+        return early
+    assert subject.gpu is not None and models is not None
+    gpu = host.gpus[subject.gpu]
+    device, model = models.device_ids.get(gpu.index), models.model(gpu.index)
+    bus = sysfs_bus_id(gpu.pci_bus_id) if gpu.pci_bus_id else "(no bus ID)"
+    problems: list[str] = []
+    if device is None:
+        problems.append(f"NVML puts {subject} ({gpu.name!r}) at PCI {bus}, where sysfs has no NVIDIA GPU function")
+    elif gpu.pci_device_id and gpu.pci_device_id != device:
+        problems.append(f"NVML says {subject} is PCI device 0x{gpu.pci_device_id}, sysfs says 0x{device} at {bus}")
+    elif model is not None and not names_model(model, gpu.name):
+        problems.append(f"NVML names {subject} {gpu.name!r}, but sysfs says PCI device 0x{device} at {bus}, "
+                        f"a {model.name} (NVML name {model.nvml_name!r})")
+    for what, value in (("UUID", gpu.uuid), ("serial", gpu.serial), ("PCI bus ID", gpu.pci_bus_id)):
+        twins = [g.index for g in host.gpus if value and g.index != gpu.index and getattr(g, _FIELD[what]) == value]
+        if twins:
+            problems.append(f"NVML gives {subject} the same {what} {value!r} as " + ", ".join(f"GPU{t}" for t in twins))
+    if models.sysfs_gpus is not None and len(models.sysfs_gpus) != len(host.gpus):
+        problems.append(f"NVML lists {len(host.gpus)} GPUs, the PCI bus in sysfs has {len(models.sysfs_gpus)} NVIDIA "
+                        f"GPU functions ({', '.join(models.sysfs_gpus[:16]) or 'none'})")
+    cuda = host.cuda_devices
+    visible = "" if cuda is None or cuda.visible_devices is None else f", CUDA_VISIBLE_DEVICES={cuda.visible_devices!r}"
+    if cuda is not None and cuda.error:
+        problems.append(f"CUDA in this run cannot use {subject}: {cuda.error}{visible}")
+    elif cuda is not None and bus not in cuda.bus_ids:
+        problems.append(f"{subject} ({bus}) is listed by NVML but not visible to CUDA in this run: CUDA sees "
+                        f"{cuda.count} device(s){' at ' + ', '.join(cuda.bus_ids) if cuda.bus_ids else ''}{visible}")
+    if gpu.mig_mode:
+        problems.append(f"MIG mode is on for {subject}: it is partitioned into instances, not one whole GPU")
+    measured = f"0x{device}" if device else None
+    if problems:
+        return v.failed(measured, "; ".join(problems))
+    unread = [what for what, missing in (("the PCI bus listing in sysfs", models.sysfs_gpus is None),
+                                         ("CUDA's device list", cuda is None)) if missing]
+    if unread:
+        return v.not_measured(f"{subject}: {' and '.join(unread)} could not be read, so NVML's word stands alone")
+    if model is None:
+        return v.not_measured(f"{subject}'s PCI device ID 0x{device} is not in the model table: NVML's name "
+                              f"{gpu.name!r} cannot be checked against it")
+    return v.passed(measured, f"{subject}: NVML {gpu.name!r} at {bus}, sysfs PCI device 0x{device} ({model.name}), "
+                    f"visible to CUDA, MIG {'off' if gpu.mig_mode == 0 else 'not supported'}")
+
+
+_FIELD = {"UUID": "uuid", "serial": "serial", "PCI bus ID": "pci_bus_id"}
 
 COUNT = Clause("gpus.count", SECTION, "test_gpu_count", HostWide(), "gpuaccept_host", judge_count,
                "exactly `count` GPUs (NVML)", "GPUs", lambda s: s.count is not None)
@@ -167,4 +229,7 @@ CUDA = Clause("gpus.cuda", SECTION, "test_cuda_version", HostWide(), "gpuaccept_
 FORM_FACTOR = Clause("gpus.form_factor", SECTION, "test_gpu_form_factor", PerGpu(), "gpuaccept_models",
                      judge_form_factor, "the form factor of each GPU's PCI device ID (sxm, pcie, nvl), not its name",
                      None, lambda s: s.form_factor is not None)
-CLAUSES = (COUNT, MODEL, MEMORY, FORM_FACTOR, DRIVER, CUDA)
+IDENTITY = Clause("gpus.identity", SECTION, "test_gpu_identity", PerGpu(), "gpuaccept_host_identity", judge_identity,
+                  "always: NVML's name and device ID agree with the PCI function in sysfs, UUID, serial and bus ID "
+                  "unique, as many GPUs as the PCI bus has, each visible to CUDA in this run, MIG off")
+CLAUSES = (COUNT, MODEL, MEMORY, FORM_FACTOR, IDENTITY, DRIVER, CUDA)

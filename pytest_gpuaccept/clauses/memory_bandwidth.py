@@ -70,7 +70,7 @@ def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract:
         assert section.min_fraction_of_peak is not None
         if model is None:
             device = m.models.device_ids.get(index)
-            return v.not_measured(f"GPU{index}'s PCI device ID {device or '(unread)'} is not in the model table: "
+            return v.not_measured(f"GPU{index}'s PCI device ID 0x{device or '(unread)'} is not in the model table: "
                                   f"no published figure to take {section.min_fraction_of_peak:g} of")
         minimum = section.min_fraction_of_peak * model.memory_bandwidth_gbyte_s
     v = v.but(required=f">= {minimum:g}", threshold=minimum)

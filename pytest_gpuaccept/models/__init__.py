@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-NVIDIA = "0x10de"
-
 
 @dataclass(frozen=True)
 class Model:

@@ -6,11 +6,16 @@ into typed data. `pynvml` is imported here only, and only when a reading is take
 
 from __future__ import annotations
 
+import json
+import os
 import socket
-from dataclasses import dataclass
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import ParseError
+from .sysfs import sysfs_bus_id
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,27 @@ class Gpu:
     serial: str
     memory_total_bytes: int
     pci_bus_id: str = ""
+    pci_device_id: str | None = None  # NVML's own claim ("2330"); sysfs is the second source
+    mig_mode: int | None = None  # current MIG mode: 0 off, 1 on, None not supported (no MIG on this model)
+    nvlinks: tuple[NvLink, ...] | None = None  # None: not read (an older recording)
+    nvlink_error: str | None = None  # why NVML gave no per-link state (NotSupported on a PCIe card)
+
+
+@dataclass(frozen=True)
+class NvLink:
+    link: int
+    active: bool
+    remote_bus_id: str | None  # the PCI function at the other end (a GPU, or an NVSwitch)
+
+
+@dataclass(frozen=True)
+class CudaDevices:
+    """What CUDA itself (the driver library, in a child process with this run's environment) can see."""
+
+    count: int | None
+    bus_ids: tuple[str, ...]  # sysfs form, lower case
+    visible_devices: str | None  # CUDA_VISIBLE_DEVICES as the run had it, shown, never parsed
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -32,14 +58,86 @@ class Host:
     cuda: str | None
     gpus: tuple[Gpu, ...]
     error: str | None = None
+    cuda_devices: CudaDevices | None = None  # None: not read (an older recording)
+    recorded: str | None = field(default=None, compare=False)
 
 
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+# CUDA's own view, through the driver library (libcuda), run in a child process so that a hung driver is a
+# timeout and the plugin's process never holds a CUDA context. Bus IDs as cuDeviceGetPCIBusId gives them.
+_CUDA_DEVICES = r"""
+import ctypes, json
+out = {"count": None, "bus_ids": [], "error": None}
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+    rc = cuda.cuInit(0)
+    if rc:
+        out["error"] = "cuInit returned CUDA error %d" % rc
+    else:
+        n = ctypes.c_int(0)
+        rc = cuda.cuDeviceGetCount(ctypes.byref(n))
+        if rc:
+            out["error"] = "cuDeviceGetCount returned CUDA error %d" % rc
+        else:
+            out["count"] = n.value
+            for i in range(n.value):
+                dev = ctypes.c_int(0)
+                buf = ctypes.create_string_buffer(64)
+                if cuda.cuDeviceGet(ctypes.byref(dev), i) == 0 and cuda.cuDeviceGetPCIBusId(buf, 64, dev) == 0:
+                    out["bus_ids"].append(buf.value.decode())
+except OSError as exc:
+    out["error"] = "the CUDA driver library libcuda.so.1 could not be loaded: %s" % exc
+print(json.dumps(out))
+"""
+
+
+def read_cuda_devices(timeout_s: float = 60.0) -> dict[str, Any]:
+    """CUDA's device count and bus IDs as this run's processes see them (CUDA_VISIBLE_DEVICES applies)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        done = subprocess.run([sys.executable, "-I", "-c", _CUDA_DEVICES], capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else \
+            {"count": None, "bus_ids": [], "error": f"no answer (exit {done.returncode}): {done.stderr[-300:]}"}
+    except subprocess.TimeoutExpired:
+        result = {"count": None, "bus_ids": [], "error": f"CUDA did not answer within {timeout_s:g} s"}
+    except ValueError as exc:
+        result = {"count": None, "bus_ids": [], "error": f"unreadable answer: {exc}"}
+    result["visible_devices"] = visible
+    return result
+
+
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
+
+
+def _nvlinks(pynvml: Any, handle: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """Each NVLink's state and remote PCI function, as NVML gives them; (links, why none) on a card without."""
+    links: list[dict[str, Any]] = []
+    for link in range(NVLINK_MAX_LINKS):
+        try:
+            active = pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
+        except pynvml.NVMLError as exc:
+            if link == 0:
+                return [], f"{type(exc).__name__}: {exc}"
+            break  # past the last link this GPU has
+        remote = None
+        if active:
+            try:
+                remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link).busId)
+            except (pynvml.NVMLError, AttributeError):
+                remote = None
+        links.append({"link": link, "active": active, "remote_bus_id": remote})
+    return links, None
+
+
 def read_host() -> dict[str, Any]:
-    """Take a reading of the host through NVML; never raises: a failure is recorded as `error`."""
+    """Take a reading of the host through NVML; never raises: a failure is recorded as `error`.
+
+    The format is the one `--gpuaccept-nvml` reads (docs/nvml-recording.md).
+    """
     reading: dict[str, Any] = {"hostname": socket.gethostname(), "driver": None, "cuda": None, "gpus": [], "error": None}
     try:
         import pynvml
@@ -61,18 +159,27 @@ def read_host() -> dict[str, Any]:
                 serial = _text(pynvml.nvmlDeviceGetSerial(handle))
             except pynvml.NVMLError:
                 serial = ""  # consumer cards have no serial
+            pci = pynvml.nvmlDeviceGetPciInfo(handle)
+            mig = _or_none(pynvml.nvmlDeviceGetMigMode, handle)
+            links, link_error = _nvlinks(pynvml, handle)
             reading["gpus"].append({
                 "index": index,
                 "name": _text(pynvml.nvmlDeviceGetName(handle)),
                 "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
                 "serial": serial,
                 "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-                "pci_bus_id": _text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
+                "pci_bus_id": _text(pci.busId),
+                "pci_device_id": f"0x{(int(pci.pciDeviceId) >> 16) & 0xFFFF:04x}",
+                "mig_mode": None if mig is None else int(mig[0]),
+                "nvlinks": links,
+                "nvlink_error": link_error,
+                **_health(pynvml, handle),
             })
     except pynvml.NVMLError as exc:
         reading["error"] = f"NVML read failed: {type(exc).__name__}: {exc}"
     finally:
         pynvml.nvmlShutdown()
+    reading["cuda_devices"] = read_cuda_devices()
     return reading
 
 
@@ -81,11 +188,20 @@ def parse_host(reading: dict[str, Any]) -> Host:
     try:
         gpus = tuple(
             Gpu(int(g["index"]), str(g["name"]), str(g["uuid"]), str(g.get("serial", "")),
-                int(g["memory_total_bytes"]), str(g.get("pci_bus_id", "")))
+                int(g["memory_total_bytes"]), str(g.get("pci_bus_id", "")),
+                str(g["pci_device_id"]).lower().removeprefix("0x") if g.get("pci_device_id") else None,
+                None if g.get("mig_mode") is None else int(g["mig_mode"]),
+                None if g.get("nvlinks") is None else tuple(
+                    NvLink(int(n["link"]), bool(n["active"]), n.get("remote_bus_id")) for n in g["nvlinks"]),
+                g.get("nvlink_error"))
             for g in reading.get("gpus", [])
         )
+        cuda = reading.get("cuda_devices")
+        devices = None if cuda is None else CudaDevices(
+            None if cuda.get("count") is None else int(cuda["count"]),
+            tuple(sysfs_bus_id(str(b)) for b in cuda.get("bus_ids", [])), cuda.get("visible_devices"), cuda.get("error"))
         return Host(str(reading.get("hostname", "")), reading.get("driver"), reading.get("cuda"), gpus,
-                    reading.get("error"))
+                    reading.get("error"), devices, reading.get("recorded"))
     except (KeyError, TypeError, ValueError) as exc:
         raise ParseError("nvml", f"reading malformed: {exc!r}") from None
 

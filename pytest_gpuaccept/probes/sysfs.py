@@ -96,12 +96,24 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
     return f"{domain[-4:].rjust(4, '0')}:{rest}"
 
 
+NVIDIA_VENDOR = "0x10de"
+DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; an NVSwitch is a bridge (0x0680), not a GPU
+
+
+def is_nvidia_gpu(vendor: str | None, pci_class: str | None) -> bool:
+    return (vendor or "").lower() == NVIDIA_VENDOR and (pci_class or "").lower().startswith(DISPLAY_CLASSES)
+
+
 def read_pci_devices(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
-    """vendor, device and class of each GPU's PCI function (bus/pci/devices/<bus id>/...), by GPU index."""
+    """vendor, device and class of each GPU's PCI function (bus/pci/devices/<bus id>/...), by GPU index, and
+    every NVIDIA GPU function the PCI bus lists, whether NVML shows it or not."""
     devices: dict[str, Any] = {}
+    pci = sys_root / "bus" / "pci" / "devices"
     for index, bus_id in sorted(bus_ids.items()):
-        folder = sys_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
+        folder = pci / sysfs_bus_id(bus_id)
         devices[str(index)] = {"bus_id": sysfs_bus_id(bus_id),
                                **{key: _read(folder / key) for key in ("vendor", "device", "class", "local_cpulist",
                                                                          "numa_node")}}
-    return {"devices": devices}
+    listed = sorted(pci.iterdir(), key=lambda p: p.name) if pci.is_dir() else []
+    gpus = [p.name for p in listed if is_nvidia_gpu(_read(p / "vendor"), _read(p / "class"))]
+    return {"devices": devices, "nvidia_gpus": gpus if pci.is_dir() else None}
