@@ -1,4 +1,5 @@
-"""`python -m pytest_gpuaccept verify BUNDLE` and `sign BUNDLE --key KEY`: check and sign an evidence bundle."""
+"""`python -m pytest_gpuaccept verify BUNDLE` and `sign BUNDLE --key KEY`: check and sign an evidence bundle.
+`record-nvml OUT.json`: record this host's NVML readings in the format `--gpuaccept-nvml` reads."""
 
 from __future__ import annotations
 
@@ -20,7 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     signing = commands.add_parser("sign", help="sign a bundle's manifest with an SSH key (ssh-keygen -Y sign)")
     signing.add_argument("folder", type=Path)
     signing.add_argument("--key", type=Path, required=True, help="the private key (its .pub beside it)")
+    record = commands.add_parser("record-nvml", help="record this host's NVML readings (docs/nvml-recording.md)")
+    record.add_argument("out", type=Path)
+    record.add_argument("--samples", type=float, default=5.0, metavar="SECONDS",
+                        help="also sample every GPU for this long, as under a load (default 5; 0: none)")
     args = parser.parse_args(argv)
+    if args.command == "record-nvml":
+        return record_nvml(args.out, args.samples)
     if args.command == "sign":
         try:
             target = sign(args.folder, args.key)
@@ -44,6 +51,22 @@ def main(argv: list[str] | None = None) -> int:
     for signer in signers:
         print(f"signed by: {signer}")
     return 0
+
+
+def record_nvml(out: Path, seconds: float) -> int:
+    """The host reading, and `seconds` of samples (utilisation, clocks, power, Xid events, health) of every GPU."""
+    import json
+    import threading
+
+    from .probes import nvml
+
+    reading = nvml.read_host()
+    if seconds > 0 and not reading.get("error"):
+        reading["utilisation"] = nvml.sample_gpus(len(reading["gpus"]), 0.15, seconds, threading.Event())
+    out.write_text(json.dumps(reading, indent=1) + "\n")
+    gpus = ", ".join(f"GPU{g['index']} {g['name']} ({g.get('pci_device_id')})" for g in reading["gpus"])
+    print(f"{out}: {reading.get('error') or gpus or 'no GPU'}")
+    return 1 if reading.get("error") else 0
 
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ def _nvlinks(pynvml: Any, handle: Any) -> tuple[list[dict[str, Any]], str | None
         remote = None
         if active:
             try:
-                remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link).busId)
+                remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
             except (pynvml.NVMLError, AttributeError):
                 remote = None
         links.append({"link": link, "active": active, "remote_bus_id": remote})
@@ -248,9 +248,11 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any) -> 
             pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         series: list[list[list[Any]]] = [[] for _ in handles]
         lost: list[dict[str, Any] | None] = [None for _ in handles]
+        events, xid = _xid_listener(pynvml, handles)
         start = time.monotonic()
         while not stop.is_set() and time.monotonic() - start < duration_s:
             tick = time.monotonic()
+            _drain_xid(pynvml, events, xid, round(tick - start, 3))
             for n, handle in enumerate(handles):
                 if lost[n] is not None:
                     continue
@@ -272,14 +274,48 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any) -> 
                     _or_none(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
                 ])
             stop.wait(max(0.0, interval_s - (time.monotonic() - tick)))
+        _drain_xid(pynvml, events, xid, round(time.monotonic() - start, 3))
+        if events is not None:
+            _or_none(pynvml.nvmlEventSetFree, events)
         health = [_health(pynvml, handle) if lost[n] is None else {} for n, handle in enumerate(handles)]
         return {"interval_s": interval_s, "fields": list(SAMPLE_FIELDS),
-                "gpus": [{"index": n, "samples": s, "health": h, **({"lost": lost[n]} if lost[n] else {})}
+                "gpus": [{"index": n, "samples": s, "health": h, "xid": xid[n],
+                          **({"lost": lost[n]} if lost[n] else {})}
                          for n, (s, h) in enumerate(zip(series, health))]}
     except pynvml.NVMLError as exc:
         return {"error": f"NVML read failed: {type(exc).__name__}: {exc}"}
     finally:
         pynvml.nvmlShutdown()
+
+
+def _xid_listener(pynvml: Any, handles: list[Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """An NVML event set listening for Xid critical errors on every GPU; per GPU {"events": [...]} or
+    {"error": why not} (a GPU or driver that cannot deliver them: then nothing is known, not "none")."""
+    xid: list[dict[str, Any]] = [{"events": []} for _ in handles]
+    try:
+        events = pynvml.nvmlEventSetCreate()
+    except pynvml.NVMLError as exc:
+        return None, [{"error": f"nvmlEventSetCreate: {type(exc).__name__}: {exc}"} for _ in handles]
+    for n, handle in enumerate(handles):
+        try:
+            pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, events)
+        except pynvml.NVMLError as exc:
+            xid[n] = {"error": f"nvmlDeviceRegisterEvents: {type(exc).__name__}: {exc}"}
+    return events, xid
+
+
+def _drain_xid(pynvml: Any, events: Any, xid: list[dict[str, Any]], t_s: float) -> None:
+    """Every Xid event waiting in the set, without waiting for more."""
+    if events is None:
+        return
+    for _ in range(1000):
+        try:
+            event = pynvml.nvmlEventSetWait_v2(events, 0)
+        except pynvml.NVMLError:  # Timeout: nothing waiting
+            return
+        index = _or_none(pynvml.nvmlDeviceGetIndex, event.device)
+        target = xid[index] if isinstance(index, int) and 0 <= index < len(xid) else xid[0]
+        target.setdefault("events", []).append({"t_s": t_s, "xid": int(event.eventData), "gpu_index": index})
 
 
 def _health(pynvml: Any, handle: Any) -> dict[str, Any]:
