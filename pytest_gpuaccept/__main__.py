@@ -62,7 +62,7 @@ def record_nvml(out: Path, seconds: float) -> int:
 
     reading = nvml.read_host()
     if seconds > 0 and not reading.get("error"):
-        reading["utilisation"] = nvml.sample_gpus(len(reading["gpus"]), 0.15, seconds, threading.Event())
+        reading[nvml.RECORDED_SAMPLES] = nvml.sample_gpus(len(reading["gpus"]), 0.15, seconds, threading.Event())
     out.write_text(json.dumps(reading, indent=1) + "\n")
     gpus = ", ".join(f"GPU{g['index']} {g['name']} ({g.get('pci_device_id')})" for g in reading["gpus"])
     print(f"{out}: {reading.get('error') or gpus or 'no GPU'}")

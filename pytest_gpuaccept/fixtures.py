@@ -278,7 +278,7 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
         if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
             stop.wait(duration_s)
             recording: dict[str, Any] = json.loads(state.nvml_recording.read_text())
-            return recording.get("utilisation", {"error": "the NVML recording has no utilisation samples"})  # type: ignore[no-any-return]
+            return recording.get(nvml.RECORDED_SAMPLES, {"error": "the NVML recording has no utilisation samples"})  # type: ignore[no-any-return]
         return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop)
 
     run = state.runner.run_during(command, duration_s, sample, samples_file)

@@ -38,7 +38,7 @@ NOT_CLAUSE_NAMES = {
     ("pytest_gpuaccept/contract.py", "iperf3"): "the tool's name, a key of `tools:`",
     ("pytest_gpuaccept/probes/iperf3.py", "iperf3"): "the tool's name",
     ("pytest_gpuaccept/probes/nvidia_smi.py", "nvlink"): "the `nvidia-smi nvlink` subcommand",
-    ("pytest_gpuaccept/fixtures.py", "utilisation"): "the key of the sample series in an NVML recording",
+    ("pytest_gpuaccept/probes/nvml.py", "utilisation"): "the key of the sample series in an NVML recording",
     ("pytest_gpuaccept/models/__init__.py", "nvlink"): "a key of the model table, gpus.json",
 }
 

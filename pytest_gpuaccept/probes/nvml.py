@@ -110,6 +110,7 @@ def read_cuda_devices(timeout_s: float = 60.0) -> dict[str, Any]:
     return result
 
 
+RECORDED_SAMPLES = "utilisation"  # the key of the sample series in a recording (docs/nvml-recording.md)
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
 
 
