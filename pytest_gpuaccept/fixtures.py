@@ -189,19 +189,21 @@ def gpuaccept_nvlink_status(request: pytest.FixtureRequest) -> Reading[LinkStatu
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_nvlink_topology(gpuaccept_topology: Reading[Topology], gpuaccept_models: GpuModels) -> WithModels[Topology]:
-    """`topo -m`, with the GPUs' models: each pair's NVLinks beside the model's published number of links."""
+def gpuaccept_nvlink_topology(gpuaccept_topology: Reading[Topology], gpuaccept_models: GpuModels,
+                              gpuaccept_host: HostReading) -> WithModels[Topology]:
+    """`topo -m`, with the GPUs' models and NVML's per-link state: each pair's NVLinks from two sources."""
     from .measurements import WithModels
 
-    return WithModels(gpuaccept_topology, gpuaccept_models)
+    return WithModels(gpuaccept_topology, gpuaccept_models, gpuaccept_host.host)
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_nvlink_links(gpuaccept_nvlink_status: Reading[LinkStatus], gpuaccept_models: GpuModels) -> WithModels[LinkStatus]:
-    """`nvlink -s`, with the GPUs' models: each link's speed beside the model's published one."""
+def gpuaccept_nvlink_links(gpuaccept_nvlink_status: Reading[LinkStatus], gpuaccept_models: GpuModels,
+                           gpuaccept_host: HostReading) -> WithModels[LinkStatus]:
+    """`nvlink -s`, with the GPUs' models and NVML's per-link state: each link's speed beside the published one."""
     from .measurements import WithModels
 
-    return WithModels(gpuaccept_nvlink_status, gpuaccept_models)
+    return WithModels(gpuaccept_nvlink_status, gpuaccept_models, gpuaccept_host.host)
 
 
 @pytest.fixture(scope="session")

@@ -181,3 +181,13 @@ def accept(pytester: pytest.Pytester):
 
 def nvml_recording(name: str) -> str:
     return f"--gpuaccept-nvml={DATA / 'nvml' / name}"
+
+
+def staged_recording(tmp_path: Path, source: str | Path, change) -> str:
+    """An NVML recording (a name in data/nvml, or a path) with something staged in it: `change` edits the JSON."""
+    path = DATA / "nvml" / source
+    reading = json.loads(path.read_text())
+    change(reading)
+    out = tmp_path / f"nvml-{path.stem}-staged.json"
+    out.write_text(json.dumps(reading))
+    return f"--gpuaccept-nvml={out}"

@@ -5,7 +5,7 @@
 
 
 import pytest
-from conftest import DATA, nvml_recording, pci_tree
+from conftest import DATA, nvml_recording, pci_tree, staged_recording
 
 H100_8 = """\
 gpuaccept: 1
@@ -39,7 +39,7 @@ def test_an_nv18_h100_box_passes_all_28_pairs_with_18_links(accept, fake_tools):
 def test_nvlink_bridges_on_two_of_four_gpus_fail_four_pairs_with_zero(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "4gpu_nv4_bridge_pairs_no_nic_blog.txt")
     run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 4\nnvlink:\n  every_pair: true\n",
-                 nvml_recording("rtx5090_4gpu.json"))
+                 nvml_recording("a40_4gpu_bridged_pairs.json"))
     pairs = {c["subject"]: c for c in run.checks("nvlink")}
     assert len(pairs) == 6
     failed = {s for s, c in pairs.items() if c["outcome"] == "failed"}
@@ -49,6 +49,54 @@ def test_nvlink_bridges_on_two_of_four_gpus_fail_four_pairs_with_zero(accept, fa
     assert pairs["GPU0-GPU1"]["measured"] == 4 and pairs["GPU0-GPU1"]["outcome"] == "passed"
     assert run.json["verdict"] == "rejected" and run.result.ret == 1
     run.result.stdout.fnmatch_lines(["*nvlink GPU0-GPU2: failed: SYS between GPU0 and GPU2, 0 < 1 links*"])
+
+
+def test_nvlink_printed_for_cards_that_have_none_fails_naming_both_sources(accept, fake_tools):
+    """A shadowed nvidia-smi printing NV4 bridges for RTX 5090s: the device ID's model has no NVLink, and NVML
+    says NotSupported."""
+    fake_tools.add("nvidia-smi", DATA / "topo" / "4gpu_nv4_bridge_pairs_no_nic_blog.txt")
+    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 4\nnvlink:\n  every_pair: true\n",
+                 nvml_recording("rtx5090_4gpu.json"))
+    pairs = {c["subject"]: c for c in run.checks("nvlink")}
+    assert pairs["GPU0-GPU1"]["outcome"] == "failed"
+    assert pairs["GPU0-GPU1"]["message"] == ("`topo -m` says NV4 between GPU0 and GPU1, but PCI device 0x2b85 "
+                                             "(GeForce RTX 5090) has no NVLink, not even a bridge")
+
+
+def test_nvlink_that_nvml_does_not_see_fails(accept, fake_tools, tmp_path):
+    """A shadowed nvidia-smi printing NV18 everywhere on H100 SXM5s whose links NVML reports down."""
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+
+    def links_down(reading):
+        for gpu in reading["gpus"][:2]:
+            gpu["nvlinks"] = [{**n, "active": False} for n in gpu["nvlinks"]]
+        reading["gpus"][2]["nvlinks"] = reading["gpus"][2]["nvlinks"][:6]
+
+    run = accept(H100_8, staged_recording(tmp_path, "h100_sxm5_8gpu.json", links_down))
+    pairs = {c["subject"]: c for c in run.checks("nvlink")}
+    assert pairs["GPU0-GPU5"]["message"] == ("`topo -m` says NV18 between GPU0 and GPU5, NVML says GPU0 has no active "
+                                             "NVLink (0 of 18 links active)")
+    assert pairs["GPU2-GPU3"]["message"] == ("`topo -m` says NV18 between GPU2 and GPU3, NVML says GPU2 has 6 and GPU3 18 "
+                                             "active links (into an NVSwitch)")
+    assert pairs["GPU3-GPU4"]["outcome"] == "passed"
+
+
+def test_direct_links_are_counted_per_pair(accept, fake_tools, tmp_path):
+    """4x H100 with NV6 all-to-all: NVML's remote bus IDs name the peer; a pair whose links lead elsewhere fails."""
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_4gpu_nv6_4nic_matrix_only.txt")
+
+    def rewire(reading):  # GPU0's six links to GPU1 lead to GPU2 instead
+        bus1, bus2 = reading["gpus"][1]["pci_bus_id"], reading["gpus"][2]["pci_bus_id"]
+        for link in reading["gpus"][0]["nvlinks"]:
+            link["remote_bus_id"] = bus2 if link["remote_bus_id"] == bus1 else link["remote_bus_id"]
+
+    contract = "gpuaccept: 1\nvendor: V\ngpus:\n  count: 4\nnvlink:\n  every_pair: true\n  min_links: 6\n"
+    honest = accept(contract, nvml_recording("h100_sxm5_4gpu.json"))
+    assert {c["outcome"] for c in honest.checks("nvlink")} == {"passed"}
+    run = accept(contract, staged_recording(tmp_path, "h100_sxm5_4gpu.json", rewire))
+    failed = {c["subject"]: c["message"] for c in run.checks("nvlink") if c["outcome"] != "passed"}
+    assert failed == {"GPU0-GPU1": "`topo -m` says NV6 between GPU0 and GPU1, NVML counts 0 active links from GPU0 to GPU1",
+                      "GPU0-GPU2": "`topo -m` says NV6 between GPU0 and GPU2, NVML counts 12 active links from GPU0 to GPU2"}
 
 
 def test_a_pcie_box_sold_as_nvswitch_is_rejected(accept, fake_tools):

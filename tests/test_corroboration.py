@@ -4,10 +4,9 @@ them (tests/data/h200), constructed NVML recordings beside real sysfs layouts el
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from conftest import DATA, pci_tree
+from conftest import DATA, pci_tree, staged_recording
 
 H200 = DATA / "h200"
 GPUS_1 = "gpuaccept: 1\nvendor: V\ngpus:\n  count: 1\n  model: H200\n  form_factor: sxm\n"
@@ -26,15 +25,6 @@ def real_sysfs(root: Path) -> str:
                 (folder / name).write_text(value + "\n")
     (root / "class" / "net").mkdir(parents=True)
     return f"--gpuaccept-sysfs={root}"
-
-
-def variant(tmp_path: Path, source: Path, change) -> str:
-    """An NVML recording with one fraud staged in it (`change` edits the parsed JSON)."""
-    reading = json.loads(source.read_text())
-    change(reading)
-    path = tmp_path / f"nvml-{source.stem}-staged.json"
-    path.write_text(json.dumps(reading))
-    return f"--gpuaccept-nvml={path}"
 
 
 def identity(run) -> dict[str, dict]:
@@ -64,7 +54,7 @@ def test_one_of_eight_gpus_hidden_from_cuda_is_named(accept, tmp_path):
     def hide(reading):
         reading["cuda_devices"].update(count=7, bus_ids=reading["cuda_devices"]["bus_ids"][:3] +
                                        reading["cuda_devices"]["bus_ids"][4:], visible_devices="0,1,2,4,5,6,7")
-    run = accept(GPUS_8, variant(tmp_path, DATA / "nvml" / "h100_sxm5_8gpu.json", hide))
+    run = accept(GPUS_8, staged_recording(tmp_path, "h100_sxm5_8gpu.json", hide))
     failed = {s: c["message"] for s, c in identity(run).items() if c["outcome"] != "passed"}
     assert list(failed) == ["GPU3"]
     assert failed["GPU3"].startswith("GPU3 (0000:48:00.0) is listed by NVML but not visible to CUDA in this run: "
@@ -75,7 +65,7 @@ def test_one_of_eight_gpus_hidden_from_cuda_is_named(accept, tmp_path):
 def test_mig_partitioned_gpus_fail(accept, tmp_path):
     def mig(reading):
         reading["gpus"][5]["mig_mode"] = 1
-    run = accept(GPUS_8, variant(tmp_path, DATA / "nvml" / "h100_sxm5_8gpu.json", mig))
+    run = accept(GPUS_8, staged_recording(tmp_path, "h100_sxm5_8gpu.json", mig))
     failed = {s: c["message"] for s, c in identity(run).items() if c["outcome"] != "passed"}
     assert failed == {"GPU5": "MIG mode is on for GPU5: it is partitioned into instances, not one whole GPU"}
 
@@ -85,7 +75,7 @@ def test_one_gpu_presented_eight_times_fails_on_every_source(accept, tmp_path):
     def clone(reading):
         reading["gpus"] = [{**reading["gpus"][0], "index": i} for i in range(8)]
         reading["cuda_devices"].update(count=1, bus_ids=["0000:18:00.0"])
-    run = accept(GPUS_8, variant(tmp_path, DATA / "nvml" / "h100_sxm5_8gpu.json", clone),
+    run = accept(GPUS_8, staged_recording(tmp_path, "h100_sxm5_8gpu.json", clone),
                  pci_tree(tmp_path / "sys", recording="h100_sxm5_4gpu.json"))
     checks = identity(run)
     assert {c["outcome"] for c in checks.values()} == {"failed"}
@@ -112,7 +102,7 @@ def test_a_name_that_is_not_its_device_ids_model_fails(accept, tmp_path):
     def rename(reading):
         for gpu in reading["gpus"]:
             gpu["name"], gpu["pci_device_id"] = "NVIDIA H100 80GB HBM3", "0x20b0"
-    run = accept(GPUS_8, variant(tmp_path, DATA / "nvml" / "a100_sxm4_40gb_8gpu.json", rename))
+    run = accept(GPUS_8, staged_recording(tmp_path, "a100_sxm4_40gb_8gpu.json", rename))
     check = identity(run)["GPU0"]
     assert check["message"] == ("NVML names GPU0 'NVIDIA H100 80GB HBM3', but sysfs says PCI device 0x20b0 at "
                                 "0000:18:00.0, a A100 SXM4 40GB (NVML name 'NVIDIA A100-SXM4-40GB')")
@@ -132,7 +122,7 @@ def test_nvml_without_a_pci_function_behind_it_fails(accept, tmp_path):
 def test_a_recording_without_cudas_word_is_not_measured(accept, tmp_path):
     def old(reading):
         del reading["cuda_devices"]
-    run = accept(GPUS_8, variant(tmp_path, DATA / "nvml" / "h100_sxm5_8gpu.json", old))
+    run = accept(GPUS_8, staged_recording(tmp_path, "h100_sxm5_8gpu.json", old))
     check = identity(run)["GPU0"]
     assert check["outcome"] == "not_measured"
     assert check["message"] == "not measured: GPU0: CUDA's device list could not be read, so NVML's word stands alone"

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from conftest import DATA, nvml_recording
+from conftest import DATA, nvml_recording, staged_recording
 
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.nvidia_smi import parse_nvlink_errors, parse_nvlink_status
@@ -83,7 +83,7 @@ allreduce:
 """
 
 
-def test_healthy_links_pass_and_counters_that_grow_under_load_fail(accept, fake_tools):
+def test_healthy_links_pass_and_counters_that_grow_under_load_fail(accept, fake_tools, tmp_path):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt", when="topo")
     fake_tools.add("nvidia-smi", h100_status(8, inactive={(3, 5)}, slow={(6, 0)}), when="nvlink -s")
     fake_tools.add("nvidia-smi", h100_errors(8), when="nvlink -e")
@@ -94,7 +94,10 @@ def test_healthy_links_pass_and_counters_that_grow_under_load_fail(accept, fake_
     wrapper = fake_tools.bin_dir / "all_reduce_perf"
     wrapper.write_text(wrapper.read_text().replace("import json, signal, sys, time",
                        f"import json, signal, sys, time\nopen({str(after)!r}, 'w').write({grown!r})"))
-    run = accept(CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    def link_5_of_gpu3_down(reading):  # NVML sees what `nvlink -s` sees: one host, two sources that agree
+        reading["gpus"][3]["nvlinks"][5]["active"] = False
+
+    run = accept(CONTRACT, staged_recording(tmp_path, "h100_sxm5_8gpu.json", link_5_of_gpu3_down))
     links = {c["subject"]: c for c in run.checks("nvlink.links")}
     assert links["GPU0"]["outcome"] == "passed" and links["GPU0"]["measured"] == 18
     assert links["GPU0"]["message"] == "18 links active at 26.562 GB/s"
@@ -108,6 +111,21 @@ def test_healthy_links_pass_and_counters_that_grow_under_load_fail(accept, fake_
     calls = [c[1:] for c in fake_tools.calls()]
     assert calls.index(["nvlink", "-e"]) < calls.index(["-g", "8", "-b", "8388608", "-e", "8589934592", "-f", "2", "-c", "1"])
     assert calls.count(["nvlink", "-e"]) == 2 and calls.count(["nvlink", "-s"]) == 1
+
+
+def test_a_shadowed_nvidia_smi_showing_a_dead_link_active_fails_against_nvml(accept, fake_tools, tmp_path):
+    fake_tools.add("nvidia-smi", h100_status(8), when="nvlink -s")  # every link of every GPU up, it says
+
+    def link_5_of_gpu3_down(reading):
+        reading["gpus"][3]["nvlinks"][5]["active"] = False
+
+    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\nnvlink:\n  every_pair: true\n  links_per_gpu: 18\n",
+                 staged_recording(tmp_path, "h100_sxm5_8gpu.json", link_5_of_gpu3_down), "-k", "links_active")
+    links = {c["subject"]: c for c in run.checks("nvlink.links")}
+    assert [s for s, c in links.items() if c["outcome"] != "passed"] == ["GPU3"]
+    assert links["GPU3"]["message"] == ("`nvidia-smi nvlink -s` shows links [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, "
+                                        "14, 15, 16, 17] active on GPU3, NVML shows [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, "
+                                        "12, 13, 14, 15, 16, 17]")
 
 
 def test_without_nvidia_smi_link_health_is_not_measured(accept, fake_tools):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import schema
 from ..measurements import NvlinkErrorReadings, WithModels
 from ..probes.nvidia_smi import LinkStatus, Topology
+from ..probes.sysfs import sysfs_bus_id
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth
@@ -18,6 +19,8 @@ from .base import Clause, GpuPairs, PerGpu, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..models import Model
+    from ..probes.nvml import Host
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,41 @@ SECTION = Section(
     NVLink, "NVLink between GPUs", needs_gpu_count=True, cross_check=_cross_check)
 
 
+def nvml_disagrees(host: Host | None, model: Model | None, i: int, j: int, claimed: int) -> tuple[str | None, str | None]:
+    """(why NVML's per-link state contradicts `claimed` NVLinks between GPU i and GPU j, why it cannot be
+    compared). Direct links must match in number; links into an NVSwitch bound the pair by the links each
+    GPU has active; a model with no NVLink has none, whatever a tool prints."""
+    said = f"`topo -m` says NV{claimed} between GPU{i} and GPU{j}"
+    if model is not None and not model.has_nvlink and claimed:
+        return f"{said}, but PCI device 0x{model.device_id} ({model.name}) has no NVLink, not even a bridge", None
+    if host is None or host.error:
+        return None, host.error if host else "no NVML reading"
+    if max(i, j) >= len(host.gpus):
+        return None, f"NVML lists {len(host.gpus)} GPUs"
+    gi, gj = host.gpus[i], host.gpus[j]
+    if gi.nvlinks is None or gj.nvlinks is None:
+        return None, "the NVML reading has no per-link NVLink state"
+    if not claimed:
+        return None, None
+    active_i, active_j = [n for n in gi.nvlinks if n.active], [n for n in gj.nvlinks if n.active]
+    if not active_i or not active_j:
+        quiet = gi if not active_i else gj
+        why = quiet.nvlink_error or f"0 of {len(quiet.nvlinks or ())} links active"
+        return f"{said}, NVML says GPU{quiet.index} has no active NVLink ({why})", None
+    buses = {sysfs_bus_id(g.pci_bus_id) for g in host.gpus if g.pci_bus_id}
+    peer = sysfs_bus_id(gj.pci_bus_id) if gj.pci_bus_id else ""
+    direct = sum(1 for n in active_i if n.remote_bus_id and sysfs_bus_id(n.remote_bus_id) == peer)
+    switched = sum(1 for n in active_i if not n.remote_bus_id or sysfs_bus_id(n.remote_bus_id) not in buses)
+    if not switched and direct != claimed:
+        return f"{said}, NVML counts {direct} active links from GPU{i} to GPU{j}", None
+    if switched and claimed > min(len(active_i), len(active_j)):
+        return (f"{said}, NVML says GPU{i} has {len(active_i)} and GPU{j} {len(active_j)} active links "
+                "(into an NVSwitch)"), None
+    return None, None
+
+
 def judge_pair(section: NVLink, subject: Subject, measured: WithModels[Topology], contract: Contract) -> Check:
-    """NVLinks between GPU i and GPU j from the topo matrix; PCIe paths count 0."""
+    """NVLinks between GPU i and GPU j from the topo matrix, corroborated by NVML; PCIe paths count 0."""
     assert subject.gpu is not None and subject.peer is not None
     i, j = subject.gpu, subject.peer
     m = measured.reading
@@ -61,9 +97,14 @@ def judge_pair(section: NVLink, subject: Subject, measured: WithModels[Topology]
     if j >= topo.gpu_count:
         return v.failed(0, f"GPU{j} not present: found {topo.gpu_count}")
     links, label = topo.nvlinks(i, j), topo.labels[(i, j)]
+    model = measured.models.model(i)
+    contradiction, unread = nvml_disagrees(measured.host, model, i, j, links)
+    if contradiction:
+        return v.failed(links, contradiction)
+    if unread:
+        return v.not_measured(f"{label} between GPU{i} and GPU{j} in `topo -m` cannot be checked against NVML: {unread}")
     ok = links >= section.min_links
     suffix = "" if ok else f", {links} < {section.min_links} links"
-    model = measured.models.model(i)
     details: dict[str, Any] = {}
     if model is not None and model.nvlink_links:
         details = {"fraction_of_published": round(links / model.nvlink_links, 4),
@@ -87,6 +128,14 @@ def judge_links(section: NVLink, subject: Subject, measured: WithModels[LinkStat
         return v.failed(0, f"GPU{index} not in `nvidia-smi nvlink -s` output (found GPUs {sorted(m.value.links)})")
     active = {n: s for n, s in links.items() if s is not None}
     problems = []
+    nvml = measured.host.gpus[index] if measured.host and index < len(measured.host.gpus) else None
+    if nvml is None or nvml.nvlinks is None:
+        return v.not_measured(f"`nvlink -s` cannot be checked against NVML: the NVML reading has no per-link state "
+                              f"for GPU{index}")
+    nvml_active = sorted(n.link for n in nvml.nvlinks if n.active)
+    if nvml_active != sorted(active):
+        return v.failed(len(active), f"`nvidia-smi nvlink -s` shows links {sorted(active)} active on GPU{index}, "
+                        f"NVML shows {nvml_active or 'none'}" + (f" ({nvml.nvlink_error})" if nvml.nvlink_error else ""))
     if per_gpu is not None and len(active) < per_gpu:
         down = sorted(n for n, s in links.items() if s is None)
         problems.append(f"{len(active)} of {per_gpu} links active" + (f" (inactive: {down})" if down else ""))

@@ -23,6 +23,11 @@ class Model:
     tdp_w: float
     sources: tuple[str, ...]
     nvml_name: str = ""  # how NVML names it: only to recognise a contract's `model`
+    nvlink_bridge_gbyte_s: float | None = None  # an NVLink bridge between card pairs (PCIe and NVL cards)
+
+    @property
+    def has_nvlink(self) -> bool:
+        return bool(self.nvlink_links or self.nvlink_bridge_gbyte_s)
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,7 +46,8 @@ def by_device_id(device_id: str) -> Model | None:
     return Model(key, entry["name"], entry["form_factor"], entry["memory_gb"], entry["memory_bandwidth_gbyte_s"],
                  dict(entry["tflops"]), entry["nvlink"].get("gbyte_s"), entry["nvlink"].get("links", 0),
                  entry["pcie_gen"], entry["tdp_w"],
-                 tuple(sources[s] for s in entry["sources"]), entry.get("nvml_name", ""))
+                 tuple(sources[s] for s in entry["sources"]), entry.get("nvml_name", ""),
+                 entry["nvlink"].get("bridge_gbyte_s"))
 
 
 # PCIe x16 bandwidth in one direction after line encoding, GB/s: what "x % of published" means for a host link.
