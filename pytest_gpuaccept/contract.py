@@ -42,6 +42,7 @@ def _line_of(problem: str) -> int:
 class Tools:
     paths: dict[str, str] = field(default_factory=dict)
     timeout: Duration | None = None
+    sha256: dict[str, str] = field(default_factory=dict)  # tool -> the SHA-256 its executable must have
 
 
 @dataclass(frozen=True)
@@ -128,13 +129,18 @@ def parse_contract(text: str, path: str = "<contract>", sha256: str = "") -> Con
 def _tools(v: schema.Validator, node: yaml.Node) -> Tools:
     paths = {}
     timeout = None
-    for key, (_k, value_node) in v.mapping(node, "tools", TOOL_KEYS + ("timeout",)).items():
+    pins = {}
+    for key, (_k, value_node) in v.mapping(node, "tools", TOOL_KEYS + ("timeout", "sha256")).items():
         if key == "timeout":
             timeout = v.value(value_node, "tools.timeout", schema.duration)
+        elif key == "sha256":
+            for tool, (_t, pin_node) in v.mapping(value_node, "tools.sha256", TOOL_KEYS).items():
+                pins[tool] = v.value(pin_node, f"tools.sha256.{tool}", schema.sha256)
         else:
             paths[key] = v.value(value_node, f"tools.{key}", schema.tool_path)
     return Tools(paths={k: p for k, p in paths.items() if p is not schema.INVALID},
-                 timeout=timeout if isinstance(timeout, Duration) else None)
+                 timeout=timeout if isinstance(timeout, Duration) else None,
+                 sha256={k: p for k, p in pins.items() if p is not schema.INVALID})
 
 
 def _cross_checks(v: schema.Validator, sections: dict[str, Any], lines: dict[str, int]) -> None:

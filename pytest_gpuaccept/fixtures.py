@@ -112,7 +112,8 @@ def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Cont
             run = nccl_tests.run_all_reduce(state.runner, args, repeat)
         readings.append(parse_run(run, nccl_tests.parse_all_reduce))
     tool = "PyTorch distributed (NCCL backend), not nccl-tests" if clause.tool == "torch" else "nccl-tests"
-    return AllReduceRuns(tuple(readings), tool, tuple(gpu.name for gpu in gpuaccept_host.host.gpus), gpuaccept_models)
+    return AllReduceRuns(tuple(readings), tool, tuple(gpu.name for gpu in gpuaccept_host.host.gpus), gpuaccept_models,
+                         gpuaccept_host.host)
 
 
 @pytest.fixture(scope="session")

@@ -48,6 +48,7 @@ class AllReduceRuns:
     tool: str
     gpu_names: tuple[str, ...]  # as NVML names them: the model bounds what busbw is physically possible
     models: GpuModels | None = None  # for "x % of the published figure"
+    host: Host | None = None  # NVML's GPUs: where each rank must have run
 
 
 @dataclass(frozen=True)

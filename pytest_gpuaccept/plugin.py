@@ -141,7 +141,8 @@ def pytest_configure(config: pytest.Config) -> None:
     tool_paths = {"python": sys.executable, **contract.tools.paths}  # workloads run in this interpreter
     # The key that seals this run's evidence lives in memory only; xdist workers get it through execnet.
     key = bytes.fromhex(workerinput["gpuaccept_key"]) if workerinput else new_key()
-    runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None, key=key,
+    runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None,
+                        pins=contract.tools.sha256, key=key,
                         keep=judging)
     mode = "replay" if replay is not None else "simulated" if nvml_recording is not None else "live"
     config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,

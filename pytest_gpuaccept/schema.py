@@ -210,6 +210,13 @@ def quantity(parse: Callable[[object], Any]) -> Callable[[Any, yaml.Node], Any]:
     return convert
 
 
+def sha256(value: Any, node: yaml.Node) -> str:
+    digest = text(value, node).strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise ValueError(f"expected a SHA-256 as 64 hex digits, got {digest[:80]!r}")
+    return digest
+
+
 def tool_path(value: Any, node: yaml.Node) -> str:
     path = text(value, node)
     if not path.startswith("/"):

@@ -49,7 +49,7 @@ class FakeTools:
         script = self.bin_dir / name
         script.write_text(textwrap.dedent(f"""\
             #!{sys.executable}
-            import json, signal, sys, time
+            import json, os, signal, sys, time
             rules = {json.dumps(self.tools[name])!r}
             with open({str(self.log)!r}, "a") as log:
                 log.write(json.dumps([{name!r}, *sys.argv[1:]]) + "\\n")
@@ -65,7 +65,7 @@ class FakeTools:
             for rule in json.loads(rules):
                 if rule["when"] in argv:
                     time.sleep(rule["sleep"])
-                    sys.stdout.buffer.write(open(rule["stdout"], "rb").read())
+                    sys.stdout.buffer.write(open(rule["stdout"], "rb").read().replace(b"@PID@", str(os.getpid()).encode()))
                     sys.stdout.flush()
                     sys.stderr.write(rule["stderr"])
                     sys.stderr.flush()
@@ -77,6 +77,13 @@ class FakeTools:
             sys.exit(64)
             """))
         script.chmod(0o755)
+
+    def add_nccl(self, log: bytes, iters: int = 20, **kwargs) -> None:
+        """all_reduce_perf printing `log` no sooner than the work its table reports could take (iters per size)."""
+        from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
+
+        timed = parse_all_reduce(log.decode()).timed_seconds(iters)
+        self.add("all_reduce_perf", log, sleep=timed + 0.05, **kwargs)
 
     def intervals(self) -> list[tuple[str, float, float]]:
         """(tool, start, end) of every run that finished."""
@@ -181,6 +188,47 @@ def accept(pytester: pytest.Pytester):
 
 def nvml_recording(name: str) -> str:
     return f"--gpuaccept-nvml={DATA / 'nvml' / name}"
+
+
+def nccl_log(source: Path | bytes, recording: str = "h100_sxm5_8gpu.json", ranks: int | None = None,
+             table_ranks: int | None = None) -> bytes:
+    """A real nccl-tests log as this fake host's all_reduce_perf would print it: rank r on the recording's GPU r
+    (its bus ID), with the PID of the process printing it (`@PID@`, filled in by the fake tool). A log printed
+    without `# Rank` lines (a table-only copy) gets `ranks` of them; a log with its own has them rewritten,
+    and ranks beyond `ranks` dropped. `table_ranks`: how many ranks a table-only log ran on."""
+    text = (source.read_bytes() if isinstance(source, Path) else source).decode()
+    gpus = json.loads((DATA / "nvml" / recording).read_text())["gpus"]
+    bus = [int(g["pci_bus_id"].split(":")[1], 16) for g in gpus]
+    rank_line = re.compile(r"^(\s*#\s*Rank\s+(\d+).*?Pid\s+)\d+(.*?device\s+\d+\s+)\[[0-9a-fA-Fx:.]+\]")
+    lines, had = [], 0
+    for line in text.splitlines(keepends=True):
+        if match := rank_line.match(line):
+            had += 1
+            rank = int(match.group(2))
+            if ranks is not None and rank >= ranks:
+                continue
+            where = f"[0x{bus[rank]:02x}]"
+            line = rank_line.sub(lambda m, where=where: f"{m.group(1)}@PID@{m.group(3)}{where}", line)
+        lines.append(line)
+    ran = had or table_ranks
+    if ran and ranks is not None and ranks < ran:
+        # Fewer ranks than the log ran: busbw = algbw x 2(n-1)/n (nccl-tests' all_reduce factor) recomputed for
+        # `ranks` from each row's own algbw, and the header's nGpus with it, so the table adds up as a real
+        # `ranks`-GPU run's would. The times and algbw stay as recorded.
+        factor = 2 * (ranks - 1) / ranks
+        for n, line in enumerate(lines):
+            prefix = re.match(r"^(\[\d+,\d+\]<std\w+>:)?", line).group(0)  # Open MPI's --tag-output
+            tokens = line[len(prefix):].split()
+            if len(tokens) == 13 and tokens[0].isdigit():
+                tokens[7], tokens[11] = f"{float(tokens[6]) * factor:.2f}", f"{float(tokens[10]) * factor:.2f}"
+                lines[n] = prefix + "  ".join(tokens) + "\n"
+            elif "nGpus" in line:
+                lines[n] = re.sub(r"nGpus\s+\d+", f"nGpus {ranks}", line)
+    if not had:
+        name = gpus[0]["name"]
+        lines[:0] = [f"#  Rank {r:2d} Group  0 Pid @PID@ on trial device {r:2d} [0x{bus[r]:02x}] {name}\n"
+                     for r in range(ranks or len(gpus))]
+    return "".join(lines).encode()
 
 
 def staged_recording(tmp_path: Path, source: str | Path, change) -> str:

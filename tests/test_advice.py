@@ -30,9 +30,9 @@ def test_a_sound_contract_has_no_warning():
 
 
 def test_warnings_are_shown_and_change_no_verdict(accept, fake_tools):
-    fake_tools.add("all_reduce_perf", p5_log())
+    fake_tools.add_nccl(p5_log(), iters=1)
     run = accept("gpuaccept: 1\nvendor: V\ngpus: {count: 8, model: 'H100 SXM5'}\n"
-                 "allreduce: {min_busbw: '450 Gb/s', max_bytes: '16 GiB'}\n", nvml_recording("h100_sxm5_8gpu.json"))
+                 "allreduce: {min_busbw: '450 Gb/s', max_bytes: '16 GiB', args: ['-n', '1']}\n", nvml_recording("h100_sxm5_8gpu.json"))
     run.result.stdout.fnmatch_lines(["gpuaccept warning: allreduce.min_busbw 450 Gb/s is 56.25 GB/s*"])
     assert run.json["contract_warnings"][0].startswith("allreduce.min_busbw 450 Gb/s")
     assert "Contract warnings" in run.html

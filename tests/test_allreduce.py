@@ -1,10 +1,11 @@
 """all_reduce: the nccl-tests parser on every real log of the corpus, and the clause end to end."""
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DATA, nvml_recording
+from conftest import DATA, nccl_log, nvml_recording
 
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
@@ -61,21 +62,21 @@ P5 = DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt"
 RTX = DATA / "allreduce" / "rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt"
 
 
-def contract(min_busbw: str, max_bytes: str = "16 GiB", count: int = 8, extra: str = "") -> str:
+def contract(min_busbw: str, max_bytes: str = "16 GiB", count: int = 8, extra: str = "", iters: int | None = 1) -> str:
+    """One timed iteration per size by default: a replayed P5 log then takes 0.3 s of wall time, not 5."""
+    args = f"  args: ['-n', '{iters}']\n" if iters else ""
     return (f"gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\nallreduce:\n  min_busbw: '{min_busbw}'\n"
-            f"  max_bytes: '{max_bytes}'\n{extra}")
+            f"  max_bytes: '{max_bytes}'\n{args}{extra}")
 
 
 def log_with_ranks(path: Path, ranks: int = 8) -> bytes:
-    """The P5 table is printed without its device lines; add the 8 rank lines nccl-tests prints before it."""
-    lines = "".join(f"#  Rank {r:2d} Group  0 Pid  100 on p5 device {r:2d} [0x{r:02x}] NVIDIA H100 80GB HBM3\n"
-                    for r in range(ranks))
-    return lines.encode() + path.read_bytes()
+    """The P5 table is printed without its device lines; add the rank lines nccl-tests prints before it."""
+    return nccl_log(path, ranks=ranks)
 
 
 @pytest.mark.parametrize("threshold, outcome", [("482.05 GB/s", "passed"), ("484.05 GB/s", "failed")])
 def test_measured_is_the_out_of_place_busbw_at_the_largest_size(accept, fake_tools, threshold, outcome):
-    fake_tools.add("all_reduce_perf", log_with_ranks(P5))
+    fake_tools.add_nccl(log_with_ranks(P5), iters=1)
     run = accept(contract(threshold), nvml_recording("h100_sxm5_8gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["measured"] == pytest.approx(483.05, abs=0.01)
@@ -84,20 +85,20 @@ def test_measured_is_the_out_of_place_busbw_at_the_largest_size(accept, fake_too
     assert check["message"] == (f"busbw 483.05 GB/s at 17179869184 bytes {sign} {threshold} (nccl-tests; "
                                 "107% of the published 450 GB/s (H100 SXM5 80GB NVLink, one direction))")
     assert fake_tools.calls("all_reduce_perf") == [
-        ["all_reduce_perf", "-g", "8", "-b", "8388608", "-e", "17179869184", "-f", "2", "-c", "1"]]
+        ["all_reduce_perf", "-g", "8", "-b", "8388608", "-e", "17179869184", "-f", "2", "-c", "1", "-n", "1"]]
     assert "156.742" not in check["message"]  # never the sweep average
 
 
 def test_the_report_shows_the_busbw_table_and_the_command(accept, fake_tools):
-    fake_tools.add("all_reduce_perf", log_with_ranks(P5))
+    fake_tools.add_nccl(log_with_ranks(P5), iters=1)
     run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
     page = run.html
     assert "out-of-place busbw (GB/s)" in page and "480.43" in page
-    assert "all_reduce_perf -g 8 -b 8388608 -e 17179869184 -f 2 -c 1" in page
+    assert "all_reduce_perf -g 8 -b 8388608 -e 17179869184 -f 2 -c 1 -n 1" in page
 
 
 def test_repeats_run_each_time_and_the_best_counts(accept, fake_tools):
-    fake_tools.add("all_reduce_perf", log_with_ranks(P5))
+    fake_tools.add_nccl(log_with_ranks(P5), iters=1)
     run = accept(contract("450 GB/s", extra="  repeats: 3\n"), nvml_recording("h100_sxm5_8gpu.json"))
     assert len(fake_tools.calls("all_reduce_perf")) == 3
     check = run.checks("allreduce")[0]
@@ -114,7 +115,7 @@ def test_repeats_run_each_time_and_the_best_counts(accept, fake_tools):
      "errors in the output: '# Out of bounds values : 12 FAILED'"),
 ])
 def test_a_corrupt_or_failing_run_never_passes(accept, fake_tools, mutate, reason):
-    fake_tools.add("all_reduce_perf", mutate(log_with_ranks(P5)))
+    fake_tools.add_nccl(mutate(log_with_ranks(P5)), iters=1)
     run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
@@ -131,8 +132,8 @@ def test_a_log_that_ends_in_an_nccl_failure_is_not_measured(accept, fake_tools):
 
 
 def test_a_sweep_that_stops_short_of_max_bytes_is_not_a_pass(accept, fake_tools):
-    fake_tools.add("all_reduce_perf", RTX)
-    run = accept(contract("1 GB/s", max_bytes="8 GiB"), nvml_recording("rtx5090_4gpu.json"))
+    fake_tools.add_nccl(nccl_log(RTX, "rtx5090_4gpu.json", ranks=4))
+    run = accept(contract("1 GB/s", max_bytes="8 GiB", count=4, iters=None), nvml_recording("rtx5090_4gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
     assert check["message"] == ("run: the sweep stopped at 134217728 bytes, short of max_bytes 8589934592: "
@@ -140,9 +141,11 @@ def test_a_sweep_that_stops_short_of_max_bytes_is_not_a_pass(accept, fake_tools)
 
 
 def test_a_rank_count_other_than_the_gpu_count_fails(accept, fake_tools):
-    fake_tools.add("all_reduce_perf", log_with_ranks(P5, ranks=4))
+    fake_tools.add_nccl(log_with_ranks(P5, ranks=4), iters=1)
     run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
-    assert run.checks("allreduce")[0]["message"] == "run: ran on 4 ranks, the contract has 8 GPUs"
+    assert run.checks("allreduce")[0]["message"] == (
+        "run: ran on 4 ranks, the contract has 8 GPUs; run: at 17179869184 bytes the row's time 62239 us gives busbw "
+        "414.05 GB/s over 4 ranks, the row says 483.05: the table does not add up")
 
 
 def test_a_missing_binary_is_not_measured(accept, fake_tools):
@@ -165,20 +168,55 @@ def test_a_hang_past_the_timeout_is_killed_and_not_measured(accept, fake_tools):
 
 def test_a_busbw_above_what_the_hardware_allows_is_implausible(accept, fake_tools):
     # The real H100 log replayed on a host that NVML says has RTX 5090s on PCIe: 483 GB/s is impossible there.
-    fake_tools.add("all_reduce_perf", log_with_ranks(P5, ranks=4))
+    fake_tools.add_nccl(nccl_log(P5, "rtx5090_4gpu.json", ranks=4, table_ranks=8), iters=1)  # 414 GB/s on 4 ranks
     run = accept(contract("1 GB/s", count=4), nvml_recording("rtx5090_4gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
     assert "is implausible: above 128 GB/s (PCIe 5.0 x16, both directions)" in check["message"]
 
 
-def test_a_busbw_above_the_nvlink_bound_fails_as_implausible(accept, fake_tools):
+def test_a_real_log_replayed_unchanged_is_not_this_runs(accept, fake_tools):
+    """A canned copy of a real run, printed at once by a script: other PIDs, other GPUs, too fast for its table."""
+    fake_tools.add("all_reduce_perf", RTX)
+    run = accept(contract("1 GB/s", max_bytes="128 MiB", extra="  min_bytes: '8 B'\n", iters=None),
+                 nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["outcome"] == "failed"
+    problems = check["message"].split("; ")
+    assert re.fullmatch(r"run: ranks ran as PID 27238, not as the process gpuaccept started \(PID \d+\): "
+                        r"this output is not this run's", problems[0])
+    assert problems[1] == ("run: ranks on GPUs NVML does not list here: rank 0 on bus 0x01, rank 1 on bus 0x11, "
+                           "rank 2 on bus 0x61, rank 3 on bus 0x71 (NVML: GPU0 0x18, GPU1 0x28, GPU2 0x38, GPU3 0x48, "
+                           "GPU4 0x58, GPU5 0x68, GPU6 0x78, GPU7 0x88)")
+    assert re.fullmatch(r"run: the table reports 0.44 s of timed all_reduce work \(20 iterations per size\), "
+                        r"but the run took 0\.\d\d s: not a measurement", problems[2])
+
+
+def test_all_ranks_on_one_gpu_fail(accept, fake_tools, tmp_path):
+    one_gpu = re.sub(rb"\[0x[0-9a-f]+\]", b"[0x18]", log_with_ranks(P5))
+    fake_tools.add_nccl(one_gpu, iters=1)
+    run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
+    assert run.checks("allreduce")[0]["message"] == "run: ranks share a GPU: ranks 0, 1, 2, 3, 4, 5, 6, 7 all on bus 0x18 (GPU0)"
+
+
+def test_a_busbw_edited_without_its_time_does_not_add_up(accept, fake_tools):
     inflated = log_with_ranks(P5).replace(b"483.05      0    62200", b"983.05      0    62200")
-    fake_tools.add("all_reduce_perf", inflated)
+    fake_tools.add_nccl(inflated, iters=1)
     run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
-    assert check["message"] == ("busbw 983.05 GB/s at 17179869184 bytes is implausible: above 900 GB/s "
+    assert check["message"] == ("run: at 17179869184 bytes the row's time 62239 us gives busbw 483.05 GB/s over 8 ranks, "
+                                "the row says 983.05: the table does not add up")
+
+
+def test_a_busbw_above_the_nvlink_bound_fails_as_implausible(accept, fake_tools):
+    # time, algbw and busbw of the 16 GiB row edited together, so that the row adds up: 981.87 GB/s
+    inflated = log_with_ranks(P5).replace(b"62239  276.03  483.05", b"30620  561.07  981.87")
+    fake_tools.add_nccl(inflated, iters=1)
+    run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert check["outcome"] == "failed"
+    assert check["message"] == ("busbw 981.87 GB/s at 17179869184 bytes is implausible: above 900 GB/s "
                                 "(H100 NVLink, both directions) (nccl-tests; 218% of the published 450 GB/s "
                                 "(H100 SXM5 80GB NVLink, one direction))")
 
@@ -204,10 +242,11 @@ def test_the_torch_workload_output_reads_with_the_same_parser():
     ("v100sxm2_1node_8gpu_old_error_column.txt", "128 MiB"),
 ])
 @pytest.mark.parametrize("delta, outcome", [(-1.0, "passed"), (1.0, "failed")])
-def test_real_8_gpu_logs_replayed_unchanged(accept, fake_tools, name, max_bytes, delta, outcome):
+def test_real_8_gpu_logs_judged_as_this_host_prints_them(accept, fake_tools, name, max_bytes, delta, outcome):
+    """The real log with its rank lines on this recording's GPUs and the fake's own PID; the table unchanged."""
     expected = EXPECTED[name]["oop_busbw_at_largest"]
-    fake_tools.add("all_reduce_perf", DATA / "allreduce" / name)
-    run = accept(contract(f"{expected + delta:.2f} GB/s", max_bytes=max_bytes, extra="  min_bytes: '8 B'\n"),
+    fake_tools.add_nccl(nccl_log(DATA / "allreduce" / name))
+    run = accept(contract(f"{expected + delta:.2f} GB/s", max_bytes=max_bytes, extra="  min_bytes: '8 B'\n", iters=None),
                  nvml_recording("h100_sxm5_8gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["measured"] == pytest.approx(expected, abs=0.01)

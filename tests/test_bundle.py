@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA, nvml_recording
+from conftest import DATA, nccl_log, nvml_recording
 
 from pytest_gpuaccept.__main__ import main as cli
 
@@ -23,19 +23,19 @@ nvlink:
 allreduce:
   min_busbw: "450 GB/s"
   max_bytes: "16 GiB"
+  args: ["-n", "1"]               # one timed iteration per size: the replayed log takes 0.3 s, not 5
 """
 
 
 def p5_log() -> bytes:
-    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid  100 on p5 device {r:2d} [0x{r:02x}] NVIDIA H100 80GB HBM3\n"
-                    for r in range(8))
-    return ranks.encode() + (DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt").read_bytes()
+    """The real P5 table, printed table-only: its 8 rank lines added on the H100 recording's GPUs (nccl_log)."""
+    return nccl_log(DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt")
 
 
 @pytest.fixture
 def live(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
-    fake_tools.add("all_reduce_perf", p5_log())
+    fake_tools.add_nccl(p5_log(), iters=1)
     run = accept(CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
     assert run.json["verdict"] == "accepted"
     return run
@@ -48,7 +48,7 @@ def test_an_untouched_bundle_verifies(live, capsys):
 
 @pytest.mark.parametrize("target", [
     "gpuaccept-evidence/nvidia-smi_topo_-m.txt", "gpuaccept-evidence/nvml-host.json",
-    "gpuaccept-evidence/all_reduce_perf_-g_8_-b_8388608_-e_17179869184_-f_2_-c_1.run1.json",
+    "gpuaccept-evidence/all_reduce_perf_-g_8_-b_8388608_-e_17179869184_-f_2_-c_1_-n_1.run1.json",
     "gpuaccept-results.json", "vendor.yaml", "gpuaccept-evidence/manifest.json",
 ])
 def test_changing_one_byte_anywhere_fails_verify_and_names_the_file(live, capsys, target):

@@ -79,8 +79,8 @@ def test_p2p_figures_are_set_beside_half_the_nvlink_bandwidth_of_the_model(accep
 def test_allreduce_busbw_is_set_beside_the_one_way_nvlink_figure(accept, fake_tools, tmp_path):
     from test_bundle import p5_log
 
-    fake_tools.add("all_reduce_perf", p5_log())
-    run = accept(CONTRACT.format(count=8, section="allreduce:\n  min_busbw: '450 GB/s'\n  max_bytes: '16 GiB'\n"),
+    fake_tools.add_nccl(p5_log(), iters=1)
+    run = accept(CONTRACT.format(count=8, section="allreduce:\n  min_busbw: '450 GB/s'\n  max_bytes: '16 GiB'\n  args: ['-n', '1']\n"),
                  nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
     check = run.checks("allreduce")[0]
     assert check["message"] == ("busbw 483.05 GB/s at 17179869184 bytes >= 450 GB/s (nccl-tests; 107% of the published "

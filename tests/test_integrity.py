@@ -20,7 +20,7 @@ SOLD = ACCEPTED_CONTRACT  # what the vendor sold: 8x H100 80 GB, NV18 between ev
 def accepted(accept, fake_tools):
     """An honest H100 box, accepted: the bundle the later tests attack."""
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
-    fake_tools.add("all_reduce_perf", p5_log())
+    fake_tools.add_nccl(p5_log(), iters=1)
     run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
     assert run.json["verdict"] == "accepted"
     return run
@@ -43,10 +43,10 @@ def test_a_tool_that_plants_nvml_topology_and_workload_files_is_named_and_never_
     (forged / "nvml-samples.json").write_text('{"gpus": []}')
     (forged / "workload.txt").write_text("training at 99 %\n")
     fake_tools.add("nvidia-smi", DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt")
-    fake_tools.add("all_reduce_perf", p5_log())
+    fake_tools.add_nccl(p5_log(), iters=1)
     planter = fake_tools.bin_dir / "all_reduce_perf"
     planter.write_text(planter.read_text().replace(
-        "import json, signal, sys, time",
+        "import json, os, signal, sys, time",
         f"import json, signal, sys, time, shutil, os\nshutil.copytree({str(forged)!r}, 'gpuaccept-evidence', dirs_exist_ok=True)"))
     run = accept(SOLD, nvml_recording("a100_sxm4_40gb_8gpu.json"))
     assert run.json["verdict"] == "rejected" and run.result.ret == 1
@@ -92,7 +92,7 @@ def test_a_simulated_run_says_so_in_results_banner_last_line_and_junit(accepted)
 
 def test_junit_carries_verdict_mode_and_contract_digest(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
-    fake_tools.add("all_reduce_perf", p5_log())
+    fake_tools.add_nccl(p5_log(), iters=1)
     run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "--junitxml=junit.xml")
     xml = (run.path / "junit.xml").read_text()
     assert '<property name="gpuaccept_mode" value="simulated" />' in xml
@@ -152,7 +152,7 @@ nvlink.judge_pair = lambda *args: verdict.Verdict("nvlink", "GPU0-GPU1").passed(
 
 def test_a_conftest_in_the_working_directory_does_not_judge(accept, pytester, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt")
-    fake_tools.add("all_reduce_perf", p5_log())
+    fake_tools.add_nccl(p5_log(), iters=1)
     pytester.makeconftest(PATCHES)
     run = accept(SOLD, nvml_recording("a100_sxm4_40gb_8gpu.json"), subprocess=True)
     assert {c["outcome"] for c in run.checks("nvlink")} == {"failed"}
@@ -163,7 +163,7 @@ def test_a_conftest_in_the_working_directory_does_not_judge(accept, pytester, fa
 
 def test_a_plugin_that_replaces_a_judge_is_named_and_rejects_the_run(accept, pytester, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
-    fake_tools.add("all_reduce_perf", p5_log())
+    fake_tools.add_nccl(p5_log(), iters=1)
     pytester.makepyfile(vendorplugin=PATCHES)
     pytester.syspathinsert()
     run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "-p", "vendorplugin", subprocess=True)
@@ -216,7 +216,7 @@ def test_one_byte_changed_anywhere_in_a_copy_fails_verify_naming_it(accepted, tm
 
 def test_a_report_saying_accepted_over_rejected_results_fails_verify(accept, fake_tools, tmp_path, capsys):
     fake_tools.add("nvidia-smi", DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt")
-    fake_tools.add("all_reduce_perf", p5_log())
+    fake_tools.add_nccl(p5_log(), iters=1)
     run = accept(SOLD, nvml_recording("a100_sxm4_40gb_8gpu.json"), "--html=handover-2026.html")
     page = run.path / "handover-2026.html"
     page.write_text(page.read_text().replace('data-verdict="rejected"', 'data-verdict="accepted"')

@@ -20,8 +20,8 @@ def _errors_change_under_load(fake_tools, after: str) -> None:
     fake_tools.add("all_reduce_perf", b"", rc=1)
     target = fake_tools.bin_dir / ".nvidia-smi.2.out"
     wrapper = fake_tools.bin_dir / "all_reduce_perf"
-    wrapper.write_text(wrapper.read_text().replace("import json, signal, sys, time",
-                       f"import json, signal, sys, time\nopen({str(target)!r}, 'w').write({after!r})"))
+    wrapper.write_text(wrapper.read_text().replace("import json, os, signal, sys, time",
+                       f"import json, os, signal, sys, time\nopen({str(target)!r}, 'w').write({after!r})"))
 
 
 def test_a_link_missing_after_the_load_fails_naming_it(accept, fake_tools):

@@ -92,8 +92,8 @@ def test_healthy_links_pass_and_counters_that_grow_under_load_fail(accept, fake_
     after = fake_tools.bin_dir / ".nvidia-smi.2.out"
     grown = h100_errors(8, {(2, 11): 5})
     wrapper = fake_tools.bin_dir / "all_reduce_perf"
-    wrapper.write_text(wrapper.read_text().replace("import json, signal, sys, time",
-                       f"import json, signal, sys, time\nopen({str(after)!r}, 'w').write({grown!r})"))
+    wrapper.write_text(wrapper.read_text().replace("import json, os, signal, sys, time",
+                       f"import json, os, signal, sys, time\nopen({str(after)!r}, 'w').write({grown!r})"))
     def link_5_of_gpu3_down(reading):  # NVML sees what `nvlink -s` sees: one host, two sources that agree
         reading["gpus"][3]["nvlinks"][5]["active"] = False
 

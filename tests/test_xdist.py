@@ -2,7 +2,7 @@
 
 import json
 
-from conftest import DATA
+from conftest import DATA, nccl_log
 from test_utilisation import recording
 
 CONTRACT = """\
@@ -32,15 +32,12 @@ health:
 
 def four_rank_log() -> bytes:
     # The real 8-GPU RTX 5090 log, its header claiming the 4 GPUs this contract has (ranks 0-3 kept).
-    text = (DATA / "allreduce" / "rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt").read_text()
-    lines = [line for line in text.splitlines(keepends=True)
-             if not any(f"Rank  {r} Group" in line for r in range(4, 8))]
-    return "".join(lines).replace("nGpus 8", "nGpus 4").encode()
+    return nccl_log(DATA / "allreduce" / "rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt", "h100_sxm5_4gpu.json", ranks=4)
 
 
 def run(accept, fake_tools, tmp_path, *args):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_4gpu_nv6_4nic_matrix_only.txt")
-    fake_tools.add("all_reduce_perf", four_rank_log(), sleep=0.3)
+    fake_tools.add_nccl(four_rank_log())
     fake_tools.add("train-job", "training\n", hang=30)
     return accept(CONTRACT, recording(tmp_path), *args, subprocess=True)
 

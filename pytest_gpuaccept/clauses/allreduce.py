@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import schema
 from ..measurements import AllReduceRuns
 from ..models import PCIE_X16_GBYTE_S, fraction_note
-from ..probes.nccl_tests import NcclResult, Row
+from ..probes.nccl_tests import NcclResult, Row, asked_iters
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -17,6 +17,8 @@ from .base import Clause, HostWide, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..probes._run import ToolRun
+    from ..probes.nvml import Host
 
 TOOLS = ("nccl-tests", "torch")
 
@@ -91,6 +93,7 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
             continue
         tables.append((f"{label}: {reading.run.command}", busbw_rows(result, minimum)))
         run_problems = _run_problems(result, section.max_bytes.nbytes, gpus)
+        run_problems += not_this_run(result, reading.run, m.host, gpus)
         if reading.run.returncode not in (0, None):
             run_problems.insert(0, f"exited with code {reading.run.returncode}")
         problems += [f"{label}: {p}" for p in run_problems]
@@ -142,6 +145,59 @@ def _run_problems(result: NcclResult, max_bytes: int, gpu_count: int) -> list[st
         found = "an unknown number of" if result.ranks is None else str(result.ranks)
         problems.append(f"ran on {found} ranks, the contract has {gpu_count} GPUs")
     return problems
+
+
+def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count: int) -> list[str]:
+    """Why the output cannot be this run's measurement of this host's GPUs: ranks not on distinct GPUs that
+    NVML lists, PIDs that are not the process gpuaccept started, more timed work in the table than the run's
+    wall time held, or a busbw the row's own size and time do not give."""
+    problems = []
+    ranks = result.rank_lines
+    if not ranks:
+        problems.append("the output has no `# Rank ... Pid ... device ... [bus]` lines: where the ranks ran is unknown")
+    if run.pid is not None:
+        strangers = sorted({r.pid for r in ranks} - {run.pid})
+        if strangers:
+            problems.append(f"ranks ran as PID {', '.join(map(str, strangers[:4]))}, not as the process gpuaccept "
+                            f"started (PID {run.pid}): this output is not this run's")
+    if ranks and host is not None and not host.error:
+        buses = {_bus_number(g.pci_bus_id): g.index for g in host.gpus[:gpu_count] if g.pci_bus_id}
+        elsewhere = [r for r in ranks if r.bus not in buses]
+        if elsewhere:
+            problems.append("ranks on GPUs NVML does not list here: " + ", ".join(
+                f"rank {r.rank} on bus 0x{r.bus:02x}" for r in elsewhere[:4]) +
+                f" (NVML: {', '.join(f'GPU{i} 0x{b:02x}' for b, i in sorted(buses.items(), key=lambda x: x[1]))})")
+        shared: dict[int, list[int]] = {}
+        for r in ranks:
+            shared.setdefault(r.bus, []).append(r.rank)
+        crowded = {bus: rs for bus, rs in shared.items() if len(rs) > 1}
+        if crowded:
+            problems.append("ranks share a GPU: " + "; ".join(
+                f"ranks {', '.join(map(str, rs))} all on bus 0x{bus:02x} (GPU{buses.get(bus, '?')})"
+                for bus, rs in sorted(crowded.items())))
+    asked = asked_iters(run.argv)
+    if result.iters is not None and result.iters != asked:
+        problems.append(f"the output says iters: {result.iters}, the run was asked for {asked}: not this run's output")
+    timed = result.timed_seconds(asked)
+    if timed > run.duration_s * 1.05 + 0.05:
+        problems.append(f"the table reports {timed:.2f} s of timed all_reduce work ({asked} iterations per size), "
+                        f"but the run took {run.duration_s:.2f} s: not a measurement")
+    largest = result.largest
+    if largest is not None and largest.oop_time_us > 0 and largest.oop_algbw_gbyte_s > 0:
+        algbw = largest.size_bytes / (largest.oop_time_us * 1e3)
+        n = result.ranks or gpu_count
+        busbw = algbw * 2 * (n - 1) / n if n > 1 else algbw
+        if abs(busbw - largest.oop_busbw_gbyte_s) > 0.05 * max(busbw, 1e-9) + 0.02:
+            problems.append(f"at {largest.size_bytes} bytes the row's time {largest.oop_time_us:g} us gives busbw "
+                            f"{busbw:.2f} GB/s over {n} ranks, the row says {largest.oop_busbw_gbyte_s:g}: the table "
+                            "does not add up")
+    return problems
+
+
+def _bus_number(bus_id: str) -> int:
+    """NVML's `00000000:18:00.0` -> 0x18."""
+    parts = bus_id.split(":")
+    return int(parts[-2], 16) if len(parts) >= 2 else -1
 
 
 def busbw_rows(result: NcclResult, threshold: float) -> list[list[Any]]:

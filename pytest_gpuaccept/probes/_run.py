@@ -54,6 +54,8 @@ class ToolRun:
     timeout_s: float | None = None
     replayed: bool = False
     stopped_after_s: float | None = None  # a workload gpuaccept stopped itself once its duration was over
+    pid: int | None = None  # the process gpuaccept started: a tool's own PID lines must name it
+    provenance: dict[str, Any] | None = None  # where the executable came from (probes/provenance.py)
 
     @property
     def command(self) -> str:
@@ -108,11 +110,13 @@ class ToolRunner:
     default_timeout_s: float = 600.0
     tool_paths: dict[str, str] = field(default_factory=dict)
     replay_dir: Path | None = None
+    pins: dict[str, str] = field(default_factory=dict)  # tools.sha256: tool -> the SHA-256 its file must have
     key: bytes = field(default_factory=new_key, repr=False)
     keep: bool = True  # False in modes that judge nothing: nothing is written
     evidence: Evidence = field(init=False, repr=False)
     _runs: dict[str, ToolRun] = field(default_factory=dict, init=False, repr=False)
     _readings: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _provenance: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.evidence = Evidence(self.evidence_dir, self.key)
@@ -163,6 +167,13 @@ class ToolRunner:
                 return [run for run in recorded if run is not None]
             if self.replay_dir is not None:
                 return [self._replay(key, argv) for key, argv in zip(keys, argvs)]
+            origins = [self._origin(c.tool, exe) if exe else None for exe, c in zip(executables, commands)]
+            unpinned = [self._unpinned(c.tool, o) for c, o in zip(commands, origins)]
+            if any(unpinned):
+                reason = next(u for u in unpinned if u)
+                return [self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=u or f"not started: {reason}",
+                                           provenance=o), b"", b"")
+                        for key, argv, u, o in zip(keys, argvs, unpinned, origins)]
             missing = [c.tool for exe, c in zip(executables, commands) if exe is None]
             if missing:
                 runs = []
@@ -171,9 +182,29 @@ class ToolRunner:
                     error = f"{c.tool} not found {where}" if exe is None else f"not started: {missing[0]} not found"
                     runs.append(self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=error), b"", b""))
                 return runs
-            return self._execute(keys, argvs, [c.start_after_s for c in commands], timeout)
+            return self._execute(keys, argvs, [c.start_after_s for c in commands], timeout, origins)
 
-    def _execute(self, keys: list[str], argvs: list[list[str]], delays: list[float], timeout: float) -> list[ToolRun]:
+    def _origin(self, tool: str, executable: str) -> dict[str, Any]:
+        """The provenance of an executable, read once per session."""
+        if executable not in self._provenance:
+            from .provenance import read_provenance
+
+            self._provenance[executable] = {"tool": tool, **read_provenance(executable)}
+        return self._provenance[executable]
+
+    def _unpinned(self, tool: str, origin: dict[str, Any] | None) -> str | None:
+        """Why a tool pinned by tools.sha256 must not run: its file is not the pinned one."""
+        pinned = self.pins.get(tool)
+        if pinned is None or origin is None:
+            return None
+        found = origin.get("sha256")
+        if found == pinned:
+            return None
+        return (f"{tool} at {origin.get('resolved')} has SHA-256 {found or '(unreadable)'}, the contract pins "
+                f"{pinned} (tools.sha256): not the binary the contract names, not run")
+
+    def _execute(self, keys: list[str], argvs: list[list[str]], delays: list[float], timeout: float,
+                 origins: list[dict[str, Any] | None]) -> list[ToolRun]:
         started = time.monotonic()
         deadline = started + timeout
         files = []
@@ -220,7 +251,9 @@ class ToolRunner:
             raise
         for handle in files:
             handle.close()
-        return [self._finish(key, argv, returncodes[n], started, timeout, timed_out[n], errors[n])
+        return [self._finish(key, argv, returncodes[n], started, timeout, timed_out[n], errors[n],
+                             pid=procs[n].pid if n < len(procs) and procs[n] is not None else None,  # type: ignore[union-attr]
+                             provenance=origins[n])
                 for n, (key, argv) in enumerate(zip(keys, argvs))]
 
     def run_during(self, command: Command, duration_s: float, during: Callable[[threading.Event], object],
@@ -243,6 +276,10 @@ class ToolRunner:
             if executable is None:
                 run = ToolRun(key, tuple(argv), None, 0.0, "", "", error=f"{command.tool} not found on PATH")
                 return self._save(run, b"", b"")
+            origin = self._origin(command.tool, executable)
+            refused = self._unpinned(command.tool, origin)
+            if refused:
+                return self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=refused, provenance=origin), b"", b"")
             started = time.monotonic()
             stop = threading.Event()
             with open(self.evidence.claim(f"{key}.txt"), "wb") as out, \
@@ -273,10 +310,12 @@ class ToolRunner:
                     kill_group(proc)
                 watcher.join(timeout=10)
             self._remember(record_as, result if isinstance(result, dict) else {"error": f"no recording: {result!r}"})
-            return self._finish(key, argv, proc.returncode, started, duration_s, stopped_after_s=stopped)
+            return self._finish(key, argv, proc.returncode, started, duration_s, stopped_after_s=stopped,
+                                pid=proc.pid, provenance=origin)
 
     def _finish(self, key: str, argv: list[str], returncode: int | None, started: float, timeout: float,
-                timed_out: bool = False, error: str | None = None, stopped_after_s: float | None = None) -> ToolRun:
+                timed_out: bool = False, error: str | None = None, stopped_after_s: float | None = None,
+                pid: int | None = None, provenance: dict[str, Any] | None = None) -> ToolRun:
         """The tool has exited: bound its output, seal it as captured, and keep the run."""
         out_name, err_name = f"{key}.txt", f"{key}.stderr.txt"
         for name in (out_name, err_name):
@@ -289,7 +328,7 @@ class ToolRunner:
             self.evidence.seal(err_name)
         run = ToolRun(key, tuple(argv), returncode, round(time.monotonic() - started, 3), stdout, stderr,
                       timed_out, error, cut_out or cut_err, (out_name, err_name, f"{key}.json"), timeout,
-                      stopped_after_s=stopped_after_s)
+                      stopped_after_s=stopped_after_s, pid=pid, provenance=provenance)
         return self._keep_run(run)
 
     def _save(self, run: ToolRun, stdout: bytes, stderr: bytes) -> ToolRun:
@@ -384,7 +423,8 @@ def _from_record(key: str, record: dict[str, Any], stdout: str, stderr: str, rep
     return ToolRun(key, tuple(record["argv"]), record["returncode"], record["duration_s"], stdout, stderr,
                    record["timed_out"], record["error"], record["truncated"],
                    (record["stdout"], record["stderr"], f"{key}.json"), record.get("timeout_s"),
-                   replayed=replayed, stopped_after_s=record.get("stopped_after_s"))
+                   replayed=replayed, stopped_after_s=record.get("stopped_after_s"), pid=record.get("pid"),
+                   provenance=record.get("provenance"))
 
 
 def _record(run: ToolRun) -> dict[str, object]:
@@ -392,7 +432,7 @@ def _record(run: ToolRun) -> dict[str, object]:
         "argv": list(run.argv), "returncode": run.returncode, "duration_s": run.duration_s,
         "timed_out": run.timed_out, "timeout_s": run.timeout_s, "error": run.error, "truncated": run.truncated,
         "stdout": f"{run.key}.txt", "stderr": f"{run.key}.stderr.txt", "replayed": run.replayed,
-        "stopped_after_s": run.stopped_after_s,
+        "stopped_after_s": run.stopped_after_s, "pid": run.pid, "provenance": run.provenance,
     }
 
 

@@ -12,6 +12,10 @@ TOOL = "all_reduce_perf"
 # Launcher prefixes: Open MPI `--tag-output` "[1,0]<stdout>:", srun `-l` " 0: ".
 _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\b")
+_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+                        r"\[([0-9a-fA-Fx:.]+)\]\s*(.*)$")
+_ITERS = re.compile(r"warmup iters:\s*(\d+)\s+iters:\s*(\d+)")
+DEFAULT_ITERS = 20  # nccl-tests' -n
 _PARAMS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
 _ERROR_LINE = re.compile(r"NCCL WARN|NCCL failure|NCCL error|Test failure|Out of bounds values\s*:\s*\d+\s+FAILED"
                          r"|Cuda failure|CUDA failure|unhandled .* error", re.IGNORECASE)
@@ -27,6 +31,19 @@ class Row:
     oop_algbw_gbyte_s: float
     oop_wrong: int | None  # None where the column is N/A (validation off) or an old float `error`
     ip_wrong: int | None
+    ip_time_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class RankLine:
+    """`#  Rank  0 Group  0 Pid 291005 on node005 device  0 [0x18] NVIDIA H100 80GB HBM3`: where a rank ran."""
+
+    rank: int
+    pid: int
+    host: str
+    device: int  # CUDA's ordinal, which need not be NVML's index
+    bus: int  # the PCI bus number of the GPU ([0x18], or [0000:18:00] in newer versions)
+    name: str
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,13 @@ class NcclResult:
     check_column: str | None
     error_lines: tuple[str, ...]
     validation_off: bool
+    rank_lines: tuple[RankLine, ...] = ()
+    iters: int | None = None  # as the header says (`warmup iters: 5 iters: 20`)
+    warmup_iters: int | None = None
+
+    def timed_seconds(self, iters: int) -> float:
+        """The least wall time the table implies: every size's out-of-place and in-place time x iterations."""
+        return sum((r.oop_time_us + r.ip_time_us) * iters for r in self.rows) / 1e6
 
     @property
     def largest(self) -> Row | None:
@@ -76,6 +100,8 @@ def parse_all_reduce(text: str) -> NcclResult:
     header: list[str] | None = None
     rows: list[Row] = []
     ranks: set[int] = set()
+    rank_lines: list[RankLine] = []
+    iters: tuple[int, int] | None = None
     errors: list[str] = []
     n_gpus = max_bytes = None
     tests_version = nccl_version = collective = None
@@ -91,10 +117,15 @@ def parse_all_reduce(text: str) -> NcclResult:
             continue
         if match := _RANK.match(stripped):
             ranks.add(int(match.group(1)))
+            if placed := _RANK_LINE.match(stripped):
+                rank_lines.append(RankLine(int(placed.group(1)), int(placed.group(2)), placed.group(3),
+                                           int(placed.group(4)), _bus_number(placed.group(5)), placed.group(6).strip()))
             continue
         if match := _PARAMS.search(stripped):
             n_gpus, max_bytes = int(match.group(2)), int(match.group(4))
             validation_off = "validation: 0" in stripped
+            if counted := _ITERS.search(stripped):
+                iters = (int(counted.group(1)), int(counted.group(2)))
             continue
         if match := re.match(r"^#\s*nccl-tests version\s+(\S+)", stripped):
             tests_version = match.group(1)
@@ -126,7 +157,14 @@ def parse_all_reduce(text: str) -> NcclResult:
         raise ParseError(TOOL, "no result table (no '# size ... busbw' header) in the output")
     check = next((c for c in _CHECK_COLUMNS if c in (header or [])), None)
     return NcclResult(tuple(rows), max(ranks) + 1 if ranks else None, n_gpus, max_bytes, tests_version,
-                      nccl_version, collective, avg, check, tuple(errors), validation_off)
+                      nccl_version, collective, avg, check, tuple(errors), validation_off, tuple(rank_lines),
+                      iters[1] if iters else None, iters[0] if iters else None)
+
+
+def _bus_number(text: str) -> int:
+    """`0x18` -> 0x18; `0000:18:00` (domain:bus:device) -> 0x18."""
+    parts = text.lower().split(":")
+    return int(parts[1], 16) if len(parts) > 1 else int(parts[0], 16)
 
 
 def _row(header: list[str], tokens: list[str], raw: str) -> Row:
@@ -142,7 +180,8 @@ def _row(header: list[str], tokens: list[str], raw: str) -> Row:
         ip = _number(tokens[busbw[1]]) if len(busbw) > 1 else None
         wrong = [_wrong(header[i], tokens[i]) for i in checks]
         return Row(size, oop, ip, _number(tokens[times[0]]) or 0.0, _number(tokens[algbw[0]]) or 0.0,
-                   wrong[0] if wrong else None, wrong[1] if len(wrong) > 1 else None)
+                   wrong[0] if wrong else None, wrong[1] if len(wrong) > 1 else None,
+                   (_number(tokens[times[1]]) or 0.0) if len(times) > 1 else 0.0)
     except ParseError as exc:
         raise ParseError(TOOL, exc.message, raw) from None
 
@@ -153,6 +192,14 @@ def _wrong(column: str, token: str) -> int | None:
     if not token.isdigit():
         raise ParseError(TOOL, f"#wrong is not a count: {token!r}")
     return int(token)
+
+
+def asked_iters(argv: tuple[str, ...] | list[str]) -> int:
+    """The iterations a run was asked for (`-n N` / `--iters N`), else nccl-tests' default."""
+    for flag, value in zip(argv, argv[1:]):
+        if flag in ("-n", "--iters") and value.isdigit():
+            return int(value)
+    return DEFAULT_ITERS
 
 
 def all_reduce_args(gpus: int, min_bytes: int, max_bytes: int, extra: tuple[str, ...]) -> list[str]:

@@ -50,12 +50,19 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
     dist.barrier()
     for r in range(world):
         if r == rank:
-            name = torch.cuda.get_device_name(rank) if cuda else "cpu"
-            print(f"#  Rank {rank:2d} Group  0 Pid {os.getpid():6d} on {socket.gethostname()} device {rank:2d} {name}",
+            # The PID is the process gpuaccept started (each rank is its child, as nccl-tests' -g ranks are
+            # threads of one process), and the bus the GPU's: gpuaccept checks both against the run and NVML.
+            if cuda:
+                props = torch.cuda.get_device_properties(rank)
+                where = f"[{getattr(props, 'pci_domain_id', 0):04x}:{getattr(props, 'pci_bus_id', 0):02x}:" \
+                        f"{getattr(props, 'pci_device_id', 0):02x}] {props.name}"
+            else:
+                where = "cpu"
+            print(f"#  Rank {rank:2d} Group  0 Pid {os.getppid():6d} on {socket.gethostname()} device {rank:2d} {where}",
                   flush=True)
         dist.barrier()
     if rank == 0:
-        print("# torch.distributed.all_reduce is in-place: both column groups hold the in-place measurement")
+        print("# torch.distributed.all_reduce is in-place: the out-of-place columns hold it, the in-place ones N/A")
         print("#\n#                                                              out-of-place                       in-place")
         print("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong")
         print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)", flush=True)
@@ -80,7 +87,8 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
         busbw = algbw * 2 * (world - 1) / world
         if rank == 0:
             cells = f"{seconds * 1e6:8.1f} {algbw:7.2f} {busbw:7.2f} {int(wrong.item()):7d}"
-            print(f"{size:12d} {count:13d}     float     sum      -1 {cells} {cells}", flush=True)
+            print(f"{size:12d} {count:13d}     float     sum      -1 {cells} {'N/A':>8} {'N/A':>7} {'N/A':>7} {'N/A':>7}",
+                  flush=True)
         del data
     dist.barrier()
     if rank == 0:

@@ -1,0 +1,86 @@
+"""Where a tool came from: its resolved path, SHA-256, whether it is an ELF binary or a script, and the
+package that owns it with the package manager's own verification of its files (dpkg or rpm).
+
+Read before the tool runs, once per executable per session. A script where a binary is expected, or a
+file its package manager says was changed, is flagged in the report; a `tools.sha256` pin that does
+not match stops the tool from running at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+PACKAGE_TIMEOUT_S = 30.0
+
+
+def _kind(head: bytes) -> str:
+    if head.startswith(b"\x7fELF"):
+        return "ELF"
+    if head.startswith(b"#!"):
+        return "script (" + head[2:].split(b"\n", 1)[0].decode(errors="replace").strip()[:80] + ")"
+    return "other (neither ELF nor a #! script)"
+
+
+def _query(argv: list[str]) -> tuple[int | None, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PACKAGE_TIMEOUT_S, check=False,
+                              env={**os.environ, "LC_ALL": "C"})
+        return done.returncode, (done.stdout + done.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+
+
+def _package(path: str) -> dict[str, Any]:
+    """The owning package and whether its manager finds the file as shipped (dpkg first, then rpm)."""
+    if shutil.which("dpkg-query") and shutil.which("dpkg"):
+        rc, out = _query(["dpkg-query", "-S", path])
+        if rc != 0 or ":" not in out:
+            return {"package_manager": "dpkg", "package": None, "verified": None,
+                    "package_note": "no package owns this file"}
+        package = out.splitlines()[0].split(":")[0].split(",")[0].strip()
+        rc, out = _query(["dpkg", "--verify", package])
+        changed = [line for line in out.splitlines() if line.split()[-1:] == [path] and len(line) > 2 and line[2] == "5"]
+        return {"package_manager": "dpkg", "package": package, "verified": rc == 0 and not changed if rc is not None else None,
+                "package_note": "; ".join(changed)[:300] or (out[:300] if rc else "")}
+    if shutil.which("rpm"):
+        rc, out = _query(["rpm", "-qf", path])
+        if rc != 0:
+            return {"package_manager": "rpm", "package": None, "verified": None, "package_note": "no package owns this file"}
+        package = out.splitlines()[0].strip()
+        rc, out = _query(["rpm", "-V", package])
+        changed = [line for line in out.splitlines() if line.split()[-1:] == [path] and len(line) > 2 and line[2] == "5"]
+        return {"package_manager": "rpm", "package": package, "verified": not changed,
+                "package_note": "; ".join(changed)[:300]}
+    return {"package_manager": None, "package": None, "verified": None, "package_note": "no dpkg or rpm on this host"}
+
+
+def read_provenance(executable: str) -> dict[str, Any]:
+    """Everything this host can say about the file that will run; never raises."""
+    real = os.path.realpath(executable)
+    record: dict[str, Any] = {"path": executable, "resolved": real}
+    try:
+        data = Path(real).read_bytes()
+    except OSError as exc:
+        return {**record, "error": f"unreadable: {exc.strerror or exc}"}
+    record.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data), kind=_kind(data[:256]))
+    record.update(_package(real))
+    return record
+
+
+def flags(record: dict[str, Any], expects_binary: bool) -> list[str]:
+    """What a signer should look at twice: a script where a binary is expected, a changed package file."""
+    found = []
+    if record.get("error"):
+        found.append(record["error"])
+    kind = str(record.get("kind", ""))
+    if expects_binary and kind and kind != "ELF":
+        found.append(f"a {kind.split(' (')[0]} where a compiled binary is expected")
+    if record.get("verified") is False:
+        found.append(f"{record.get('package_manager')} says this file of {record.get('package')} was changed "
+                     "since it was installed")
+    return found
