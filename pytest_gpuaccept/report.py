@@ -205,6 +205,7 @@ class ReportPlugin:
         if foreign_code:
             results["foreign_code"] = foreign_code
         results["plugins"] = plugins
+        results["tools"] = tools_run(evidence)
         if state.advice:
             results["contract_warnings"] = state.advice
         self._publish(json.dumps(results, indent=1), results_copy)
@@ -297,6 +298,31 @@ def recorded_identity(replay_dir: Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ HTML
 
+def tools_run(evidence: Evidence) -> list[dict[str, Any]]:
+    """Every executable this run started, once each, with its provenance and what a signer should look at twice."""
+    from .probes.provenance import flags
+
+    seen: dict[str, dict[str, Any]] = {}
+    for path in sorted(evidence.folder.glob("*.json")):
+        try:
+            raw = evidence.read(path.name)
+            record = json.loads(raw) if raw else None
+        except (ForeignEvidence, ValueError):
+            continue
+        origin = record.get("provenance") if isinstance(record, dict) else None
+        if isinstance(origin, dict) and origin.get("resolved") and origin["resolved"] not in seen:
+            tool = str(origin.get("tool", ""))
+            seen[origin["resolved"]] = {**origin, "flags": flags(origin, expects_binary=tool != "python")}
+    return list(seen.values())
+
+
+def _provenance_line(origin: dict[str, Any]) -> str:
+    package = origin.get("package") or origin.get("package_note") or "no package"
+    verified = {True: "verified", False: "CHANGED since installed", None: "not verified"}[origin.get("verified")]
+    return (f"{origin.get('resolved')} sha256 {origin.get('sha256', '?')} {origin.get('kind', '?')}, "
+            f"{package} ({origin.get('package_manager') or 'no package manager'}, {verified})")
+
+
 def _extra(state: State, check: dict[str, Any]) -> dict[str, Any]:
     from pytest_html import extras
 
@@ -325,9 +351,16 @@ def check_html(evidence: Evidence, check: dict[str, Any]) -> str:
         parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(table))
     not_inline = []
     for name in check.get("evidence", []):
-        # Tool outputs are shown; run records and the sample series (drawn above) stay in the folder.
+        # Tool outputs are shown; run records and the sample series (drawn above) stay in the folder, the
+        # provenance of the executable a run record names is shown beside its output.
         if name.endswith(".json") and name != "nvml-host.json":
             not_inline.append(name)
+            try:
+                record = json.loads(evidence.read(name) or b"null")
+            except (ForeignEvidence, ValueError):
+                record = None
+            if isinstance(record, dict) and isinstance(record.get("provenance"), dict):
+                parts.append(f"<p>tool: {safe_text(_provenance_line(record['provenance']))}</p>")
             continue
         try:
             raw = evidence.read(name)  # only as captured: a file changed since is not shown, it is named
@@ -416,6 +449,10 @@ def banner(results: dict[str, Any], state: State, digest: str) -> str:
         foreign += f"<p><b>FOREIGN CODE</b>: pytest-gpuaccept's own code was replaced; the run is rejected:</p><ul>{code}</ul>"
     plugins = [["plugin", "file", "SHA-256", "from"]] + [
         [p["name"], p["file"], p["sha256"], p["distribution"]] for p in results.get("plugins", [])]
+    tools = [["tool", "path", "SHA-256", "kind", "package", "verified", "look twice"]] + [
+        [t.get("tool", ""), t.get("resolved", ""), t.get("sha256", "—"), t.get("kind", "—"),
+         t.get("package") or t.get("package_note") or "—", {True: "yes", False: "CHANGED", None: "—"}[t.get("verified")],
+         "; ".join(t.get("flags", [])) or "—"] for t in results.get("tools", [])]
     return (
         f'<div id="gpuaccept-verdict" data-verdict="{results["verdict"]}" data-evidence-digest="{digest}" '
         f'style="border:3px solid {color};padding:8px;margin:8px 0">'
@@ -425,5 +462,6 @@ def banner(results: dict[str, Any], state: State, digest: str) -> str:
         f"<table>{rows}</table><ul>{gpus}</ul>"
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.get('not_in_contract', [])) or 'none')}</p>"
         f"{_p2p_map(results['checks'])}<h3>Checks</h3>{_table(summary)}"
+        f"<h3>Tools run (provenance)</h3>{_table(tools) if len(tools) > 1 else '<p>none</p>'}"
         f"<h3>Other plugins and conftest files loaded</h3>{_table(plugins) if len(plugins) > 1 else '<p>none</p>'}</div>"
     )

@@ -211,6 +211,8 @@ def quantity(parse: Callable[[object], Any]) -> Callable[[Any, yaml.Node], Any]:
 
 
 def sha256(value: Any, node: yaml.Node) -> str:
+    if isinstance(value, (int, float)):
+        raise ValueError("expected a SHA-256 as 64 hex digits in quotes (YAML read these digits as a number)")
     digest = text(value, node).strip().lower()
     if not re.fullmatch(r"[0-9a-f]{64}", digest):
         raise ValueError(f"expected a SHA-256 as 64 hex digits, got {digest[:80]!r}")

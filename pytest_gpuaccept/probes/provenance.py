@@ -35,16 +35,36 @@ def _query(argv: list[str]) -> tuple[int | None, str]:
         return None, str(exc)
 
 
-def _package(path: str) -> dict[str, Any]:
+def _aliases(*paths: str) -> list[str]:
+    """A file's names as a package database may know them: with merged /usr, /usr/sbin/x was shipped as /sbin/x."""
+    names: list[str] = []
+    for path in paths:
+        for name in (path, path.removeprefix("/usr") if path.startswith("/usr/") else "/usr" + path):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _changed(output: str, names: list[str]) -> list[str]:
+    """`dpkg --verify` / `rpm -V` lines whose digest column (the third) says this file differs."""
+    return [line for line in output.splitlines() if line.split()[-1:] and line.split()[-1] in names
+            and len(line) > 2 and line[2] == "5"]
+
+
+def _package(path: str, requested: str) -> dict[str, Any]:
     """The owning package and whether its manager finds the file as shipped (dpkg first, then rpm)."""
+    names = _aliases(path, requested)
     if shutil.which("dpkg-query") and shutil.which("dpkg"):
-        rc, out = _query(["dpkg-query", "-S", path])
-        if rc != 0 or ":" not in out:
+        for name in names:
+            rc, out = _query(["dpkg-query", "-S", name])
+            if rc == 0 and ":" in out:
+                break
+        else:
             return {"package_manager": "dpkg", "package": None, "verified": None,
                     "package_note": "no package owns this file"}
         package = out.splitlines()[0].split(":")[0].split(",")[0].strip()
         rc, out = _query(["dpkg", "--verify", package])
-        changed = [line for line in out.splitlines() if line.split()[-1:] == [path] and len(line) > 2 and line[2] == "5"]
+        changed = _changed(out, names)
         return {"package_manager": "dpkg", "package": package, "verified": rc == 0 and not changed if rc is not None else None,
                 "package_note": "; ".join(changed)[:300] or (out[:300] if rc else "")}
     if shutil.which("rpm"):
@@ -53,7 +73,7 @@ def _package(path: str) -> dict[str, Any]:
             return {"package_manager": "rpm", "package": None, "verified": None, "package_note": "no package owns this file"}
         package = out.splitlines()[0].strip()
         rc, out = _query(["rpm", "-V", package])
-        changed = [line for line in out.splitlines() if line.split()[-1:] == [path] and len(line) > 2 and line[2] == "5"]
+        changed = _changed(out, names)
         return {"package_manager": "rpm", "package": package, "verified": not changed,
                 "package_note": "; ".join(changed)[:300]}
     return {"package_manager": None, "package": None, "verified": None, "package_note": "no dpkg or rpm on this host"}
@@ -68,7 +88,7 @@ def read_provenance(executable: str) -> dict[str, Any]:
     except OSError as exc:
         return {**record, "error": f"unreadable: {exc.strerror or exc}"}
     record.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data), kind=_kind(data[:256]))
-    record.update(_package(real))
+    record.update(_package(real, executable))
     return record
 
 
