@@ -231,8 +231,9 @@ def gpuaccept_nic_links(request: pytest.FixtureRequest, gpuaccept_host_names: di
     from .measurements import NicLinks
     from .probes import ethtool
 
-    runner = _state(request).runner
-    return NicLinks(tuple(gpuaccept_host_names.get("net", [])), lambda name: ethtool.read_ethtool(runner, name))
+    state = _state(request)
+    return NicLinks(tuple(gpuaccept_host_names.get("net", [])), lambda name: ethtool.read_ethtool(state.runner, name),
+                    lambda name: state.function("net", name))
 
 
 @pytest.fixture(scope="session")
@@ -256,7 +257,8 @@ def gpuaccept_rdma_devices(request: pytest.FixtureRequest, gpuaccept_contract: C
         return ib_write_bw.run_ib_write_bw(state.runner, device, clause.message_size.nbytes, RDMA_BASE_PORT + offset,
                                            clause.peer, gid, port.port, clause.qps or 1)
 
-    return RdmaDevices(tuple(gpuaccept_host_names.get("infiniband", [])), ports, write_bw)
+    return RdmaDevices(tuple(gpuaccept_host_names.get("infiniband", [])), ports, write_bw,
+                       lambda name: state.function("infiniband", name))
 
 
 @pytest.fixture(scope="session")

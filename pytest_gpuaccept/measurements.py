@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .probes.nccl_tests import NcclResult
     from .probes.nvidia_smi import LinkErrors
     from .probes.nvml import GpuSeries, Host
-    from .probes.sysfs import IbPort
+    from .probes.sysfs import Function, IbPort
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class NicLinks:
 
     names: tuple[str, ...]
     read: Callable[[str], Reading[LinkSettings]]
+    function: Callable[[str], tuple[Function, str]]  # name -> what sysfs says stands behind it, its evidence file
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class RdmaDevices:
     names: tuple[str, ...]
     ports: Callable[[str], tuple[list[IbPort], str]]  # device -> (ports, the evidence file of the sysfs reading)
     write_bw: Callable[[str, IbPort], Reading[WriteBw]]
+    function: Callable[[str], tuple[Function, str]]
 
 
 @dataclass(frozen=True)

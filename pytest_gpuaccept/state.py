@@ -91,6 +91,13 @@ class State:
         names = self.runner.reading(NAMES_FILE, lambda: sysfs.list_names(self.sys_root))
         return {kind: list(names.get(kind, [])) for kind in ("net", "infiniband")}
 
+    def function(self, kind: str, name: str) -> tuple[sysfs.Function, str]:
+        """What stands behind an interface ("net") or RDMA device ("infiniband"), a bond's members too; evidence file."""
+        file = f"sysfs-{kind}-{name}-function.json"
+        reading = self.runner.reading(file, lambda: sysfs.read_function(self.sys_root, kind, name))
+        members = {m: self.function(kind, m)[0] for m in reading.get("members") or () if sysfs.SAFE_NAME.match(m)}
+        return sysfs.parse_function(reading, members), file
+
     def ib_device(self, device: str) -> tuple[dict[str, Any], str]:
         """The sysfs reading of one RDMA device's ports, and its evidence file name."""
         name = f"sysfs-infiniband-{device}.json"

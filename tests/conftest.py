@@ -166,6 +166,36 @@ def pci_tree(root: Path, device: str | None = None, recording: str | Path = "h10
     return f"--gpuaccept-sysfs={root}"
 
 
+def pci_port(root: Path, kind: str, name: str, address: str, driver: str | None = "mlx5_core", vf: bool = False,
+             phys_port_id: str | None = None) -> Path:
+    """class/<kind>/<name> as the kernel lays out a port of a PCI device: a link into devices/pci0000:00/<address>/
+    <kind>/<name>, whose `device` leads to the PCI function, bound to `driver`; an SR-IOV VF has `physfn`."""
+    function = root / "devices" / "pci0000:00" / address
+    entry = function / kind / name
+    entry.mkdir(parents=True, exist_ok=True)
+    (entry / "device").symlink_to(Path("../..")) if not (entry / "device").exists() else None
+    if driver and not (function / "driver").exists():
+        (root / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+        (function / "driver").symlink_to(root / "bus" / "pci" / "drivers" / driver)
+    if vf and not (function / "physfn").exists():
+        (function / "physfn").symlink_to(Path("../0000:ff:00.0"))
+    if phys_port_id:
+        (entry / "phys_port_id").write_text(phys_port_id + "\n")
+    link = root / "class" / kind / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(entry)
+    return entry
+
+
+def virtual_net(root: Path, name: str) -> Path:
+    """class/net/<name> of a software interface (veth, tap, bridge): under devices/virtual/net, no `device`."""
+    entry = root / "devices" / "virtual" / "net" / name
+    entry.mkdir(parents=True)
+    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
+    (root / "class" / "net" / name).symlink_to(entry)
+    return entry
+
+
 @pytest.fixture
 def accept(pytester: pytest.Pytester):
     """Run `pytest --contract=<text>` in pytester's folder; returns an Accept.

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import DATA, pci_tree, staged_recording
+from conftest import DATA, pci_port, pci_tree, staged_recording, virtual_net
+from test_network_acceptance import IB_UP
 
 H200 = DATA / "h200"
 GPUS_1 = "gpuaccept: 1\nvendor: V\ngpus:\n  count: 1\n  model: H200\n  form_factor: sxm\n"
@@ -126,3 +127,79 @@ def test_a_recording_without_cudas_word_is_not_measured(accept, tmp_path):
     check = identity(run)["GPU0"]
     assert check["outcome"] == "not_measured"
     assert check["message"] == "not measured: GPU0: CUDA's device list could not be read, so NVML's word stands alone"
+
+
+# ---------------------------------------------------------------- network: sysfs against the tools' word
+
+NICS_25 = "gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['{pattern}']\n  min_speed: '25 Gb/s'\n{extra}"
+ICE_25G = DATA / "ethtool" / "ice_25g_dac_link_partner.txt"
+RDMA_8 = "gpuaccept: 1\nvendor: V\nrdma:\n  devices: ['mlx5_*']\n  min_fraction_of_line_rate: 0.9\n{extra}"
+
+
+def test_a_physical_port_passes_and_shows_its_pci_function(accept, fake_tools, tmp_path):
+    fake_tools.add("ethtool", ICE_25G)
+    pci_port(tmp_path / "sys", "net", "ens6f0", "0000:9a:00.0", driver="ice")
+    run = accept(NICS_25.format(pattern="ens6f0", extra=""), f"--gpuaccept-sysfs={tmp_path / 'sys'}")
+    check = run.checks("nics")[0]
+    assert check["outcome"] == "passed"
+    assert check["message"] == "ens6f0 speed 25 Gb/s >= 25 Gb/s (PCI 0000:9a:00.0, driver ice)"
+
+
+def test_a_tap_named_like_a_nic_fails_whatever_ethtool_says(accept, fake_tools, tmp_path):
+    """ethtool on a tap prints what the vendor set (`ethtool -s tap0 speed 25000`); sysfs says it is virtual."""
+    fake_tools.add("ethtool", ICE_25G)
+    virtual_net(tmp_path / "sys", "ens400g0")
+    run = accept(NICS_25.format(pattern="ens400g0", extra=""), f"--gpuaccept-sysfs={tmp_path / 'sys'}")
+    check = run.checks("nics")[0]
+    assert check["outcome"] == "failed"
+    assert check["message"] == ("ens400g0 is not a PCI function: a virtual device (devices/virtual/net/ens400g0) "
+                                "(veth, tap, bridge, dummy or the like) (sysfs), whatever its name or settings say")
+    assert fake_tools.calls("ethtool") == []  # never measured: nothing it says could make a tap a port
+
+
+def test_a_bond_counts_as_physical_only_when_every_member_is(accept, fake_tools, tmp_path):
+    fake_tools.add("ethtool", DATA / "ethtool" / "bond0_200000_lacp_tabs.txt")
+    root = tmp_path / "sys"
+    bond = virtual_net(root, "bond0")
+    (bond / "bonding").mkdir()
+    (bond / "bonding" / "slaves").write_text("ens1f0 veth9\n")
+    pci_port(root, "net", "ens1f0", "0000:3b:00.0")
+    virtual_net(root, "veth9")
+    contract = "gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['bond0']\n  min_speed: '200 Gb/s'\n"
+    check = accept(contract, f"--gpuaccept-sysfs={root}").checks("nics")[0]
+    assert check["outcome"] == "failed"
+    assert check["message"].startswith("bond0 is a bond of ens1f0, veth9 whose members are not all physical "
+                                       "(veth9: not a PCI function")
+    (bond / "bonding" / "slaves").write_text("ens1f0 ens1f1\n")
+    pci_port(root, "net", "ens1f1", "0000:3b:00.1")
+    check = accept(contract, f"--gpuaccept-sysfs={root}").checks("nics")[0]
+    assert (check["outcome"], check["message"]) == ("passed", "bond0 speed 200 Gb/s >= 200 Gb/s (bond of ens1f0, ens1f1)")
+
+
+def test_two_names_on_one_physical_port_count_once(accept, fake_tools, tmp_path):
+    fake_tools.add("ethtool", ICE_25G)
+    root = tmp_path / "sys"
+    pci_port(root, "net", "ens6f0", "0000:9a:00.0", phys_port_id="b8cef6030012ab00")
+    pci_port(root, "net", "ens6f0v", "0000:9a:00.0", phys_port_id="b8cef6030012ab00")
+    run = accept(NICS_25.format(pattern="ens6f0*", extra="  count: 2\n"), f"--gpuaccept-sysfs={root}")
+    check = run.checks("nics.count")[0]
+    assert (check["outcome"], check["measured"]) == ("failed", 1)
+    assert "ens6f0v: ens6f0v is the same physical port as ens6f0 (phys_port_id b8cef6030012ab00 in sysfs)" in check["message"]
+
+
+def test_sr_iov_virtual_functions_are_not_hcas(accept, fake_tools, tmp_path):
+    """Two real HCAs and six VFs of them, all named mlx5_*: 8 devices listed, 2 physical; rdma.count 8 fails."""
+    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
+    root = tmp_path / "sys"
+    (root / "class" / "net").mkdir(parents=True)
+    for n in range(8):
+        entry = pci_port(root, "infiniband", f"mlx5_{n}", f"0000:{0x18 + n // 4:02x}:00.{n % 4}", vf=n % 4 > 0)
+        port = entry / "ports" / "1"
+        port.mkdir(parents=True)
+        for name, value in IB_UP.items():
+            (port / name).write_text(value + "\n")
+    run = accept(RDMA_8.format(extra="  count: 8\n"), f"--gpuaccept-sysfs={root}")
+    check = run.checks("rdma.count")[0]
+    assert (check["outcome"], check["measured"]) == ("failed", 2)
+    assert ("mlx5_1: mlx5_1 is an SR-IOV virtual function (PCI 0000:18:00.1 has physfn), not a physical port (sysfs)"
+            in check["message"])

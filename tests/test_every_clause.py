@@ -4,7 +4,7 @@ Guards the whole path (parametrization, subjects, results, completeness) for eve
 a clause whose checks could not be matched to what the contract asked would leave the run incomplete.
 """
 
-from conftest import DATA, nccl_log
+from conftest import DATA, nccl_log, pci_port
 from test_compute import as_gpus
 from test_host_bandwidth import pci_tree
 from test_network_acceptance import IB_UP, sysfs_tree
@@ -62,7 +62,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     fake_tools.add("iperf3", DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
     fake_tools.add("train-job", "training\n", hang=30)
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
-    (tmp_path / "sys" / "class" / "net" / "ens6f0").mkdir()
+    pci_port(tmp_path / "sys", "net", "ens6f0", "0000:9a:00.0")
     pci_tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json")  # the GPUs' PCI functions: H100 SXM5
     health = {i: {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_limit_enforced_w": 700.0,
                   "power_limit_default_w": 700.0} for i in range(4)}

@@ -3,7 +3,7 @@ reach is the contract's mistake, a dual-port card cabled on port 2 is measured o
 port gets its queue pairs, and with `count` the storage and management ports do not fail the clause."""
 
 import pytest
-from conftest import DATA
+from conftest import DATA, pci_port
 from test_network_acceptance import IB_UP, RDMA, sysfs_tree
 
 from pytest_gpuaccept.contract import ContractError, parse_contract
@@ -24,7 +24,7 @@ def test_bonding_masters_is_a_file_not_an_interface(tmp_path):
 def test_a_glob_over_every_interface_does_not_judge_bonding_masters(accept, fake_tools, tmp_path):
     fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
     sysfs_tree(tmp_path / "sys", {})
-    (tmp_path / "sys" / "class" / "net" / "ens1").mkdir()
+    pci_port(tmp_path / "sys", "net", "ens1", "0000:3b:00.0", driver="ice")
     (tmp_path / "sys" / "class" / "net" / "bonding_masters").write_text("bond0\n")
     run = accept("gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['*']\n  min_speed: '25 Gb/s'\n",
                  f"--gpuaccept-sysfs={tmp_path / 'sys'}")
@@ -96,8 +96,8 @@ def test_nics_count_judges_each_interface_as_nics_would(accept, fake_tools, tmp_
     fake_tools.add("ethtool", DATA / "ethtool" / "i40e_unknown_speed_link_down_unsupported_sfp.txt", when="eno1")
     fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
     sysfs_tree(tmp_path / "sys", {})
-    for name in ("eno1", "ens1", "ens2"):
-        (tmp_path / "sys" / "class" / "net" / name).mkdir()
+    for n, name in enumerate(("eno1", "ens1", "ens2")):
+        pci_port(tmp_path / "sys", "net", name, f"0000:3{n}:00.0", driver="ice")
     run = accept("gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['e*']\n  min_speed: '25 Gb/s'\n  count: 2\n",
                  f"--gpuaccept-sysfs={tmp_path / 'sys'}")
     check = run.checks("nics.count")[0]

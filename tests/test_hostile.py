@@ -4,7 +4,7 @@ and always say what was wrong; markup and control bytes from tools are escaped a
 import re
 
 import pytest
-from conftest import DATA, nvml_recording
+from conftest import DATA, nvml_recording, pci_port
 
 from pytest_gpuaccept.clauses import allreduce, network, nvlink
 from pytest_gpuaccept.clauses.base import Clause
@@ -12,7 +12,7 @@ from pytest_gpuaccept.contract import ContractError, parse_contract
 from pytest_gpuaccept.measurements import AllReduceRuns, GpuModels, NicLinks, RdmaDevices, WithModels
 from pytest_gpuaccept.probes import ethtool, ib_write_bw, iperf3, nccl_tests, nvidia_smi
 from pytest_gpuaccept.probes._run import ToolRun, parse_run
-from pytest_gpuaccept.probes.sysfs import IbPort
+from pytest_gpuaccept.probes.sysfs import Function, IbPort
 from pytest_gpuaccept.subjects import Subject
 from pytest_gpuaccept.verdict import Check
 
@@ -75,6 +75,7 @@ iperf3: {server: 10.0.0.2, min_throughput: "0.001 Gb/s"}
 
 
 NO_MODELS = GpuModels({}, {}, ())  # no sysfs: no published figure to set beside
+PORT = lambda name: Function(name, "0000:18:00.0", "mlx5_core", None, (), None)  # noqa: E731  a physical port
 
 
 def judge(kind: str, text: str) -> Check:
@@ -90,12 +91,12 @@ def judge(kind: str, text: str) -> Check:
         runs = AllReduceRuns((parse_run(run, nccl_tests.parse_all_reduce),), "nccl-tests", ())
         return clause_judge(allreduce.CLAUSE, Subject.whole("all_reduce"), runs)
     if kind == "ethtool":
-        links = NicLinks(("eth0",), lambda _name: parse_run(run, ethtool.parse_ethtool))
+        links = NicLinks(("eth0",), lambda _name: parse_run(run, ethtool.parse_ethtool), lambda name: (PORT(name), "f.json"))
         return clause_judge(network.NIC_SPEED, Subject.named("eth0", "eth0"), links)
     if kind == "ibwb":
         port = IbPort("mlx5_0", 1, True, "4: ACTIVE / 5: LinkUp", 100.0, "InfiniBand", None)
         devices = RdmaDevices(("mlx5_0",), lambda _d: ([port], "sysfs.json"),
-                              lambda _d, _p: parse_run(run, ib_write_bw.parse_ib_write_bw))
+                              lambda _d, _p: parse_run(run, ib_write_bw.parse_ib_write_bw), lambda name: (PORT(name), "f.json"))
         return clause_judge(network.RDMA_BW, Subject.named("mlx5_0", "mlx5_0"), devices)
     if kind == "iperf3":
         runs3 = iperf3.Iperf3Runs((parse_run(run, iperf3.parse_iperf3_json),), "")
@@ -167,7 +168,7 @@ def test_a_huge_output_is_stored_bounded_and_never_read_as_a_result(accept, fake
 def test_a_host_interface_name_with_markup_is_never_passed_to_a_tool_nor_shown_raw(accept, fake_tools, tmp_path):
     sysfs = tmp_path / "sys"
     (sysfs / "class" / "net" / "<b>x").mkdir(parents=True)
-    (sysfs / "class" / "net" / "eth0").mkdir(parents=True)
+    pci_port(sysfs, "net", "eth0", "0000:18:00.0", driver="ice")
     fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
     run = accept("gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['*']\n  min_speed: '10 Gb/s'\n",
                  f"--gpuaccept-sysfs={sysfs}")

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import DATA
+from conftest import DATA, pci_port
 
 BASE_PORT = 15201
 
@@ -56,15 +56,17 @@ def iperf3_servers(veth):
         server.wait(timeout=10)
 
 
-def nics_contract(interfaces: str, speed: str) -> str:
-    return f"gpuaccept: 1\nvendor: V\nnics:\n  interfaces: {interfaces}\n  min_speed: '{speed}'\n"
+def nics_contract(interfaces: str, speed: str, physical: bool = False) -> str:
+    """`physical: false` where a test measures a veth's speed; the default (true) refuses a veth outright."""
+    return (f"gpuaccept: 1\nvendor: V\nnics:\n  interfaces: {interfaces}\n  min_speed: '{speed}'\n"
+            f"  physical: {'true' if physical else 'false'}\n")
 
 
 def test_real_ethtool_on_a_veth_below_the_contracted_speed_fails_with_10(accept, veth):
     run = accept(nics_contract(f"['{veth['host']}']", "100 Gb/s"))
     check = run.checks("nics")[0]
     assert (check["subject"], check["outcome"], check["measured"], check["unit"]) == (veth["host"], "failed", 10, "Gb/s")
-    assert check["message"] == f"{veth['host']} speed 10 Gb/s < 100 Gb/s"
+    assert check["message"] == f"{veth['host']} speed 10 Gb/s < 100 Gb/s (not a PCI function)"
     assert "Speed: 10000Mb/s" in run.html
 
 
@@ -80,6 +82,17 @@ def test_a_glob_matching_no_interface_fails(accept, veth):
     assert checks[veth["host"]]["outcome"] == "passed"
     assert checks["gpa-none*"]["outcome"] == "failed"
     assert checks["gpa-none*"]["message"].startswith("no interface matches 'gpa-none*' (host has: ")
+    assert run.json["verdict"] == "rejected"
+
+
+def test_a_veth_named_and_set_like_a_nic_is_refused_by_default(accept, veth):
+    """The real veth: ethtool would report 10 Gb/s (a tap can be set to say 400G); sysfs says it is virtual."""
+    run = accept(f"gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['{veth['host']}']\n  min_speed: '10 Gb/s'\n")
+    check = run.checks("nics")[0]
+    assert check["outcome"] == "failed" and check["measured"] is None
+    assert check["message"] == (f"{veth['host']} is not a PCI function: a virtual device "
+                                f"(devices/virtual/net/{veth['host']}) (veth, tap, bridge, dummy or the like) (sysfs), "
+                                "whatever its name or settings say")
     assert run.json["verdict"] == "rejected"
 
 
@@ -126,10 +139,11 @@ def test_an_iperf3_error_is_not_measured_with_its_own_text(accept, fake_tools):
 # ------------------------------------------------------------------ RDMA
 
 def sysfs_tree(root, devices: dict[str, dict[str, str]]) -> str:
-    """A sysfs tree with the files the kernel provides for each RDMA port (state, phys_state, rate, link_layer)."""
-    (root / "class" / "net").mkdir(parents=True)
-    for device, files in devices.items():
-        port = root / "class" / "infiniband" / device / "ports" / "1"
+    """A sysfs tree with the files the kernel provides for each RDMA port (state, phys_state, rate, link_layer),
+    each device a function of its own PCI device (0000:1N:00.0, mlx5_core) as on a real host."""
+    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
+    for n, (device, files) in enumerate(devices.items()):
+        port = pci_port(root, "infiniband", device, f"0000:{0x18 + 16 * n:02x}:00.0") / "ports" / "1"
         port.mkdir(parents=True)
         for name, value in files.items():
             (port / name).write_text(value + "\n")

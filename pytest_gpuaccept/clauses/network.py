@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from .. import schema
 from ..measurements import NicLinks, RdmaDevices
 from ..probes.iperf3 import Iperf3Runs
-from ..probes.sysfs import SAFE_NAME
+from ..probes.sysfs import SAFE_NAME, Function
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, bits_to_gbit, mbit_to_gbit, parse_duration, parse_size
@@ -24,6 +24,7 @@ class Nics:
     interfaces: tuple[str, ...]
     min_speed: Bandwidth
     count: int | None  # at least this many matching interfaces pass; the others are listed, not failed
+    physical: bool  # each interface a PCI function with a driver, not veth/tap/bridge or an SR-IOV VF
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Rdma:
     peer: str | None
     count: int | None
     qps: int | None  # queue pairs for ib_write_bw (-q); bonded RoCE ports need more than one
+    physical: bool  # each device a PCI function with a driver, not an SR-IOV VF or a software device (rxe)
 
 
 @dataclass(frozen=True)
@@ -48,14 +50,15 @@ class Iperf3:
 
 NICS = Section(
     "nics", {"interfaces": Key(schema.names, required=True), "min_speed": Key(schema.bandwidth, required=True),
-             "count": Key(schema.whole(1, 1024))},
+             "count": Key(schema.whole(1, 1024)), "physical": Key(schema.boolean, default=True)},
     Nics, "network interfaces (ethtool)")
 RDMA = Section(
     "rdma",
     {"devices": Key(schema.names, required=True),
      "min_fraction_of_line_rate": Key(schema.number(0.0, 1.0, low_open=True), required=True),
      "line_rate": Key(schema.bandwidth), "message_size": Key(schema.size, default=parse_size("64 KiB")),
-     "peer": Key(schema.host), "count": Key(schema.whole(1, 1024)), "qps": Key(schema.whole(1, 1024))},
+     "peer": Key(schema.host), "count": Key(schema.whole(1, 1024)), "qps": Key(schema.whole(1, 1024)),
+     "physical": Key(schema.boolean, default=True)},
     Rdma, "RDMA devices (sysfs, ib_write_bw)")
 IPERF3 = Section(
     "iperf3",
@@ -75,16 +78,46 @@ def _unmatched_or_unsafe(v: Verdict, subject: Subject, what: str, available: tup
     return None
 
 
+def _not_a_port(v: Verdict, function: Function, evidence: str, others: list[Function], physical: bool) -> Check | None:
+    """With `physical` (the default): an interface or device that is not a port of its own fails, naming
+    what sysfs says stands behind it; two names on one physical port (`phys_port_id`) count once."""
+    if not physical:
+        return None
+    v = v.but(evidence=v.evidence + (evidence,))
+    if function.not_physical:
+        return v.failed(None, f"{function.name} is {function.not_physical} (sysfs), whatever its name or settings say")
+    twins = [o.name for o in others if o.name != function.name and function.phys_port_id
+             and o.phys_port_id == function.phys_port_id]
+    if twins and function.name > min(twins):
+        return v.failed(None, f"{function.name} is the same physical port as {', '.join(twins)} "
+                        f"(phys_port_id {function.phys_port_id} in sysfs): counted once")
+    return None
+
+
+def _where(function: Function) -> str:
+    return f"PCI {function.pci_address}, driver {function.driver}" if function.pci_address else \
+        f"bond of {', '.join(function.members)}" if function.members else "not a PCI function"
+
+
+def _matched(patterns: tuple[str, ...], names: tuple[str, ...]) -> list[str]:
+    return [name for _pattern, name in match_names(patterns, list(names)) if name is not None and SAFE_NAME.match(name)]
+
+
 def judge_nic(section: Nics, subject: Subject, m: NicLinks, contract: Contract) -> Check:
-    """Negotiated speed from ethtool, in Gb/s; no link or an unknown speed measures 0 and fails."""
+    """Negotiated speed from ethtool, in Gb/s, of a physical port (sysfs); no link or an unknown speed fails."""
     minimum = section.min_speed.gbit_s
     v = Verdict(NIC_SPEED.key, subject, f">= {fmt(minimum)}", "Gb/s")
     early = _unmatched_or_unsafe(v, subject, "interface", m.names)
     if early:
         return early
     name = str(subject.name)
+    function, function_evidence = m.function(name)
+    others = [m.function(n)[0] for n in _matched(section.interfaces, m.names)]
+    refused = _not_a_port(v, function, function_evidence, others, section.physical)
+    if refused:
+        return refused
     reading = m.read(name)
-    v = v.but(evidence=reading.evidence)
+    v = v.but(evidence=reading.evidence + (function_evidence,))
     link = reading.value
     if link is None:
         return v.not_measured(reading.failure or "no ethtool reading")
@@ -94,7 +127,8 @@ def judge_nic(section: Nics, subject: Subject, m: NicLinks, contract: Contract) 
         return v.failed(0, f"{name}: no link (Link detected: no)")
     if link.speed_mbps is None:
         return v.failed(0, f"{name}: Speed: Unknown!")
-    return v.at_least(mbit_to_gbit(link.speed_mbps), minimum, f"{name} speed")
+    return v.at_least(mbit_to_gbit(link.speed_mbps), minimum, f"{name} speed", {"function": _where(function)},
+                      suffix=f" ({_where(function)})")
 
 
 def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contract) -> Check:
@@ -105,8 +139,13 @@ def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contra
     if early:
         return early
     device = str(subject.name)
+    function, function_evidence = m.function(device)
+    others = [m.function(n)[0] for n in _matched(section.devices, m.names)]
+    refused = _not_a_port(v, function, function_evidence, others, section.physical)
+    if refused:
+        return refused
     ports, sysfs_evidence = m.ports(device)
-    v = v.but(evidence=(sysfs_evidence,))
+    v = v.but(evidence=(sysfs_evidence, function_evidence))
     port = next((p for p in ports if p.active), ports[0] if ports else None)
     if port is None:
         return v.not_measured(f"{device} has no port in sysfs")

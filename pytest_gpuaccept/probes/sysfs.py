@@ -117,3 +117,64 @@ def read_pci_devices(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
     listed = sorted(pci.iterdir(), key=lambda p: p.name) if pci.is_dir() else []
     gpus = [p.name for p in listed if is_nvidia_gpu(_read(p / "vendor"), _read(p / "class"))]
     return {"devices": devices, "nvidia_gpus": gpus if pci.is_dir() else None}
+
+
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def read_function(sys_root: Path, kind: str, name: str) -> dict[str, Any]:
+    """What stands behind a network interface (kind "net") or RDMA device ("infiniband") in sysfs: the PCI
+    function its `device` link leads to (the nearest PCI address on the way up), that function's driver,
+    whether it is an SR-IOV virtual function (`physfn`), its `phys_port_id`, and a bond's members."""
+    entry = sys_root / "class" / kind / name
+    reading: dict[str, Any] = {"name": name, "kind": kind, "resolved": None, "pci_address": None, "driver": None,
+                               "virtual_function": False, "phys_port_id": _read(entry / "phys_port_id"),
+                               "members": sorted((_read(entry / "bonding" / "slaves") or "").split())}
+    try:
+        reading["resolved"] = str(entry.resolve(strict=True).relative_to(sys_root.resolve()))
+    except (OSError, ValueError):
+        reading["resolved"] = None
+    device = entry / "device"
+    if not device.exists():
+        return reading
+    function = device.resolve()
+    while function != function.parent and not _PCI_ADDRESS.match(function.name):
+        function = function.parent
+    if not _PCI_ADDRESS.match(function.name):
+        return reading
+    driver = function / "driver"
+    reading.update(pci_address=function.name, driver=driver.resolve().name if driver.exists() else None,
+                   virtual_function=(function / "physfn").is_symlink() or (function / "physfn").exists())
+    return reading
+
+
+@dataclass(frozen=True)
+class Function:
+    """A network interface or RDMA device as sysfs shows it; `not_physical` says why it is not a port."""
+
+    name: str
+    pci_address: str | None
+    driver: str | None
+    phys_port_id: str | None
+    members: tuple[str, ...]
+    not_physical: str | None
+
+
+def parse_function(reading: dict[str, Any], member: dict[str, Function] | None = None) -> Function:
+    """A PCI function with a driver, not a virtual function; a bond whose members all are (given in `member`)."""
+    name, resolved = str(reading["name"]), reading.get("resolved") or ""
+    members = tuple(reading.get("members") or ())
+    why = None
+    if members:
+        bad = [f"{m.name}: {m.not_physical}" for m in (member or {}).values() if m.not_physical]
+        missing = [m for m in members if m not in (member or {})]
+        why = "; ".join(bad + [f"{m}: not read" for m in missing]) or None
+        why = f"a bond of {', '.join(members)} whose members are not all physical ({why})" if why else None
+    elif reading.get("pci_address") is None:
+        where = f" ({resolved})" if resolved else ""
+        why = f"not a PCI function: a virtual device{where} (veth, tap, bridge, dummy or the like)"
+    elif reading.get("virtual_function"):
+        why = f"an SR-IOV virtual function (PCI {reading['pci_address']} has physfn), not a physical port"
+    elif not reading.get("driver"):
+        why = f"PCI {reading['pci_address']} has no driver bound"
+    return Function(name, reading.get("pci_address"), reading.get("driver"), reading.get("phys_port_id"), members, why)
