@@ -18,9 +18,18 @@ if TYPE_CHECKING:
     from .clauses.memory_bandwidth import MemoryCopies
     from .clauses.p2p import P2pView
     from .contract import Contract
-    from .measurements import AllReduceRuns, GpuModels, HostReading, LoadRun, NicLinks, NvlinkErrorReadings, RdmaDevices, WithModels
+    from .measurements import (
+        AllReduceRuns,
+        GpuModels,
+        HostReading,
+        Iperf3Path,
+        LoadRun,
+        NicLinks,
+        NvlinkErrorReadings,
+        RdmaDevices,
+        WithModels,
+    )
     from .probes._run import Command, Reading, ToolRunner
-    from .probes.iperf3 import Iperf3Runs
     from .probes.nvidia_smi import LinkStatus, Topology
     from .state import State
     from .verdict import Check
@@ -262,12 +271,28 @@ def gpuaccept_rdma_devices(request: pytest.FixtureRequest, gpuaccept_contract: C
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_iperf3(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> Iperf3Runs:
-    """iperf3 clients against the contract's server (one per port before iperf3 3.16), run once."""
-    from .probes import iperf3
+def gpuaccept_iperf3(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> Iperf3Path:
+    """iperf3 clients against the contract's server (one per port before iperf3 3.16), run once, with the route
+    to the server and its interface's byte counters read before and after."""
+    from .measurements import Iperf3Path
+    from .probes import iperf3, iproute, sysfs
 
+    state = _state(request)
     clause = gpuaccept_contract.iperf3
-    return iperf3.run_iperf3(_state(request).runner, clause.server, clause.port, clause.streams, clause.duration.seconds)
+    route = iproute.read_route(state.runner, clause.server)
+    dev = route.value.dev if route.value is not None and sysfs.SAFE_NAME.match(route.value.dev) else None
+
+    def counters(when: str) -> tuple[dict[str, Any] | None, str | None]:
+        if dev is None:
+            return None, None
+        name = f"sysfs-net-{dev}-counters-{when}.json"
+        return state.runner.reading(name, lambda: sysfs.read_counters(state.sys_root, dev)), name
+
+    before, before_file = counters("before")
+    runs = iperf3.run_iperf3(state.runner, clause.server, clause.port, clause.streams, clause.duration.seconds)
+    after, after_file = counters("after")
+    files = tuple(f for f in (before_file, after_file) if f)
+    return Iperf3Path(runs, route, before, after, route.evidence + files)
 
 
 def _under_load(state: State, command: Command, duration_s: float, count: int, samples_file: str,

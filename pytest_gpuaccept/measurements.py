@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
     from .models import Model
     from .probes._run import Reading, ToolRun
     from .probes.ethtool import LinkSettings
     from .probes.ib_write_bw import WriteBw
+    from .probes.iperf3 import Iperf3Runs
+    from .probes.iproute import Route
     from .probes.nccl_tests import NcclResult
     from .probes.nvidia_smi import LinkErrors
     from .probes.nvml import GpuSeries, Host
@@ -76,6 +78,18 @@ class RdmaDevices:
     ports: Callable[[str], tuple[list[IbPort], str]]  # device -> (ports, the evidence file of the sysfs reading)
     write_bw: Callable[[str, IbPort], Reading[WriteBw]]
     function: Callable[[str], tuple[Function, str]]
+
+
+@dataclass(frozen=True)
+class Iperf3Path:
+    """The iperf3 clients' readings, the route to the server (`ip route get`), and the route's interface byte
+    counters read before and after: two sources for whether the bytes went through a NIC."""
+
+    runs: Iperf3Runs
+    route: Reading[Route]
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    evidence: tuple[str, ...]
 
 
 @dataclass(frozen=True)

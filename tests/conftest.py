@@ -31,10 +31,11 @@ class FakeTools:
     tools: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
     def add(self, name: str, stdout: Path | str | bytes = b"", *, when: str = "", rc: int = 0, stderr: str = "",
-            sleep: float = 0.0, hang: float = 0.0) -> None:
+            sleep: float = 0.0, hang: float = 0.0, then: str = "") -> None:
         """Add a response: for argv containing `when` (first match wins; "" matches all).
 
-        `sleep` waits before printing, `hang` after printing (a tool stuck with its output half written).
+        `sleep` waits before printing, `hang` after printing (a tool stuck with its output half written);
+        `then` is Python run after printing (what the tool does to the host: counters it moves, files it writes).
         """
         if isinstance(stdout, Path):
             data = stdout.read_bytes()
@@ -45,7 +46,7 @@ class FakeTools:
         blob = self.bin_dir / f".{name}.{len(self.tools.get(name, []))}.out"
         blob.write_bytes(data)
         self.tools.setdefault(name, []).append(
-            {"when": when, "stdout": str(blob), "rc": rc, "stderr": stderr, "sleep": sleep, "hang": hang})
+            {"when": when, "stdout": str(blob), "rc": rc, "stderr": stderr, "sleep": sleep, "hang": hang, "then": then})
         script = self.bin_dir / name
         script.write_text(textwrap.dedent(f"""\
             #!{sys.executable}
@@ -69,6 +70,7 @@ class FakeTools:
                     sys.stdout.flush()
                     sys.stderr.write(rule["stderr"])
                     sys.stderr.flush()
+                    exec(rule["then"])
                     time.sleep(rule["hang"])
                     with open({str(self.log)!r} + ".times", "a") as times:
                         times.write(json.dumps([{name!r}, started, time.time()]) + "\\n")
@@ -194,6 +196,24 @@ def virtual_net(root: Path, name: str) -> Path:
     (root / "class" / "net").mkdir(parents=True, exist_ok=True)
     (root / "class" / "net" / name).symlink_to(entry)
     return entry
+
+
+def routed_nic(fake_tools: FakeTools, root: Path, dev: str = "ens6f0", server: str = "10.0.0.2",
+               iperf3_output: Path | None = None, counted: int = 10**11) -> str:
+    """The route to `server` leaves through `dev`, a PCI port whose byte counters the fake iperf3 moves by
+    `counted` bytes each run (as the kernel counts what it sends): a fake `ip` and the sysfs files."""
+    entry = pci_port(root, "net", dev, "0000:9a:00.0")
+    (entry / "statistics").mkdir()
+    for counter in ("rx_bytes", "tx_bytes"):
+        (entry / "statistics" / counter).write_text("1000\n")
+    fake_tools.add("ip", json.dumps([{"dst": server, "gateway": "10.0.0.1", "dev": dev, "prefsrc": "10.0.0.9",
+                                      "flags": [], "uid": 0, "cache": []}]), when="route get")
+    tx = entry / "statistics" / "tx_bytes"
+    if iperf3_output is not None:
+        fake_tools.add("iperf3", iperf3_output,
+                       then=f"import fcntl\nwith open({str(tx)!r}, 'r+') as f:\n    fcntl.flock(f, fcntl.LOCK_EX)\n"
+                            f"    v = int(f.read())\n    f.seek(0)\n    f.truncate()\n    f.write(str(v + {counted}))")
+    return f"--gpuaccept-sysfs={root}"
 
 
 @pytest.fixture

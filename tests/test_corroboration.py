@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import DATA, pci_port, pci_tree, staged_recording, virtual_net
+from conftest import DATA, pci_port, pci_tree, routed_nic, staged_recording, virtual_net
 from test_network_acceptance import IB_UP
 
 H200 = DATA / "h200"
@@ -203,3 +203,38 @@ def test_sr_iov_virtual_functions_are_not_hcas(accept, fake_tools, tmp_path):
     assert (check["outcome"], check["measured"]) == ("failed", 2)
     assert ("mlx5_1: mlx5_1 is an SR-IOV virtual function (PCI 0000:18:00.1 has physfn), not a physical port (sysfs)"
             in check["message"])
+
+
+IPERF3 = "gpuaccept: 1\nvendor: V\niperf3: {{server: 10.0.0.2, min_throughput: '1 Gb/s', streams: 1, duration: '1 s'}}\n{extra}"
+IPERF3_JSON = DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json"
+
+
+def test_iperf3_through_a_nic_that_counted_the_bytes_passes(accept, fake_tools, tmp_path):
+    fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
+    sysfs = routed_nic(fake_tools, tmp_path / "sys", iperf3_output=IPERF3_JSON, counted=2_400_000_000)
+    check = accept(IPERF3.format(extra=""), sysfs).checks("iperf3")[0]
+    assert check["outcome"] == "passed"
+    assert check["message"].endswith("(iperf3 3.17, one process, 1 streams; via ens6f0, which counted 2400000000 of "
+                                     "2279342080 bytes sent)")
+
+
+def test_iperf3_bytes_the_interface_never_counted_fail_naming_both(accept, fake_tools, tmp_path):
+    """A server the vendor answers from somewhere else (a NAT to a host-local process, a canned JSON): iperf3
+    says 2.28 GB left, the route's NIC counted 1 MB."""
+    fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
+    sysfs = routed_nic(fake_tools, tmp_path / "sys", iperf3_output=IPERF3_JSON, counted=1_000_000)
+    check = accept(IPERF3.format(extra=""), sysfs).checks("iperf3")[0]
+    assert check["outcome"] == "failed"
+    assert check["message"] == ("iperf3 says it sent 2279342080 bytes to 10.0.0.2, but ens6f0's tx_bytes (sysfs) grew by "
+                                "1000000: the traffic did not go through ens6f0")
+
+
+def test_iperf3_leaving_through_an_interface_not_contracted_fails(accept, fake_tools, tmp_path):
+    fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
+    fake_tools.add("ethtool", ICE_25G)
+    sysfs = routed_nic(fake_tools, tmp_path / "sys", dev="eno1", iperf3_output=IPERF3_JSON)
+    pci_port(tmp_path / "sys", "net", "ens6f0", "0000:9b:00.0")
+    run = accept(IPERF3.format(extra="nics: {interfaces: [ens6f0], min_speed: '25 Gb/s'}\n"), sysfs)
+    check = run.checks("iperf3")[0]
+    assert check["message"] == ("traffic to 10.0.0.2 leaves through eno1 (`ip route get`), which is not one of the "
+                                "contracted interfaces ['ens6f0']")

@@ -4,7 +4,7 @@ Guards the whole path (parametrization, subjects, results, completeness) for eve
 a clause whose checks could not be matched to what the contract asked would leave the run incomplete.
 """
 
-from conftest import DATA, nccl_log, pci_port
+from conftest import DATA, nccl_log, routed_nic
 from test_compute import as_gpus
 from test_host_bandwidth import pci_tree
 from test_network_acceptance import IB_UP, sysfs_tree
@@ -59,10 +59,9 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
     fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
-    fake_tools.add("iperf3", DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
+    routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
     fake_tools.add("train-job", "training\n", hang=30)
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
-    pci_port(tmp_path / "sys", "net", "ens6f0", "0000:9a:00.0")
     pci_tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json")  # the GPUs' PCI functions: H100 SXM5
     health = {i: {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_limit_enforced_w": 700.0,
                   "power_limit_default_w": 700.0} for i in range(4)}

@@ -9,9 +9,10 @@ from conftest import DATA, nvml_recording, pci_port
 from pytest_gpuaccept.clauses import allreduce, network, nvlink
 from pytest_gpuaccept.clauses.base import Clause
 from pytest_gpuaccept.contract import ContractError, parse_contract
-from pytest_gpuaccept.measurements import AllReduceRuns, GpuModels, NicLinks, RdmaDevices, WithModels
+from pytest_gpuaccept.measurements import AllReduceRuns, GpuModels, Iperf3Path, NicLinks, RdmaDevices, WithModels
 from pytest_gpuaccept.probes import ethtool, ib_write_bw, iperf3, nccl_tests, nvidia_smi
-from pytest_gpuaccept.probes._run import ToolRun, parse_run
+from pytest_gpuaccept.probes._run import Reading, ToolRun, parse_run
+from pytest_gpuaccept.probes.iproute import Route
 from pytest_gpuaccept.probes.sysfs import Function, IbPort
 from pytest_gpuaccept.subjects import Subject
 from pytest_gpuaccept.verdict import Check
@@ -99,7 +100,9 @@ def judge(kind: str, text: str) -> Check:
                               lambda _d, _p: parse_run(run, ib_write_bw.parse_ib_write_bw), lambda name: (PORT(name), "f.json"))
         return clause_judge(network.RDMA_BW, Subject.named("mlx5_0", "mlx5_0"), devices)
     if kind == "iperf3":
-        runs3 = iperf3.Iperf3Runs((parse_run(run, iperf3.parse_iperf3_json),), "")
+        runs3 = Iperf3Path(iperf3.Iperf3Runs((parse_run(run, iperf3.parse_iperf3_json),), ""),
+                           Reading(None, Route("unicast", "10.0.0.2", "eth0", None), None),
+                           {"tx_bytes": 0}, {"tx_bytes": 10**12}, ())
         return clause_judge(network.IPERF3_TCP, Subject.whole("10.0.0.2"), runs3)
     if kind == "nvlink":
         return clause_judge(nvlink.LINKS, Subject.of_gpu(0),

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import DATA, pci_port
+from conftest import DATA, pci_port, routed_nic
 
 BASE_PORT = 15201
 
@@ -108,20 +108,40 @@ def test_real_iperf3_between_namespaces_passes_with_the_measured_value(accept, i
     assert "end" in (run.path / "gpuaccept-evidence" / check["evidence"][0]).read_text()
 
 
-def test_a_truncated_iperf3_json_is_not_measured(accept, fake_tools):
+def test_an_iperf3_server_on_an_address_of_this_host_is_refused(accept, veth):
+    """The real kernel's answer: the host's own veth address routes through the loopback, never a NIC."""
+    if not shutil.which("iperf3"):
+        pytest.skip("iperf3 is not installed (.ci/run installs it)")
+    own = veth["server"].rsplit(".", 1)[0] + ".1"
+    server = subprocess.Popen(["iperf3", "-s", "-B", own, "-p", str(BASE_PORT + 9)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        run = accept(f"gpuaccept: 1\nvendor: V\niperf3:\n  server: '{own}'\n  min_throughput: '0.1 Gb/s'\n"
+                     f"  duration: '1 s'\n  streams: 1\n  port: {BASE_PORT + 9}\n")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    check = run.checks("iperf3")[0]
+    assert check["outcome"] == "failed"
+    assert check["message"] == (f"{own} is an address of this host: `ip route get` says local via lo; iperf3 would "
+                                "measure the loopback, not a NIC")
+
+
+def test_a_truncated_iperf3_json_is_not_measured(accept, fake_tools, tmp_path):
     fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
-    fake_tools.add("iperf3", DATA / "iperf3" / "json_3.9_TRUNCATED_invalid.json")
-    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n")
+    sysfs = routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_TRUNCATED_invalid.json")
+    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n", sysfs)
     check = run.checks("iperf3")[0]
     assert (check["outcome"], check["measured"]) == ("not_measured", None)
     assert "JSON cut or invalid at line 70 column 26" in check["message"]
     assert fake_tools.calls("iperf3")[1] == ["iperf3", "-c", "10.0.0.2", "-p", "5201", "-J", "-t", "10", "-P", "8"]
 
 
-def test_old_iperf3_runs_one_client_per_stream_on_consecutive_ports(accept, fake_tools):
+def test_old_iperf3_runs_one_client_per_stream_on_consecutive_ports(accept, fake_tools, tmp_path):
     fake_tools.add("iperf3", "iperf 3.9 (cJSON 1.7.13)\n", when="--version")
-    fake_tools.add("iperf3", DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
-    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '7 Gb/s'\n  streams: 4\n")
+    sysfs = routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
+    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '7 Gb/s'\n  streams: 4\n", sysfs)
     ports = sorted(call[4] for call in fake_tools.calls("iperf3")[1:])
     assert ports == ["5201", "5202", "5203", "5204"]
     check = run.checks("iperf3")[0]
@@ -129,10 +149,11 @@ def test_old_iperf3_runs_one_client_per_stream_on_consecutive_ports(accept, fake
     assert "iperf3 3.9 is single-threaded: 4 client processes on ports 5201-5204, summed" in check["message"]
 
 
-def test_an_iperf3_error_is_not_measured_with_its_own_text(accept, fake_tools):
+def test_an_iperf3_error_is_not_measured_with_its_own_text(accept, fake_tools, tmp_path):
     fake_tools.add("iperf3", "iperf 3.17\n", when="--version")
+    sysfs = routed_nic(fake_tools, tmp_path / "sys")
     fake_tools.add("iperf3", DATA / "iperf3" / "text_error_control_socket_closed.txt", rc=1)
-    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n")
+    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n", sysfs)
     assert "control socket has closed unexpectedly" in run.checks("iperf3")[0]["message"]
 
 

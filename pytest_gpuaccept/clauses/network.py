@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import schema
-from ..measurements import NicLinks, RdmaDevices
-from ..probes.iperf3 import Iperf3Runs
+from ..measurements import Iperf3Path, NicLinks, RdmaDevices
 from ..probes.sysfs import SAFE_NAME, Function
 from ..schema import Key
 from ..subjects import Subject
@@ -175,17 +174,46 @@ def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contra
                       maximum=line_rate, maximum_reason=f"the line rate, {source}", suffix=ratio)
 
 
-def judge_iperf3(section: Iperf3, subject: Subject, m: Iperf3Runs, contract: Contract) -> Check:
-    """Received throughput summed over every client process, in Gb/s; any client failing is not measured."""
+COUNTED_FRACTION = 0.9  # of the bytes iperf3 says it sent, the route's interface must have counted (headers add)
+
+
+def judge_iperf3(section: Iperf3, subject: Subject, path: Iperf3Path, contract: Contract) -> Check:
+    """Received throughput summed over every client process, in Gb/s, through a NIC: the route to the server
+    leaves through a non-local interface (a contracted one, with `nics`), whose tx byte counter grew by about
+    what iperf3 says it sent. Any client failing is not measured."""
     minimum = section.min_throughput.gbit_s
-    evidence = tuple(name for r in m.readings for name in r.evidence)
+    m = path.runs
+    evidence = tuple(name for r in m.readings for name in r.evidence) + path.evidence
     v = Verdict(IPERF3_TCP.key, subject, f">= {fmt(minimum)}", "Gb/s", evidence, minimum)
+    route = path.route.value
+    if route is None:
+        return v.not_measured(f"the route to {section.server} is unknown: {path.route.failure}")
+    if route.local:
+        return v.failed(None, f"{section.server} is an address of this host: `ip route get` says {route.kind} via "
+                        f"{route.dev}; iperf3 would measure the loopback, not a NIC")
+    nics = contract.by_section.get(NICS.name)
+    if nics is not None and not any(name == route.dev for _p, name in match_names(nics.interfaces, [route.dev])):
+        return v.failed(None, f"traffic to {section.server} leaves through {route.dev} (`ip route get`), which is not "
+                        f"one of the contracted interfaces {list(nics.interfaces)}")
     failures = [r.failure for r in m.readings if r.failure]
     values = [r.value for r in m.readings if r.value is not None]
     if failures or len(values) != len(m.readings):
         return v.not_measured(failures[0] if failures else "no iperf3 result")
     total = bits_to_gbit(sum(value.received_bits_per_s for value in values))
-    return v.at_least(total, minimum, f"received from {section.server}", suffix=f" ({m.note})")
+    before, after = path.before or {}, path.after or {}
+    if "tx_bytes" not in before or "tx_bytes" not in after:
+        return v.not_measured(f"{route.dev}'s byte counters could not be read: "
+                              f"{before.get('error') or after.get('error') or 'not read'}")
+    sent = [value.sent_bytes for value in values]
+    if any(b is None for b in sent):
+        return v.not_measured("iperf3's JSON gives no end.sum_sent.bytes to compare with the interface's counter")
+    moved, counted = sum(b for b in sent if b is not None), int(after["tx_bytes"]) - int(before["tx_bytes"])
+    if counted < COUNTED_FRACTION * moved:
+        return v.failed(total, f"iperf3 says it sent {moved} bytes to {section.server}, but {route.dev}'s tx_bytes "
+                        f"(sysfs) grew by {counted}: the traffic did not go through {route.dev}")
+    return v.at_least(total, minimum, f"received from {section.server}",
+                      {"route": f"dev {route.dev}", "sent_bytes": moved, "counted_tx_bytes": counted},
+                      suffix=f" ({m.note}; via {route.dev}, which counted {counted} of {moved} bytes sent)")
 
 
 def _at_least_count(v: Verdict, what: str, count: int, each: list[Check]) -> Check:

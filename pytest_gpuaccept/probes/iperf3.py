@@ -20,6 +20,7 @@ class Iperf3Result:
     version: str | None
     streams: int | None
     duration_s: float | None
+    sent_bytes: int | None = None  # end.sum_sent.bytes: what the client says it moved
 
 
 def parse_version(text: str) -> tuple[int, int] | None:
@@ -49,7 +50,9 @@ def parse_iperf3_json(text: str) -> Iperf3Result:
         raise ParseError(TOOL, "no end.sum_received.bits_per_second in the JSON") from None
     start = data.get("start", {})
     test = start.get("test_start", {})
-    return Iperf3Result(received, sent, start.get("version"), test.get("num_streams"), test.get("duration"))
+    moved = data["end"]["sum_sent"].get("bytes")
+    return Iperf3Result(received, sent, start.get("version"), test.get("num_streams"), test.get("duration"),
+                        int(moved) if isinstance(moved, (int, float)) else None)
 
 
 def run_version(runner: ToolRunner) -> ToolRun:

@@ -178,3 +178,12 @@ def parse_function(reading: dict[str, Any], member: dict[str, Function] | None =
     elif not reading.get("driver"):
         why = f"PCI {reading['pci_address']} has no driver bound"
     return Function(name, reading.get("pci_address"), reading.get("driver"), reading.get("phys_port_id"), members, why)
+
+
+def read_counters(sys_root: Path, interface: str) -> dict[str, Any]:
+    """The interface's byte counters (statistics/rx_bytes, tx_bytes); `error` where they cannot be read."""
+    folder = sys_root / "class" / "net" / interface / "statistics"
+    values = {key: _read(folder / key) for key in ("rx_bytes", "tx_bytes")}
+    if not all(v is not None and v.isdigit() for v in values.values()):
+        return {"interface": interface, "error": f"no readable statistics/rx_bytes and tx_bytes under {folder}"}
+    return {"interface": interface, **{k: int(str(v)) for k, v in values.items()}}
