@@ -296,7 +296,7 @@ def gpuaccept_iperf3(request: pytest.FixtureRequest, gpuaccept_contract: Contrac
 
 
 def _under_load(state: State, command: Command, duration_s: float, count: int, samples_file: str,
-                expected_s: float) -> LoadRun:
+                expected_s: float, models: GpuModels | None = None) -> LoadRun:
     """Run a workload while NVML samples every GPU (or the recording replays its samples); once per run."""
     import json
     import threading
@@ -311,26 +311,42 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
             return recording.get(nvml.RECORDED_SAMPLES, {"error": "the NVML recording has no utilisation samples"})  # type: ignore[no-any-return]
         return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop)
 
+    from .probes import kernel_log
+
+    started = kernel_log.uptime()
     run = state.runner.run_during(command, duration_s, sample, samples_file)
+    ended = kernel_log.uptime()
     evidence = (*run.evidence, samples_file)
     if run.error:
         return LoadRun(run, {}, run.error, None, run.evidence)
+    # The kernel log is this machine's: beside a live load (or its replay), never beside an NVML recording.
+    kernel, window = None, None
+    if state.nvml_recording is None:
+        times = state.runner.reading("load-window.json", lambda: {"started_uptime_s": started, "ended_uptime_s": ended})
+        if times.get("started_uptime_s") is not None and times.get("ended_uptime_s") is not None:
+            window = (float(times["started_uptime_s"]), float(times["ended_uptime_s"]))
+            kernel = kernel_log.read_xids(state.runner)
+            evidence = (*evidence, "load-window.json", *kernel.evidence)
+    buses = {g.index: g.pci_bus_id for g in state.host().gpus}
+
+    def load(series: dict[int, nvml.GpuSeries], failure: str | None, workload_failure: str | None) -> LoadRun:
+        return LoadRun(run, series, failure, workload_failure, evidence, kernel, window, buses, models)
     recording = state.runner.reading(samples_file, lambda: {"error": "no NVML samples were recorded"})
     try:
         series = {s.index: s for s in nvml.parse_samples(recording)}
     except ValueError as exc:
-        return LoadRun(run, {}, str(exc), None, evidence)
+        return load({}, str(exc), None)
     workload_failure = run.failure
     if workload_failure is None and run.stopped_after_s is None and run.duration_s < expected_s:
         workload_failure = f"`{run.command}` ended after {run.duration_s:g} s, before the {expected_s:g} s duration"
     if workload_failure:
         tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
         workload_failure += f"; its last output: {tail}" if tail else ""
-    return LoadRun(run, series, None, workload_failure, evidence)
+    return load(series, None, workload_failure)
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> LoadRun:
+def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> LoadRun:
     """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive)."""
     import importlib.util
 
@@ -352,7 +368,8 @@ def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract)
                           key="workload_builtin")
     else:
         command = Command(clause.workload[0], tuple(clause.workload[1:]), key="workload")
-    return _under_load(state, command, clause.duration.seconds, count, SAMPLES_FILE, clause.duration.seconds)
+    return _under_load(state, command, clause.duration.seconds, count, SAMPLES_FILE, clause.duration.seconds,
+                       gpuaccept_models)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from .probes.ib_write_bw import WriteBw
     from .probes.iperf3 import Iperf3Runs
     from .probes.iproute import Route
+    from .probes.kernel_log import KernelXid
     from .probes.nccl_tests import NcclResult
     from .probes.nvidia_smi import LinkErrors
     from .probes.nvml import GpuSeries, Host
@@ -101,6 +102,10 @@ class LoadRun:
     failure: str | None  # nothing could be sampled (no driver, no PyTorch, workload missing)
     workload_failure: str | None  # the workload crashed or ended early: not a load to judge
     evidence: tuple[str, ...]
+    kernel: Reading[list[KernelXid]] | None = None  # dmesg after the load; None where no kernel log applies
+    window: tuple[float, float] | None = None  # the load, in seconds since boot (the kernel log's clock)
+    buses: dict[int, str] = field(default_factory=dict)  # GPU index -> NVML bus ID, to match kernel lines
+    models: GpuModels | None = None  # published TDP beside the power limits
 
     def lost(self, index: int) -> str | None:
         """Why a GPU cannot be judged on its samples: it stopped answering NVML, or has far fewer than the rest."""

@@ -8,6 +8,15 @@ from pathlib import Path
 
 from conftest import DATA, pci_port, pci_tree, routed_nic, staged_recording, virtual_net
 from test_network_acceptance import IB_UP
+from test_utilisation import recording
+
+from pytest_gpuaccept.clauses.utilisation import XID as XID_CLAUSE
+from pytest_gpuaccept.contract import parse_contract
+from pytest_gpuaccept.measurements import LoadRun
+from pytest_gpuaccept.probes._run import Reading
+from pytest_gpuaccept.probes.kernel_log import parse_xids
+from pytest_gpuaccept.probes.nvml import GpuSeries
+from pytest_gpuaccept.subjects import Subject
 
 H200 = DATA / "h200"
 GPUS_1 = "gpuaccept: 1\nvendor: V\ngpus:\n  count: 1\n  model: H200\n  form_factor: sxm\n"
@@ -238,3 +247,63 @@ def test_iperf3_leaving_through_an_interface_not_contracted_fails(accept, fake_t
     check = run.checks("iperf3")[0]
     assert check["message"] == ("traffic to 10.0.0.2 leaves through eno1 (`ip route get`), which is not one of the "
                                 "contracted interfaces ['ens6f0']")
+
+
+# ---------------------------------------------------------------- Xid events: NVML's, and the kernel's
+
+XID = "gpuaccept: 1\nvendor: V\ngpus: {count: 4}\n" \
+      "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\nhealth: {xid: true}\n"
+
+
+def test_an_xid_event_during_the_load_fails(accept, fake_tools, tmp_path):
+    fake_tools.add("train-job", "training\n", hang=30)
+    run = accept(XID, recording(tmp_path, xid={2: {"events": [{"t_s": 0.9, "xid": 79, "gpu_index": 2}]},
+                                               3: {"error": "nvmlDeviceRegisterEvents: NVMLError_NotSupported"}}))
+    checks = {c["subject"]: c for c in run.checks("health.xid")}
+    assert checks["GPU0"]["message"] == "no Xid event during the load (NVML events)"
+    assert (checks["GPU2"]["outcome"], checks["GPU2"]["measured"]) == ("failed", 1)
+    assert checks["GPU2"]["message"] == "NVML reported 1 Xid event(s) during the load: Xid 79 at t=0.9 s"
+    assert checks["GPU3"]["outcome"] == "not_measured"  # a GPU that cannot report Xids is not a clean GPU
+
+
+def _load(kernel_text: str | None, window=(3600.0, 3700.0)) -> LoadRun:
+    """The utilisation load as the judge sees it: GPU0 at 0002:00:00.0 with no NVML Xid; the kernel log given."""
+    series = GpuSeries(0, (), {}, None, {"events": []})
+    kernel = None if kernel_text is None else Reading(None, parse_xids(kernel_text), None)
+    return LoadRun(None, {0: series}, None, None, (), kernel, window, {0: "00000002:00:00.0"})
+
+
+def _judge_xid(load: LoadRun):
+    contract = parse_contract(XID)
+    return XID_CLAUSE.judge(XID_CLAUSE.section.of(contract), Subject.of_gpu(0), load, contract)
+
+
+def test_an_xid_in_the_kernel_log_that_nvml_did_not_report_fails_naming_both():
+    check = _judge_xid(_load((DATA / "kernel" / "dmesg_xid119_gsp_timeout_aznhc.txt").read_text()))
+    assert check.outcome.value == "failed" and check.measured == 1
+    assert check.message == ("NVML reported no Xid event, but the kernel log shows 1 for PCI 0002:00:00 during the load: "
+                             "[3606.8] Xid 119: pid=67769, name=nvidia-smi, Timeout waiting for RPC from GSP1! Expected function")
+
+
+def test_kernel_xids_outside_the_load_or_on_another_gpu_do_not_count():
+    line = (DATA / "kernel" / "dmesg_xid119_gsp_timeout_aznhc.txt").read_text()
+    assert _judge_xid(_load(line, window=(100.0, 200.0))).outcome.value == "passed"
+    assert _judge_xid(_load(line.replace("0002:00:00", "0000:18:00"))).outcome.value == "passed"
+    clean = _judge_xid(_load((DATA / "kernel" / "dmesg_h200_vm_boot_no_xid.txt").read_text()))
+    assert clean.message == "no Xid event during the load (NVML events); the kernel log agrees (no NVRM Xid for " \
+                            "PCI 0002:00:00 during the load)"
+
+
+def test_a_power_limit_lowered_with_its_default_fails_against_the_published_tdp(accept, fake_tools, tmp_path):
+    """A shim NVML that lowers the default limit with the enforced one (350 of 700 W): the model's TDP says otherwise."""
+    fake_tools.add("train-job", "training\n", hang=30)
+    capped = {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "retired_pages_pending": None,
+              "power_limit_enforced_w": 350.0, "power_limit_default_w": 350.0}
+    honest = {**capped, "power_limit_enforced_w": 700.0, "power_limit_default_w": 700.0}
+    contract = XID.replace("health: {xid: true}", "health: {power_limit: default}")
+    run = accept(contract, recording(tmp_path, health={0: honest, 1: capped, 2: honest, 3: honest}))
+    checks = {c["subject"]: c for c in run.checks("health.power_limit")}
+    assert checks["GPU0"]["message"] == "enforced power limit 700 W under load, default 700 W; published 700 W (H100 SXM5 80GB)"
+    assert checks["GPU1"]["outcome"] == "failed"
+    assert checks["GPU1"]["message"] == ("enforced power limit 350 W under load, default 350 W (NVML), but a H100 SXM5 80GB "
+                                         "(PCI device 0x2330) is published at 700 W: 50% of it")

@@ -23,13 +23,16 @@ def series(seconds: float = 12.0, util=lambda t: 0 if t < 0.6 else 99, reasons=l
     return rows
 
 
-def recording(tmp_path, gpus: int = 4, overrides: dict | None = None, health: dict | None = None) -> str:
+def recording(tmp_path, gpus: int = 4, overrides: dict | None = None, health: dict | None = None,
+              xid: dict | None = None) -> str:
+    """The 4-GPU recording with samples as record-nvml writes them: series, health, and Xid events (none)."""
     base = json.loads((DATA / "nvml" / "h100_sxm5_4gpu.json").read_text())
     overrides = overrides or {}
     base["utilisation"] = {"interval_s": 0.2, "fields": FIELDS, "gpus": [
         {"index": i, "samples": overrides.get(i, series()),
          "health": (health or {}).get(i, {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0],
-                                          "retired_pages_pending": None})}
+                                          "retired_pages_pending": None}),
+         "xid": (xid or {}).get(i, {"events": []})}
         for i in range(gpus)]}
     path = tmp_path / "nvml-recording.json"
     path.write_text(json.dumps(base))

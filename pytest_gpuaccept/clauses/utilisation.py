@@ -35,6 +35,7 @@ class Health:
     pcie_width: int | None
     power_limit: str | None  # "default": the enforced limit is not below the GPU's default limit
     max_remapped_rows: int | None  # rows already remapped for uncorrectable errors (history), per GPU
+    xid: bool  # no Xid error event on any GPU during the load (NVML events; the kernel log where readable)
 
 
 def _utilisation_rules(util: Utilisation, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -60,7 +61,7 @@ HEALTH = Section(
     {"ecc": Key(schema.boolean, default=False), "row_remapping": Key(schema.boolean, default=False),
      "throttle": Key(schema.boolean, default=False), "pcie_gen": Key(schema.whole(1, 7)),
      "pcie_width": Key(schema.whole(1, 32)), "power_limit": Key(schema.one_of("default")),
-     "max_remapped_rows": Key(schema.whole(0, 1000000))},
+     "max_remapped_rows": Key(schema.whole(0, 1000000)), "xid": Key(schema.boolean, default=False)},
     Health, "GPU health read around the utilisation load (NVML)", needs_gpu_count=True, cross_check=_health_rules)
 
 
@@ -213,8 +214,58 @@ def judge_power_limit(section: Health, subject: Subject, m: LoadRun, contract: C
         return v.not_measured("NVML gives no enforced or default power limit for this GPU")
     v = v.but(required=f">= {default:g} (the default limit)", threshold=float(default))
     ok = enforced + 1e-9 >= default
-    return v.judged(ok, enforced, f"enforced power limit {enforced:g} W under load, default {default:g} W"
-                    + ("" if ok else f": capped to {enforced / default:.0%} of the default"))
+    shown = f"enforced power limit {enforced:g} W under load, default {default:g} W"
+    if not ok:
+        return v.failed(enforced, f"{shown}: capped to {enforced / default:.0%} of the default")
+    assert subject.gpu is not None
+    model = m.models.model(subject.gpu) if m.models else None
+    if model is not None and enforced < TDP_FRACTION * model.tdp_w:
+        # NVML's default is NVML's word; the published TDP of the card's PCI device ID is not.
+        return v.failed(enforced, f"{shown} (NVML), but a {model.name} (PCI device 0x{model.device_id}) is published at "
+                        f"{model.tdp_w:g} W: {enforced / model.tdp_w:.0%} of it")
+    published = f"; published {model.tdp_w:g} W ({model.name})" if model else ""
+    return v.passed(enforced, shown + published)
+
+
+TDP_FRACTION = 0.85  # an enforced limit under this share of the model's published TDP is a capped card
+
+
+def _kernel_pci(bus: str) -> str:
+    """NVML's `00000000:18:00.0` as the driver writes it in the kernel log: `0000:18:00`."""
+    parts = bus.lower().split(":")
+    return f"{parts[0][-4:]}:{parts[1]}:{parts[2].split('.')[0]}" if len(parts) == 3 else ""
+
+
+def judge_xid(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    """No Xid error during the load: NVML's Xid events for the GPU, and the kernel log's NVRM Xid lines for its
+    PCI address within the load's window where the log is readable (dmesg needs root)."""
+    v = Verdict(XID.key, subject, "== 0", "events", m.evidence, 0.0)
+    series = _sampled(v, m, subject)
+    if isinstance(series, Check):
+        return series
+    assert subject.gpu is not None
+    if series.xid is None:
+        return v.not_measured("the NVML samples carry no Xid reading (a recording made before Xid events were read)")
+    if series.xid.get("error"):
+        return v.not_measured(f"NVML cannot deliver Xid events for this GPU: {series.xid['error']}")
+    events = [e for e in series.xid.get("events", []) if isinstance(e, dict)]
+    pci = _kernel_pci(m.buses.get(subject.gpu, ""))
+    kernel_note, in_window = "", []
+    if m.kernel is not None:
+        if m.kernel.value is None:
+            kernel_note = f"; kernel log not readable ({m.kernel.failure}), NVML alone"
+        else:
+            start, end = m.window or (0.0, float("inf"))
+            in_window = [x for x in m.kernel.value if x.pci == pci and start - 1.0 <= x.t_s <= end + 1.0]
+            kernel_note = f"; the kernel log agrees (no NVRM Xid for PCI {pci} during the load)"
+    if events:
+        shown = ", ".join(f"Xid {e.get('xid')} at t={e.get('t_s')} s" for e in events[:5])
+        return v.failed(len(events), f"NVML reported {len(events)} Xid event(s) during the load: {shown}")
+    if in_window:
+        shown = "; ".join(f"[{x.t_s:.1f}] Xid {x.xid}: {x.text[:80]}" for x in in_window[:3])
+        return v.failed(len(in_window), f"NVML reported no Xid event, but the kernel log shows {len(in_window)} for "
+                        f"PCI {pci} during the load: {shown}")
+    return v.passed(0, f"no Xid event during the load (NVML events){kernel_note}")
 
 
 def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
@@ -251,4 +302,7 @@ POWER_LIMIT = Clause("health.power_limit", HEALTH, "test_power_limit", PerGpu(),
 REMAPPED_ROWS = Clause("health.remapped_rows", HEALTH, "test_remapped_rows", PerGpu(), "gpuaccept_load",
                        judge_remapped_rows, "rows remapped for uncorrectable errors (or double-bit retired pages), "
                        "at most `max_remapped_rows`", "rows", lambda s: s.max_remapped_rows is not None)
-CLAUSES = (UTIL, ECC, ROW_REMAPPING, THROTTLE, PCIE, POWER_LIMIT, REMAPPED_ROWS)
+XID = Clause("health.xid", HEALTH, "test_xid", PerGpu(), "gpuaccept_load", judge_xid,
+             "no Xid error event during the load (NVML events; the kernel log's NVRM Xid lines where readable)",
+             "events", lambda s: s.xid)
+CLAUSES = (UTIL, ECC, ROW_REMAPPING, THROTTLE, PCIE, POWER_LIMIT, REMAPPED_ROWS, XID)

@@ -360,6 +360,7 @@ class GpuSeries:
     samples: tuple[Sample, ...]
     health: dict[str, Any]
     lost: dict[str, Any] | None = None  # {"t_s", "error"}: the GPU stopped answering NVML during the load
+    xid: dict[str, Any] | None = None  # {"events": [{"t_s", "xid"}]} or {"error"}; None: not read (older recording)
 
 
 def parse_samples(recording: dict[str, Any]) -> list[GpuSeries]:
@@ -371,7 +372,7 @@ def parse_samples(recording: dict[str, Any]) -> list[GpuSeries]:
         raise ParseError("nvml", f"samples have fields {fields}, expected {list(SAMPLE_FIELDS)}")
     try:
         return [GpuSeries(int(g["index"]), tuple(Sample(*row) for row in g["samples"]), dict(g.get("health", {})),
-                          dict(g["lost"]) if g.get("lost") else None)
+                          dict(g["lost"]) if g.get("lost") else None, dict(g["xid"]) if g.get("xid") is not None else None)
                 for g in recording["gpus"]]
     except (KeyError, TypeError) as exc:
         raise ParseError("nvml", f"samples malformed: {exc!r}") from None
