@@ -4,8 +4,12 @@ them (tests/data/h200), constructed NVML recordings beside real sysfs layouts el
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from conftest import DATA, pci_port, pci_tree, routed_nic, staged_recording, virtual_net
 from test_network_acceptance import IB_UP
 from test_utilisation import recording
@@ -307,3 +311,42 @@ def test_a_power_limit_lowered_with_its_default_fails_against_the_published_tdp(
     assert checks["GPU1"]["outcome"] == "failed"
     assert checks["GPU1"]["message"] == ("enforced power limit 350 W under load, default 350 W (NVML), but a H100 SXM5 80GB "
                                          "(PCI device 0x2330) is published at 700 W: 50% of it")
+
+
+# ---------------------------------------------------------------- the NVML recording format, real
+
+def test_the_real_h200_recording_carries_every_reading_a_check_uses():
+    reading = json.loads((H200 / "nvml-h200.json").read_text())
+    gpu = reading["gpus"][0]
+    for key in ("pci_device_id", "mig_mode", "nvlinks", "nvlink_error", "power_limit_enforced_w",
+                "power_limit_default_w", "remapped_rows"):
+        assert key in gpu, key
+    assert reading["cuda_devices"] == {"count": 1, "bus_ids": ["0000:00:06.0"], "error": None, "visible_devices": None}
+    sampled = reading["utilisation"]["gpus"][0]
+    assert sampled["xid"] == {"events": []} and sampled["health"]["power_limit_default_w"] == 700.0
+    assert (gpu["nvlinks"], gpu["nvlink_error"]) == ([], "NVMLError_NotSupported: Not Supported")  # in this VM
+
+
+def test_health_judged_on_the_real_h200_recording(accept, fake_tools, tmp_path):
+    """Three idle seconds recorded on the H200: health passes on its readings, utilisation fails (it was idle)."""
+    fake_tools.add("train-job", "training\n", hang=30)
+    contract = ("gpuaccept: 1\nvendor: V\ngpus: {count: 1, model: H200, form_factor: sxm}\n"
+                "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\n"
+                "health: {ecc: true, row_remapping: true, power_limit: default, max_remapped_rows: 0, xid: true}\n")
+    run = accept(contract, f"--gpuaccept-nvml={H200 / 'nvml-h200.json'}", real_sysfs(tmp_path / "sys"))
+    outcomes = {c["clause"]: (c["outcome"], c["message"]) for c in run.checks()}
+    assert outcomes["health.power_limit"] == ("passed", "enforced power limit 700 W under load, default 700 W; "
+                                                        "published 700 W (H200 SXM 141GB)")
+    assert outcomes["health.xid"] == ("passed", "no Xid event during the load (NVML events)")
+    assert outcomes["gpus.identity"][0] == outcomes["health.remapped_rows"][0] == "passed"
+    assert outcomes["utilisation"][0] == "failed" and run.json["verdict"] == "rejected"
+
+
+def test_record_nvml_without_a_driver_says_so_and_exits_1(tmp_path):
+    out = tmp_path / "rec.json"
+    done = subprocess.run([sys.executable, "-m", "pytest_gpuaccept", "record-nvml", str(out), "--samples", "0"],
+                          capture_output=True, text=True, timeout=120)
+    reading = json.loads(out.read_text())
+    if reading.get("error") is None:
+        pytest.skip("this machine has an NVIDIA driver")
+    assert done.returncode == 1 and reading["gpus"] == [] and "NVML" in done.stdout
