@@ -1,5 +1,6 @@
 """all_reduce: the nccl-tests parser on every real log of the corpus, and the clause end to end."""
 
+import json
 import re
 from pathlib import Path
 
@@ -185,9 +186,9 @@ def test_a_real_log_replayed_unchanged_is_not_this_runs(accept, fake_tools):
     problems = check["message"].split("; ")
     assert re.fullmatch(r"run: ranks ran as PID 27238, not as the process gpuaccept started \(PID \d+\): "
                         r"this output is not this run's", problems[0])
-    assert problems[1] == ("run: ranks on GPUs NVML does not list here: rank 0 on bus 0x01, rank 1 on bus 0x11, "
-                           "rank 2 on bus 0x61, rank 3 on bus 0x71 (NVML: GPU0 0x18, GPU1 0x28, GPU2 0x38, GPU3 0x48, "
-                           "GPU4 0x58, GPU5 0x68, GPU6 0x78, GPU7 0x88)")
+    assert problems[1] == ("run: ranks on GPUs NVML does not list here: rank 0 on bus 0x01:00, rank 1 on bus 0x11:00, "
+                           "rank 2 on bus 0x61:00, rank 3 on bus 0x71:00 (NVML: GPU0 0x18:00, GPU1 0x28:00, GPU2 0x38:00, "
+                           "GPU3 0x48:00, GPU4 0x58:00, GPU5 0x68:00, GPU6 0x78:00, GPU7 0x88:00)")
     assert re.fullmatch(r"run: the table reports 0.44 s of timed all_reduce work \(20 iterations per size\), "
                         r"but the run took 0\.\d\d s: not a measurement", problems[2])
 
@@ -251,3 +252,22 @@ def test_real_8_gpu_logs_judged_as_this_host_prints_them(accept, fake_tools, nam
     check = run.checks("allreduce")[0]
     assert check["measured"] == pytest.approx(expected, abs=0.01)
     assert check["outcome"] == outcome, check["message"]
+
+
+def test_the_real_h200_torch_rank_line_is_placed_on_its_gpu_by_bus_and_device():
+    """Recorded on the H200 VM: every GPU of a VM sits on bus 0, so the device number tells them apart."""
+    from pytest_gpuaccept.clauses.allreduce import not_this_run
+    from pytest_gpuaccept.probes._run import ToolRun
+    from pytest_gpuaccept.probes.nvml import parse_host
+
+    text = (DATA / "h200" / "torch-allreduce-1gpu.txt").read_text()
+    result = parse_all_reduce(text)
+    (rank,) = result.rank_lines
+    assert (rank.pid, rank.bus, rank.slot, rank.name) == (615, 0x00, 0x06, "NVIDIA H200")
+    host = parse_host(json.loads((DATA / "h200" / "nvml-h200.json").read_text()))
+    run = ToolRun("k", ("python", "-m", "x", "-n", "5"), 0, 4.2, text, "", pid=615)
+    assert not_this_run(result, run, host, 1) == []
+    moved = json.loads((DATA / "h200" / "nvml-h200.json").read_text())
+    moved["gpus"][0]["pci_bus_id"] = "00000000:00:07.0"  # another slot on the same bus: not this GPU
+    assert not_this_run(result, run, parse_host(moved), 1) == [
+        "ranks on GPUs NVML does not list here: rank 0 on bus 0x00:06 (NVML: GPU0 0x00:07)"]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import schema
 from ..measurements import AllReduceRuns
 from ..models import PCIE_X16_GBYTE_S, fraction_note
-from ..probes.nccl_tests import NcclResult, Row, asked_iters
+from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -161,20 +161,36 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
             problems.append(f"ranks ran as PID {', '.join(map(str, strangers[:4]))}, not as the process gpuaccept "
                             f"started (PID {run.pid}): this output is not this run's")
     if ranks and host is not None and not host.error:
-        buses = {_bus_number(g.pci_bus_id): g.index for g in host.gpus[:gpu_count] if g.pci_bus_id}
-        elsewhere = [r for r in ranks if r.bus not in buses]
+        gpus = {_place(g.pci_bus_id): g.index for g in host.gpus[:gpu_count] if g.pci_bus_id}
+
+        def where(r: RankLine) -> tuple[int, int | None]:
+            return (r.bus, r.slot) if r.slot is not None else (r.bus, None)
+
+        def gpu_of(r: RankLine) -> int | None:
+            if r.slot is not None:
+                return gpus.get((r.bus, r.slot))
+            on_bus = [i for (bus, _slot), i in gpus.items() if bus == r.bus]
+            return on_bus[0] if len(on_bus) == 1 else None
+
+        def shown(place: tuple[int, int | None]) -> str:
+            return f"0x{place[0]:02x}" + (f":{place[1]:02x}" if place[1] is not None else "")
+
+        elsewhere = [r for r in ranks if gpu_of(r) is None]
         if elsewhere:
             problems.append("ranks on GPUs NVML does not list here: " + ", ".join(
-                f"rank {r.rank} on bus 0x{r.bus:02x}" for r in elsewhere[:4]) +
-                f" (NVML: {', '.join(f'GPU{i} 0x{b:02x}' for b, i in sorted(buses.items(), key=lambda x: x[1]))})")
+                f"rank {r.rank} on bus {shown(where(r))}" for r in elsewhere[:4]) +
+                f" (NVML: {', '.join(f'GPU{i} {shown(p)}' for p, i in sorted(gpus.items(), key=lambda x: x[1]))})")
         shared: dict[int, list[int]] = {}
         for r in ranks:
-            shared.setdefault(r.bus, []).append(r.rank)
-        crowded = {bus: rs for bus, rs in shared.items() if len(rs) > 1}
+            index = gpu_of(r)
+            if index is not None:
+                shared.setdefault(index, []).append(r.rank)
+        crowded = {index: rs for index, rs in shared.items() if len(rs) > 1}
         if crowded:
+            buses = {i: b for (b, _s), i in gpus.items()}
             problems.append("ranks share a GPU: " + "; ".join(
-                f"ranks {', '.join(map(str, rs))} all on bus 0x{bus:02x} (GPU{buses.get(bus, '?')})"
-                for bus, rs in sorted(crowded.items())))
+                f"ranks {', '.join(map(str, rs))} all on bus 0x{buses[index]:02x} (GPU{index})"
+                for index, rs in sorted(crowded.items())))
     asked = asked_iters(run.argv)
     if result.iters is not None and result.iters != asked:
         problems.append(f"the output says iters: {result.iters}, the run was asked for {asked}: not this run's output")
@@ -186,7 +202,7 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
     if largest is not None and largest.oop_time_us > 0 and largest.oop_algbw_gbyte_s > 0:
         algbw = largest.size_bytes / (largest.oop_time_us * 1e3)
         n = result.ranks or gpu_count
-        busbw = algbw * 2 * (n - 1) / n if n > 1 else algbw
+        busbw = algbw * 2 * (n - 1) / n  # nccl-tests' all_reduce factor (0 for one rank)
         if abs(busbw - largest.oop_busbw_gbyte_s) > 0.05 * max(busbw, 1e-9) + 0.02:
             problems.append(f"at {largest.size_bytes} bytes the row's time {largest.oop_time_us:g} us gives busbw "
                             f"{busbw:.2f} GB/s over {n} ranks, the row says {largest.oop_busbw_gbyte_s:g}: the table "
@@ -194,10 +210,12 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
     return problems
 
 
-def _bus_number(bus_id: str) -> int:
-    """NVML's `00000000:18:00.0` -> 0x18."""
+def _place(bus_id: str) -> tuple[int, int | None]:
+    """NVML's `00000000:18:00.0` -> (bus 0x18, device 0x00)."""
     parts = bus_id.split(":")
-    return int(parts[-2], 16) if len(parts) >= 2 else -1
+    if len(parts) < 3:
+        return -1, None
+    return int(parts[-2], 16), int(parts[-1].split(".")[0], 16)
 
 
 def busbw_rows(result: NcclResult, threshold: float) -> list[list[Any]]:

@@ -44,6 +44,7 @@ class RankLine:
     device: int  # CUDA's ordinal, which need not be NVML's index
     bus: int  # the PCI bus number of the GPU ([0x18], or [0000:18:00] in newer versions)
     name: str
+    slot: int | None = None  # the PCI device number where the line gives it ([0000:00:06]): VMs put GPUs on one bus
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,9 @@ def parse_all_reduce(text: str) -> NcclResult:
         if match := _RANK.match(stripped):
             ranks.add(int(match.group(1)))
             if placed := _RANK_LINE.match(stripped):
+                bus, slot = _bus_and_slot(placed.group(5))
                 rank_lines.append(RankLine(int(placed.group(1)), int(placed.group(2)), placed.group(3),
-                                           int(placed.group(4)), _bus_number(placed.group(5)), placed.group(6).strip()))
+                                           int(placed.group(4)), bus, placed.group(6).strip(), slot))
             continue
         if match := _PARAMS.search(stripped):
             n_gpus, max_bytes = int(match.group(2)), int(match.group(4))
@@ -161,10 +163,12 @@ def parse_all_reduce(text: str) -> NcclResult:
                       iters[1] if iters else None, iters[0] if iters else None)
 
 
-def _bus_number(text: str) -> int:
-    """`0x18` -> 0x18; `0000:18:00` (domain:bus:device) -> 0x18."""
+def _bus_and_slot(text: str) -> tuple[int, int | None]:
+    """`0x18` -> (0x18, None); `0000:18:00` (domain:bus:device) -> (0x18, 0)."""
     parts = text.lower().split(":")
-    return int(parts[1], 16) if len(parts) > 1 else int(parts[0], 16)
+    if len(parts) > 2:
+        return int(parts[1], 16), int(parts[2].split(".")[0], 16)
+    return (int(parts[1], 16), None) if len(parts) > 1 else (int(parts[0], 16), None)
 
 
 def _row(header: list[str], tokens: list[str], raw: str) -> Row:
