@@ -1,5 +1,7 @@
 """`python -m pytest_gpuaccept verify BUNDLE` and `sign BUNDLE --key KEY`: check and sign an evidence bundle.
-`record-nvml OUT.json`: record this host's NVML readings in the format `--gpuaccept-nvml` reads."""
+`record-nvml OUT.json`: record this host's NVML readings in the format `--gpuaccept-nvml` reads.
+`contracts [--copy NAME [DEST]]`: list the shipped example contracts (presets), or copy one to edit.
+`doctor --contract FILE|PRESET`: what each clause needs on this host, what is missing, how to get it."""
 
 from __future__ import annotations
 
@@ -25,7 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     record.add_argument("out", type=Path)
     record.add_argument("--samples", type=float, default=5.0, metavar="SECONDS",
                         help="also sample every GPU for this long, as under a load (default 5; 0: none)")
+    listing = commands.add_parser("contracts", help="list the shipped example contracts, or copy one (--copy NAME)")
+    listing.add_argument("--copy", metavar="NAME", default=None, help="copy this preset to DEST (default NAME.yaml here)")
+    listing.add_argument("dest", nargs="?", type=Path, default=None)
+    doctor = commands.add_parser("doctor", help="what each clause of a contract needs here, and how to get what is missing")
+    doctor.add_argument("--contract", required=True, help="a contract file or a preset name")
+    doctor.add_argument("--gpuaccept-nvml", dest="nvml", type=Path, default=None,
+                        help="judge NVML as available from this recording (as a simulated run would)")
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        return run_doctor(args.contract, args.nvml)
+    if args.command == "contracts":
+        return contracts(args.copy, args.dest)
     if args.command == "record-nvml":
         return record_nvml(args.out, args.samples)
     if args.command == "sign":
@@ -50,6 +63,45 @@ def main(argv: list[str] | None = None) -> int:
     print(f"OK: every file matches the manifest; manifest SHA-256 {result.manifest_sha256}")
     for signer in signers:
         print(f"signed by: {signer}")
+    return 0
+
+
+def run_doctor(name: str, nvml: Path | None) -> int:
+    from .contract import ContractError, load_contract
+    from .doctor import diagnose, render
+    from .presets import resolve
+
+    try:
+        contract = load_contract(resolve(name))
+    except ContractError as exc:
+        print("invalid contract:\n" + "\n".join(exc.problems))
+        return 4
+    found = diagnose(contract, nvml)
+    print(render(found, contract))
+    return 1 if any(n.found is None for n in found) else 0
+
+
+def contracts(name: str | None, dest: Path | None) -> int:
+    """`pytest --contract=NAME` runs a preset as it is; copy one to write the vendor's own figures into it."""
+    import shutil
+
+    from .presets import describe, presets
+
+    known = presets()
+    if name is None:
+        for preset, path in known.items():
+            print(f"{preset:24} {describe(path)}")
+        print("\nrun one: pytest --contract=NAME    copy one to edit: python -m pytest_gpuaccept contracts --copy NAME")
+        return 0
+    if name not in known:
+        print(f"no preset {name!r}; the presets are: {', '.join(known)}")
+        return 2
+    target = dest or Path(f"{name}.yaml")
+    if target.exists():
+        print(f"{target} exists: not overwritten")
+        return 1
+    shutil.copyfile(known[name], target)
+    print(f"copied {name} to {target}")
     return 0
 
 

@@ -90,13 +90,17 @@ def pytest_configure(config: pytest.Config) -> None:
     from .clauses.advice import advise
     from .contract import ContractError, load_contract
     from .evidence import new_key
+    from .presets import presets, resolve
     from .probes._run import ToolRunner
     from .state import State
 
+    contract_path = resolve(contract_path)
     try:
         contract = load_contract(contract_path)
     except ContractError as exc:
-        raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems)) from None
+        hint = "" if Path(contract_path).exists() else \
+            f"\n(no such file; the shipped presets are: {', '.join(presets()) or 'none'})"
+        raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems) + hint) from None
 
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is None:
@@ -183,9 +187,18 @@ def _command_line_only(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """The contract's warnings, before anything runs (they are in the report and the results too)."""
+    """The contract's warnings, and what the host lacks for it, before anything runs (the warnings are in
+    the report and the results too; a missing tool makes its clauses not measured, as always)."""
     state = _state(config)
-    return [f"gpuaccept warning: {line}" for line in state.advice] if state is not None else []
+    if state is None:
+        return []
+    lines = [f"gpuaccept warning: {line}" for line in state.advice]
+    if state.mode != "replay":
+        from .doctor import summary
+
+        missing = summary(state.contract, state.nvml_recording)
+        lines += [missing] if missing else []
+    return lines
 
 
 class _NothingJudged:

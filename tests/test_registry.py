@@ -40,6 +40,7 @@ NOT_CLAUSE_NAMES = {
     ("pytest_gpuaccept/probes/nvidia_smi.py", "nvlink"): "the `nvidia-smi nvlink` subcommand",
     ("pytest_gpuaccept/probes/nvml.py", "utilisation"): "the key of the sample series in an NVML recording",
     ("pytest_gpuaccept/models/__init__.py", "nvlink"): "a key of the model table, gpus.json",
+    ("pytest_gpuaccept/doctor.py", "iperf3"): "the tool's name",
 }
 
 

@@ -1,0 +1,196 @@
+"""Preflight: for every clause a contract asks for, what it needs on this host, whether it is there
+(path and provenance), and how to get what is missing. `python -m pytest_gpuaccept doctor --contract X`
+says it in one screen before a 30-minute run; a run says the same in one line at its start. Missing
+things are never skipped by a run: their clauses are not measured and the run is rejected, as always.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import glob
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .clauses import allreduce, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
+from .contract import Contract
+from .probes._run import PACKAGED
+
+TOOL_IPERF3 = "iperf3"  # the tool, named as the contract's `tools:` key
+
+
+@dataclass
+class Need:
+    name: str  # a tool on PATH, a Python module, or a library
+    kind: str  # tool | python | library
+    hint: str  # how to get it on this host
+    clauses: list[str] = field(default_factory=list)
+    found: str | None = None  # where it is; None: missing
+    detail: str = ""  # version, provenance, or why it is not usable
+
+
+def _cuda_home() -> str:
+    for candidate in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if candidate and Path(candidate, "bin", "nvcc").exists():
+            return candidate
+    return "<CUDA toolkit, e.g. /usr/local/cuda>"
+
+
+def _nccl_home() -> str:
+    found = sorted(glob.glob("/usr/lib/x86_64-linux-gnu/libnccl.so*") + glob.glob("/usr/local/nccl*/lib/libnccl.so*"))
+    if found:
+        return str(Path(found[-1]).parent.parent) if "/usr/local/" in found[-1] else "/usr"
+    return "<NCCL, e.g. /usr (Debian/Ubuntu: apt install libnccl2 libnccl-dev)>"
+
+
+def _hints() -> dict[str, str]:
+    cuda, nccl = _cuda_home(), _nccl_home()
+    return {
+        "nvidia-smi": "the NVIDIA driver (Debian/Ubuntu: nvidia-driver / nvidia-utils-<version>; RHEL: nvidia-driver "
+                      "from NVIDIA's CUDA repository)",
+        "libnvidia-ml.so.1": "the NVIDIA driver's NVML library (installed with the driver)",
+        "libcuda.so.1": "the NVIDIA driver's CUDA library (installed with the driver)",
+        "pynvml": "pip install nvidia-ml-py (a dependency of pytest-gpuaccept: reinstall it)",
+        "all_reduce_perf": f"git clone https://github.com/NVIDIA/nccl-tests && make -C nccl-tests CUDA_HOME={cuda} "
+                           f"NCCL_HOME={nccl}; then put nccl-tests/build on PATH or set tools.all_reduce_perf",
+        "nvbandwidth": "git clone https://github.com/NVIDIA/nvbandwidth && cd nvbandwidth && cmake . && make "
+                       "(needs libboost-program-options-dev / boost-devel and CUDA); or DCGM 4, which ships it",
+        "p2pBandwidthLatencyTest": "git clone https://github.com/NVIDIA/cuda-samples and build "
+                                   "Samples/5_Domain_Specific/p2pBandwidthLatencyTest with cmake",
+        "torch": "pip install 'pytest-gpuaccept[torch]' (a CUDA build of PyTorch)",
+        "ib_write_bw": "Debian/Ubuntu: apt install perftest; RHEL: dnf install perftest",
+        "ethtool": "Debian/Ubuntu: apt install ethtool; RHEL: dnf install ethtool",
+        TOOL_IPERF3: "Debian/Ubuntu: apt install iperf3; RHEL: dnf install iperf3 (3.16 or newer is multi-threaded)",
+        "ip": "Debian/Ubuntu: apt install iproute2; RHEL: dnf install iproute",
+        "dmesg": "Debian/Ubuntu/RHEL: util-linux; reading the kernel log needs root or kernel.dmesg_restrict=0",
+    }
+
+
+def needs(contract: Contract) -> list[Need]:
+    """What each clause of the contract needs, one entry per thing, with the clauses that need it."""
+    hints = _hints()
+    table: dict[str, Need] = {}
+
+    def add(name: str, kind: str, clause: str) -> None:
+        need = table.setdefault(name, Need(name, kind, hints.get(name, f"install {name}")))
+        if clause not in need.clauses:
+            need.clauses.append(clause)
+
+    sections = contract.by_section
+    if gpus.SECTION.name in sections:
+        for name, kind in (("pynvml", "python"), ("libnvidia-ml.so.1", "library"), ("libcuda.so.1", "library")):
+            add(name, kind, gpus.SECTION.name)
+    if nvlink.SECTION.name in sections:
+        add("nvidia-smi", "tool", nvlink.SECTION.name)
+    tools = {
+        p2p.SECTION.name: getattr(sections.get(p2p.SECTION.name), "tool", None),
+        host_bandwidth.SECTION.name: getattr(sections.get(host_bandwidth.SECTION.name), "tool", None),
+        allreduce.SECTION.name: getattr(sections.get(allreduce.SECTION.name), "tool", None),
+    }
+    for section_name, tool in tools.items():
+        if section_name in sections:
+            wanted = "torch" if tool == "torch" else "all_reduce_perf" if section_name == allreduce.SECTION.name else tool
+            add(str(wanted), "python" if wanted == "torch" else "tool", section_name)
+    for section in (memory_bandwidth.SECTION, compute.SECTION):
+        if section.name in sections:
+            add("torch", "python", section.name)
+    if network.NICS.name in sections:
+        add("ethtool", "tool", network.NICS.name)
+    if network.RDMA.name in sections:
+        add("ib_write_bw", "tool", network.RDMA.name)
+    if network.IPERF3.name in sections:
+        add(TOOL_IPERF3, "tool", network.IPERF3.name)
+        add("ip", "tool", network.IPERF3.name)
+    load = sections.get(utilisation.UTILISATION.name)
+    if load is not None:
+        add("pynvml", "python", utilisation.UTILISATION.name)
+        if load.workload == "builtin":
+            add("torch", "python", utilisation.UTILISATION.name)
+        else:
+            add(load.workload[0], "tool", utilisation.UTILISATION.name)
+    health = sections.get(utilisation.HEALTH.name)
+    if health is not None and health.xid:
+        add("dmesg", "tool", utilisation.HEALTH.name)
+    return list(table.values())
+
+
+def look(need: Need, paths: dict[str, str], nvml_recording: Path | None = None, provenance: bool = True) -> Need:
+    """Find one need on this host; fills `found` and `detail`."""
+    if need.kind == "tool":
+        path = paths.get(need.name)
+        found = (path if os.access(path, os.X_OK) else None) if path else shutil.which(need.name)
+        for pattern in () if found else PACKAGED.get(need.name, ()):
+            hits = sorted(p for p in glob.glob(pattern) if os.access(p, os.X_OK))
+            found = hits[-1] if hits else None
+        need.found = found
+        if found and provenance:
+            from .probes.provenance import flags, read_provenance
+
+            origin = read_provenance(found)
+            package = origin.get("package") or origin.get("package_note") or "no package"
+            need.detail = f"{origin.get('kind', '?')}, {package}" + "".join(
+                f"; look twice: {flag}" for flag in flags(origin, expects_binary=True))
+    elif need.kind == "python":
+        spec = importlib.util.find_spec(need.name)
+        need.found = spec.origin if spec is not None and spec.origin else None
+        if need.found:
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                need.detail = "version " + version("nvidia-ml-py" if need.name == "pynvml" else need.name)
+            except PackageNotFoundError:
+                need.detail = ""
+            if need.name == "torch" and need.detail.endswith("+cpu"):
+                need.found, need.detail = None, f"{need.detail}: a CPU-only build, it cannot load a GPU"
+    else:
+        if nvml_recording is not None:
+            need.found, need.detail = str(nvml_recording), "simulated: NVML readings from this recording"
+        else:
+            try:
+                ctypes.CDLL(need.name)
+                need.found = ctypes.util.find_library(need.name.split(".so")[0].removeprefix("lib")) or need.name
+            except OSError as exc:
+                need.found, need.detail = None, str(exc)[:160]
+    return need
+
+
+def diagnose(contract: Contract, nvml_recording: Path | None = None, provenance: bool = True) -> list[Need]:
+    paths = {"python": "", **contract.tools.paths}
+    paths.pop("python")
+    return [look(need, paths, nvml_recording, provenance) for need in needs(contract)]
+
+
+def render(found: list[Need], contract: Contract) -> str:
+    missing = [n for n in found if n.found is None]
+    lines = [f"pytest-gpuaccept doctor: {contract.path}", ""]
+    for need in found:
+        clauses = ", ".join(need.clauses)
+        if need.found is not None:
+            lines.append(f"  ok       {need.name:26} {need.found}" + (f" ({need.detail})" if need.detail else "")
+                         + f"  [{clauses}]")
+        else:
+            lines.append(f"  MISSING  {need.name:26} needed by {clauses}" + (f" ({need.detail})" if need.detail else ""))
+            lines.append(f"           get it: {need.hint}")
+    lines.append("")
+    lines.append(f"{len(missing)} of {len(found)} missing: a run now would reject "
+                 f"{', '.join(sorted({c for n in missing for c in n.clauses}))} as not measured" if missing
+                 else f"all {len(found)} present: every clause can be measured")
+    return "\n".join(lines)
+
+
+def summary(contract: Contract, nvml_recording: Path | None) -> str | None:
+    """The one line a run prints at its start (lookups only, no package queries): None when nothing is missing."""
+    missing = [n for n in diagnose(contract, nvml_recording, provenance=False) if n.found is None]
+    if not missing:
+        return None
+    shown = "; ".join(f"{n.name} ({', '.join(n.clauses)})" for n in missing)
+    return (f"gpuaccept preflight: missing {shown}: those clauses will be not measured. "
+            f"`python -m pytest_gpuaccept doctor --contract {contract.path}` says how to get them")
+
+
+def as_dict(found: list[Need]) -> list[dict[str, Any]]:
+    return [{"name": n.name, "kind": n.kind, "clauses": n.clauses, "found": n.found, "detail": n.detail,
+             "hint": None if n.found else n.hint} for n in found]

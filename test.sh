@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The project's own tests, from a fresh machine: the system tools the tests drive (installed when this
+# runs as root with apt-get or dnf; otherwise named), a virtual environment when not already in one,
+# the package with its test extra, then the tests. Extra arguments go to pytest (e.g. ./test.sh -n 2).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+tools=(iperf3 ethtool ip ssh-keygen)
+missing=()
+for tool in "${tools[@]}"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+python=${PYTHON:-python3}
+in_venv=$("$python" -c 'import sys; print(int(sys.prefix != sys.base_prefix))')
+has_venv=$("$python" -c 'import ensurepip, venv' 2>/dev/null && echo 1 || echo 0)
+
+if [[ ${#missing[@]} -gt 0 || ( $in_venv == 0 && $has_venv == 0 ) ]]; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        # iperf3, ethtool, ip: the network tests run the real tools in a namespace; ssh-keygen signs bundles.
+        apt-get install -y -qq --no-install-recommends iperf3 ethtool iproute2 openssh-client python3-venv >/dev/null
+    elif [[ $(id -u) == 0 ]] && command -v dnf >/dev/null; then
+        dnf install -y -q iperf3 ethtool iproute openssh-clients python3 >/dev/null
+    else
+        echo "test.sh: missing ${missing[*]:-python3-venv}; run as root (apt-get or dnf) or install them:" \
+             "the tests that drive them fail closed without them" >&2
+    fi
+fi
+
+if [[ $in_venv == 0 ]]; then
+    venv=${GPUACCEPT_TEST_VENV:-.venv-test}
+    "$python" -m venv "$venv"
+    # shellcheck disable=SC1091
+    . "$venv/bin/activate"
+    python=python
+fi
+"$python" -m pip install -q --upgrade pip
+"$python" -m pip install -q '.[test]'
+"$python" -m pytest tests "$@"

@@ -1,0 +1,70 @@
+"""Preflight: `python -m pytest_gpuaccept doctor` and the line a run prints at its start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DATA, SYSTEM_PATH, nvml_recording
+
+EVERY_TOOL = """\
+gpuaccept: 1
+vendor: V
+gpus: {count: 8}
+nvlink: {every_pair: true}
+p2p: {min_bandwidth: "350 GB/s"}
+host_bandwidth: {min_bandwidth: "48 GB/s"}
+allreduce: {min_busbw: "450 GB/s"}
+nics: {interfaces: [ens6f0], min_speed: "25 Gb/s"}
+rdma: {devices: ["mlx5_*"], min_fraction_of_line_rate: 0.9}
+iperf3: {server: 10.0.0.2, min_throughput: "1 Gb/s"}
+"""
+
+
+def doctor(*args: str, path: str = SYSTEM_PATH, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_gpuaccept", "doctor", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PATH": path}, cwd=cwd)
+
+
+@pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="this machine has an NVIDIA driver")
+def test_on_this_machine_the_h100_preset_lacks_the_gpu_tools_and_says_how_to_get_each():
+    done = doctor("--contract", "h100-sxm5-8gpu")
+    assert done.returncode == 1, done.stdout
+    out = done.stdout
+    for name, hint in (("libnvidia-ml.so.1", "the NVIDIA driver's NVML library"),
+                       ("libcuda.so.1", "the NVIDIA driver's CUDA library"),
+                       ("nvidia-smi", "the NVIDIA driver (Debian/Ubuntu: nvidia-driver"),
+                       ("nvbandwidth", "git clone https://github.com/NVIDIA/nvbandwidth"),
+                       ("all_reduce_perf", "git clone https://github.com/NVIDIA/nccl-tests && make -C nccl-tests CUDA_HOME="),
+                       ("ib_write_bw", "apt install perftest")):
+        assert f"  MISSING  {name}" in out and hint in out, name
+    assert "  MISSING  torch" in out  # not installed, or a CPU-only build: no GPU load either way
+    assert "needed by p2p, host_bandwidth" in out
+    assert out.rstrip().splitlines()[-1] == ("7 of 8 missing: a run now would reject allreduce, compute, gpus, "
+                                             "host_bandwidth, memory_bandwidth, nvlink, p2p, rdma, utilisation as not measured")
+
+
+def test_on_a_fake_host_with_every_tool_doctor_exits_0(fake_tools, tmp_path):
+    for tool in ("nvidia-smi", "nvbandwidth", "all_reduce_perf", "ib_write_bw", "ethtool", "iperf3", "ip"):
+        fake_tools.add(tool, "")
+    (tmp_path / "every-tool.yaml").write_text(EVERY_TOOL)
+    done = doctor("--contract", str(tmp_path / "every-tool.yaml"),
+                  nvml_recording("h100_sxm5_8gpu.json"),
+                  path=os.environ["PATH"])
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.rstrip().splitlines()[-1] == "all 10 present: every clause can be measured"
+    assert f"  ok       all_reduce_perf            {fake_tools.bin_dir / 'all_reduce_perf'} (script (" in done.stdout
+    assert "look twice: a script where a compiled binary is expected" in done.stdout
+    assert f"  ok       libcuda.so.1               {DATA / 'nvml' / 'h100_sxm5_8gpu.json'} (simulated" in done.stdout
+
+
+def test_a_run_says_what_is_missing_before_it_starts(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept("gpuaccept: 1\nvendor: V\ngpus: {count: 8}\nnvlink: {every_pair: true}\n"
+                 "allreduce: {min_busbw: '450 GB/s'}\n", nvml_recording("h100_sxm5_8gpu.json"))
+    run.result.stdout.fnmatch_lines(["gpuaccept preflight: missing all_reduce_perf (allreduce): those clauses will be "
+                                     "not measured. `python -m pytest_gpuaccept doctor --contract *` says how to get them"])
+    assert run.checks("allreduce")[0]["outcome"] == "not_measured"  # the run still runs, and rejects
