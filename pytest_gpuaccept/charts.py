@@ -6,6 +6,8 @@ import html
 import math
 from typing import Any, Sequence
 
+from .units import human_bytes
+
 WIDTH, HEIGHT, PAD = 520, 170, 42
 
 
@@ -33,9 +35,9 @@ def line_chart(title: str, xs: Sequence[float], lines: Sequence[tuple[str, Seque
              f'<text x="{PAD}" y="12" font-size="11" font-weight="bold">{html.escape(title)}</text>',
              f'<text x="2" y="{py(y_max) + 4:.1f}" font-size="9">{y_max:.4g} {html.escape(unit)}</text>',
              f'<text x="2" y="{py(y_min):.1f}" font-size="9">{y_min:.4g}</text>',
-             f'<text x="{PAD}" y="{HEIGHT - 2}" font-size="9">{min(xs):.4g}</text>',
+             f'<text x="{PAD}" y="{HEIGHT - 2}" font-size="9">{_x_tick(min(xs), log2_x)}</text>',
              f'<text x="{WIDTH - PAD}" y="{HEIGHT - 2}" font-size="9" text-anchor="end">'
-             f'{max(xs):.4g} {html.escape(x_label)}</text>']
+             f'{_x_tick(max(xs), log2_x)} {html.escape(x_label)}</text>']
     for label, values, colour in lines:
         coords = " ".join(f"{px(x):.1f},{py(v):.1f}" for x, v in zip(xs, values) if v is not None)
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}">'
@@ -52,6 +54,11 @@ def line_chart(title: str, xs: Sequence[float], lines: Sequence[tuple[str, Seque
                      f'fill="#555">{html.escape(vline_label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _x_tick(x: float, sizes: bool) -> str:
+    """A size axis reads 8 MiB ... 16 GiB; a time axis in plain numbers."""
+    return human_bytes(x) if sizes else f"{x:.4g}"
 
 
 def timeline_charts(timeline: dict[str, Any]) -> str:
@@ -77,7 +84,7 @@ def busbw_chart(table: list[list[Any]], threshold: float) -> str:
     in_place = [row[2] if isinstance(row[2], (int, float)) else None for row in body]
     return line_chart("all_reduce busbw over message size", xs,
                       [("out-of-place", [row[1] for row in body], "#0969da"), ("in-place", in_place, "#8c959f")],
-                      "GB/s", threshold, f"threshold {threshold:g} GB/s", x_label="bytes (log2)", log2_x=True)
+                      "GB/s", threshold, f"threshold {threshold:g} GB/s", x_label="message size (log scale)", log2_x=True)
 
 
 def heat_map(title: str, cells: dict[tuple[int, int], tuple[float | None, str]], unit: str) -> str:

@@ -65,11 +65,11 @@ def gpuaccept_runner(request: pytest.FixtureRequest) -> ToolRunner:
 @pytest.fixture
 def gpuaccept_judge(request: pytest.FixtureRequest) -> Callable[[Check], None]:
     """Record a Check for the report and results, and fail the test unless it passed (one line, no traceback)."""
-    from .report import CHECK_PROPERTY
+    from .report import junit_properties
     from .verdict import NOT_MEASURED_PREFIX, Outcome
 
     def judge(check: Check) -> None:
-        request.node.user_properties.append((CHECK_PROPERTY, check.to_dict()))
+        request.node.user_properties.extend(junit_properties(check.to_dict()))
         if check.outcome is not Outcome.PASSED:
             verdict = "" if check.message.startswith(NOT_MEASURED_PREFIX.rstrip(": ")) else "failed: "
             pytest.fail(f"{check.clause} {check.subject}: {verdict}{check.message}", pytrace=False)

@@ -6,6 +6,7 @@ and imports nothing else (the contract, schema, probes and YAML are imported onl
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
@@ -318,7 +319,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 continue
             state.foreign_code += _foreign_fixtures(item)
             test = f"suites/{item.path.name}::{item.name}"
-            item.user_properties.append((ITEM_PROPERTY, {"clause": clause, "subject": _subject(item), "test": test}))
+            item.user_properties.append((ITEM_PROPERTY, json.dumps({"clause": clause, "subject": _subject(item), "test": test})))
         keep.append(item)
     if absent:
         config.hook.pytest_deselected(items=absent)

@@ -19,6 +19,7 @@ from .integrity import loaded_plugins, replaced_code
 from .probes._run import last_line
 from .probes.nvml import Host
 from .state import State, now
+from .units import human_bytes
 from .verdict import Outcome, Verdict, verdict_of
 
 # Checks travel as plain dicts (JSON, xdist, JUnit): their outcome is the Outcome's value.
@@ -27,7 +28,7 @@ PASSED, FAILED, NOT_MEASURED = Outcome.PASSED.value, Outcome.FAILED.value, Outco
 PLUGINS_FILE = "plugins.json"
 CHECK_PROPERTY = "gpuaccept_check"
 ITEM_PROPERTY = "gpuaccept_item"
-RAW_SHOWN_BYTES = 64 * 1024  # of each raw output, shown inline; the evidence file keeps the rest
+RAW_SHOWN_BYTES = 16 * 1024  # of each raw output, shown once in the report; the evidence file keeps every byte
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
@@ -42,10 +43,21 @@ def safe_text(text: str, limit: int | None = None) -> str:
 
 
 def _props(report: pytest.TestReport, name: str) -> dict[str, Any] | None:
+    """A property gpuaccept set on a test: stored as JSON text, so that the JUnit file carries it readable."""
     for key, value in getattr(report, "user_properties", ()):
         if key == name:
-            return dict(value)
+            return dict(json.loads(value)) if isinstance(value, str) else dict(value)
     return None
+
+
+def junit_properties(check: dict[str, Any]) -> list[tuple[str, str]]:
+    """The check as JUnit testcase properties: one JSON document, and each fact on its own (no Python repr)."""
+    measured = check.get("measured")
+    return [(CHECK_PROPERTY, json.dumps(check, sort_keys=True, default=str))] + [
+        (f"gpuaccept_{key}", "" if value is None else str(value)) for key, value in (
+            ("clause", check["clause"]), ("subject", check["subject"]), ("outcome", check["outcome"]),
+            ("measured", measured), ("unit", check.get("unit")), ("required", check.get("required")),
+            ("threshold", check.get("threshold")))]
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -131,7 +143,7 @@ class ReportPlugin:
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str],
                                     session: pytest.Session) -> None:
         if self.results is not None:
-            prefix.append(banner(self.results, self.state, self.manifest_digest))
+            prefix.append(banner(self.results, self.state, self.manifest_digest, _environment(session.config)))
 
     # -------------------------------------------------------------- the verdict
 
@@ -316,6 +328,38 @@ def tools_run(evidence: Evidence) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
+def _environment(config: pytest.Config) -> dict[str, Any]:
+    """pytest-metadata's table (Python, platform, plugins of the machine that judged): moved to the end."""
+    try:
+        from pytest_metadata.plugin import metadata_key
+    except ImportError:
+        return {}
+    return dict(config.stash.get(metadata_key, {}))
+
+
+def raw_anchor(name: str) -> str:
+    return "raw-" + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def raw_outputs(evidence: Evidence, checks: list[dict[str, Any]]) -> str:
+    """Every tool output and reading the checks used, once each, in the order first used; bounded and escaped.
+    Not printed (the print stylesheet hides it): the evidence folder holds every byte."""
+    names = list(dict.fromkeys(n for c in checks for n in c.get("evidence", [])
+                               if not n.endswith(".json") or n == "nvml-host.json"))
+    parts = []
+    for name in names:
+        try:
+            raw = evidence.read(name)
+        except ForeignEvidence as exc:
+            parts.append(f'<h4 id="{raw_anchor(name)}">{safe_text(name)}</h4><p><b>not shown: {safe_text(str(exc))}</b></p>')
+            continue
+        text = (raw or b"")[: RAW_SHOWN_BYTES * 2].decode("utf-8", errors="replace")
+        body = f"<pre>{safe_text(text, RAW_SHOWN_BYTES)}</pre>" if text.strip() else "<p>(empty)</p>"
+        parts.append(f'<h4 id="{raw_anchor(name)}">{safe_text(name)}</h4>{body}')
+    return (f'<div class="gpuaccept-raw"><h3>Raw tool outputs ({len(names)}, each shown once)</h3>{"".join(parts)}</div>'
+            if parts else "")
+
+
 def _provenance_line(origin: dict[str, Any]) -> str:
     package = origin.get("package") or origin.get("package_note") or "no package"
     verified = {True: "verified", False: "CHANGED since installed", None: "not verified"}[origin.get("verified")]
@@ -332,13 +376,12 @@ def _extra(state: State, check: dict[str, Any]) -> dict[str, Any]:
 
 def check_html(evidence: Evidence, check: dict[str, Any]) -> str:
     """One check: its row of facts, its details, then the raw output of every tool run behind it."""
-    measured = "—" if check["measured"] is None else f"{check['measured']} {check.get('unit') or ''}"
     details = check.get("details", {})
-    facts = [("clause", check["clause"]), ("subject", check["subject"]), ("measured", measured),
-             ("required", check["required"]), ("outcome", check["outcome"]), ("message", check["message"])]
+    # clause, subject, measured, required and outcome are the row's own cells: the detail says the rest
+    facts = [("message", check["message"])]
     facts += [(k, v) for k, v in sorted(details.items()) if isinstance(v, (str, int, float))]  # e.g. qps, port
-    rows = "".join(f"<tr><th>{safe_text(k)}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts)
-    parts = [f'<div class="gpuaccept-check"><table>{rows}</table>']
+    rows = "".join(f"<tr><th>{safe_text(k)}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts[1:])
+    parts = [f'<div class="gpuaccept-check"><p>{safe_text(check["message"])}</p>' + (f"<table>{rows}</table>" if rows else "")]
     if details.get("each"):
         parts.append(_table([["subject", "outcome", "measured", "message"], *details["each"]]))
     if "timeline" in details:
@@ -348,33 +391,31 @@ def check_html(evidence: Evidence, check: dict[str, Any]) -> str:
     for title, table in details.get("tables", []):
         threshold = check.get("threshold")
         chart = charts.busbw_chart(table, threshold) if threshold is not None else ""
-        parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(table))
-    not_inline = []
-    for name in check.get("evidence", []):
-        # Tool outputs are shown; run records and the sample series (drawn above) stay in the folder, the
-        # provenance of the executable a run record names is shown beside its output.
+        shown = table if not table or table[0][:1] != ["size (B)"] else \
+            [["size", *table[0][1:]]] + [[human_bytes(row[0]), *row[1:]] for row in table[1:]]
+        parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(shown))
+    links, tools = [], []
+    for name in dict.fromkeys(check.get("evidence", [])):
+        # Each raw output is shown once, in the report's "Raw tool outputs"; a check links to it. The
+        # provenance of the executable a run record names is shown beside the links.
         if name.endswith(".json") and name != "nvml-host.json":
-            not_inline.append(name)
             try:
                 record = json.loads(evidence.read(name) or b"null")
             except (ForeignEvidence, ValueError):
                 record = None
             if isinstance(record, dict) and isinstance(record.get("provenance"), dict):
-                parts.append(f"<p>tool: {safe_text(_provenance_line(record['provenance']))}</p>")
+                origin = record["provenance"]
+                tools.append(f"{origin.get('resolved')} (sha256 {str(origin.get('sha256', '?'))[:16]}…, "
+                             f"{str(origin.get('kind', '?')).split(' (')[0]})")
             continue
-        try:
-            raw = evidence.read(name)  # only as captured: a file changed since is not shown, it is named
-        except ForeignEvidence as exc:
-            parts.append(f"<h4>raw: {safe_text(name)}</h4><p><b>not shown: {safe_text(str(exc))}</b></p>")
-            continue
-        if raw is None:
-            not_inline.append(name)
-            continue
-        text = raw[: RAW_SHOWN_BYTES * 2].decode("utf-8", errors="replace")
-        if text.strip():
-            parts.append(f"<h4>raw: {safe_text(name)}</h4><pre>{safe_text(text, RAW_SHOWN_BYTES)}</pre>")
-    if not_inline:
-        parts.append(f"<p>also in the evidence folder: {safe_text(', '.join(not_inline))}</p>")
+        path = evidence.folder / name
+        if name.endswith(".stderr.txt") and path.exists() and path.stat().st_size == 0:
+            continue  # an empty stderr says nothing; the evidence folder keeps it
+        links.append(f'<a href="#{raw_anchor(name)}">{safe_text(name)}</a>')
+    if tools:
+        parts.append(f"<p>tool: {safe_text('; '.join(dict.fromkeys(tools)))} (provenance: Tools run)</p>")
+    if links:
+        parts.append(f"<p>raw output: {', '.join(links)}</p>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -411,57 +452,115 @@ def _p2p_map(checks: list[dict[str, Any]]) -> str:
     return charts.heat_map("GPU-to-GPU copy bandwidth", cells, "GB/s")
 
 
-def banner(results: dict[str, Any], state: State, digest: str) -> str:
+PRINT_CSS = """
+#environment-header, #environment { display: none; }
+.gpuaccept-first td, .gpuaccept-first th { padding: 1px 8px; text-align: left; vertical-align: top; }
+.gpuaccept-fail { margin: 2px 0; }
+.gpuaccept-sign td { padding: 18px 12px 2px 0; border-bottom: 1px solid #999; min-width: 150px; }
+@page { size: A4; margin: 16mm 12mm; @top-center { content: "%(head)s"; font-size: 9pt; } }
+@media print {
+  .gpuaccept-raw, .controls, .filters, .summary__reload, .logwrapper, .extras-row, .gpuaccept-env,
+  .summary__spacer, #results-table-head .sortable::after { display: none !important; }
+  .gpuaccept-page-head { display: block !important; position: fixed; top: 0; right: 0; font-size: 8pt; }
+  body { font-size: 9pt; }
+  #results-table td, #results-table th { padding: 1px 4px; }
+}
+.gpuaccept-page-head { display: none; }
+"""
+
+
+def _line(check: dict[str, Any]) -> str:
+    """One failure as a signer reads it: clause subject, measured vs required, the published share, why."""
+    measured = "—" if check.get("measured") is None else f"{check['measured']} {check.get('unit') or ''}".strip()
+    share = (check.get("details") or {}).get("fraction_of_published")
+    published = f", {share:.0%} of published" if isinstance(share, (int, float)) else ""
+    return (f"<li class=\"gpuaccept-fail\"><b>{safe_text(check['clause'])} {safe_text(check['subject'])}</b>: "
+            f"{safe_text(check['outcome'].replace('_', ' '))}, measured {safe_text(measured)}, required "
+            f"{safe_text(str(check.get('required') or '—'))}{published} — {safe_text(check['message'], 300)}</li>")
+
+
+def _per_clause(checks: list[dict[str, Any]]) -> str:
+    rows: dict[str, list[int]] = {}
+    for check in checks:
+        counts = rows.setdefault(check["clause"], [0, 0, 0])
+        counts[(PASSED, FAILED, NOT_MEASURED).index(check["outcome"])] += 1
+    table = [["clause", "passed", "failed", "not measured"]] + [[clause, *counts] for clause, counts in rows.items()]
+    return _table(table)
+
+
+def banner(results: dict[str, Any], state: State, digest: str, environment: dict[str, Any] | None = None) -> str:
+    """The first screen is the verdict, who and what, and every check that did not pass (one line each);
+    then a summary per clause, the signatures, and what an auditor needs: tools, raw outputs, environment."""
     verdict = results["verdict"].upper()
     color = "#1a7f37" if verdict == "ACCEPTED" else "#cf222e"
     host = results["host"]
-    gpus = "".join(
-        f"<li>GPU{g['index']}: {safe_text(g['name'])} — uuid {safe_text(g['uuid'])}, serial {safe_text(g['serial'] or 'n/a')}</li>"
-        for g in host.get("gpus", []))
+    contract = results["contract"]
+    models: dict[str, int] = {}
+    for gpu in host.get("gpus", []):
+        models[gpu["name"]] = models.get(gpu["name"], 0) + 1
+    gpus = ", ".join(f"{n}x {name}" for name, n in models.items()) or "none"
     facts = [
-        ("vendor", results["contract"]["vendor"]), ("reference", results["contract"]["reference"] or "—"),
-        ("contract", results["contract"]["path"]), ("contract SHA-256", results["contract"]["sha256"]),
-        ("host", host.get("hostname", "")), ("driver", host.get("driver") or "—"), ("CUDA", host.get("cuda") or "—"),
-        ("started", results["started"]), ("finished", results["finished"]),
-        ("evidence digest (SHA-256)", digest),
+        ("vendor", contract["vendor"]), ("reference", contract["reference"] or "—"),
+        ("host", f"{host.get('hostname', '')}: {gpus}; driver {host.get('driver') or '—'}, CUDA {host.get('cuda') or '—'}"),
+        ("contract", f"{contract['path']} (SHA-256 {contract['sha256']})"),
+        ("run", f"{results['started']} to {results['finished']}"), ("evidence digest (SHA-256)", digest),
     ]
     if host.get("error"):
         facts.append(("NVML", host["error"]))
     if "replayed_from" in results:
         facts.append(("replayed from", results["replayed_from"]))
     rows = "".join(f"<tr><th>{k}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts)
-    counts = {o: sum(c["outcome"] == o for c in results["checks"]) for o in (PASSED, FAILED, NOT_MEASURED)}
-    summary = [["clause", "subject", "outcome", "measured", "unit", "required", "message"]] + [
-        [c["clause"], c["subject"], c["outcome"], "—" if c["measured"] is None else c["measured"], c["unit"] or "",
-         c["required"], c["message"]] for c in results["checks"]]
+    checks = results["checks"]
+    counts = {o: sum(c["outcome"] == o for c in checks) for o in (PASSED, FAILED, NOT_MEASURED)}
+    not_passed = [c for c in checks if c["outcome"] == FAILED] + [c for c in checks if c["outcome"] == NOT_MEASURED]
+    failures = (f"<h3>Did not pass ({len(not_passed)})</h3><ul>{''.join(_line(c) for c in not_passed)}</ul>"
+                if not_passed else "<p>Every check passed.</p>")
     incomplete = "" if results["complete"] else (
         "<p><b>INCOMPLETE RUN</b>: not every check ran (interrupted, crashed or deselected); the run is rejected.</p>")
     mode = "" if results.get("mode", "live") == "live" else f"<p><b>{safe_text(mode_label(results))}</b></p>"
+    warnings = ""
     foreign = "".join(f"<li>{safe_text(line)}</li>" for line in results.get("foreign_evidence", []))
     if foreign:
-        foreign = ("<p><b>FOREIGN FILES IN THE EVIDENCE FOLDER</b>: written by something other than this run, "
-                   f"or changed after capture; never read, and the run is rejected:</p><ul>{foreign}</ul>")
-    advice = "".join(f"<li>{safe_text(line)}</li>" for line in results.get("contract_warnings", []))
-    if advice:
-        foreign += f"<p><b>Contract warnings</b> (not failures: the contract is the buyer's word):</p><ul>{advice}</ul>"
+        warnings += ("<p><b>FOREIGN FILES IN THE EVIDENCE FOLDER</b>: written by something other than this run, "
+                     f"or changed after capture; never read, and the run is rejected:</p><ul>{foreign}</ul>")
     code = "".join(f"<li>{safe_text(line)}</li>" for line in results.get("foreign_code", []))
     if code:
-        foreign += f"<p><b>FOREIGN CODE</b>: pytest-gpuaccept's own code was replaced; the run is rejected:</p><ul>{code}</ul>"
-    plugins = [["plugin", "file", "SHA-256", "from"]] + [
-        [p["name"], p["file"], p["sha256"], p["distribution"]] for p in results.get("plugins", [])]
+        warnings += f"<p><b>FOREIGN CODE</b>: pytest-gpuaccept's own code was replaced; the run is rejected:</p><ul>{code}</ul>"
+    advice = "".join(f"<li>{safe_text(line)}</li>" for line in results.get("contract_warnings", []))
+    if advice:
+        warnings += f"<p><b>Contract warnings</b> (not failures: the contract is the buyer's word):</p><ul>{advice}</ul>"
     tools = [["tool", "path", "SHA-256", "kind", "package", "verified", "look twice"]] + [
         [t.get("tool", ""), t.get("resolved", ""), t.get("sha256", "—"), t.get("kind", "—"),
          t.get("package") or t.get("package_note") or "—", {True: "yes", False: "CHANGED", None: "—"}[t.get("verified")],
          "; ".join(t.get("flags", [])) or "—"] for t in results.get("tools", [])]
+    plugins = [["plugin", "file", "SHA-256", "from"]] + [
+        [p["name"], p["file"], p["sha256"], p["distribution"]] for p in results.get("plugins", [])]
+    env = [["key", "value"]] + [[k, json.dumps(v) if not isinstance(v, str) else v] for k, v in (environment or {}).items()]
+    sign = "".join(f"<tr><th>{who}</th><td>name</td><td>role</td><td>date</td><td>signature</td></tr>"
+                   for who in ("Buyer", "Vendor"))
+    head = f"{verdict} · {contract['vendor']} · {contract['reference'] or contract['sha256'][:12]}"
+    # Inside <style> nothing is decoded or escaped: the vendor's words reach CSS only as plain characters.
+    css = PRINT_CSS % {"head": re.sub(r"[^A-Za-z0-9 ._:/()·+-]", "_", head)}
+    gpu_ids = "".join(
+        f"<li>GPU{g['index']}: {safe_text(g['name'])}, uuid {safe_text(g['uuid'])}, serial {safe_text(g['serial'] or 'n/a')}, "
+        f"PCI {safe_text(g.get('pci_bus_id', ''))}</li>" for g in host.get("gpus", []))
     return (
-        f'<div id="gpuaccept-verdict" data-verdict="{results["verdict"]}" data-evidence-digest="{digest}" '
-        f'style="border:3px solid {color};padding:8px;margin:8px 0">'
-        f'<h2 style="color:{color}">{verdict}</h2>{mode}{incomplete}{foreign}'
+        f"<style>{css}</style><div class=\"gpuaccept-page-head\">{safe_text(head)}</div>"
+        f'<div id="gpuaccept-verdict" class="gpuaccept-first" data-verdict="{results["verdict"]}" '
+        f'data-evidence-digest="{digest}" style="border:3px solid {color};padding:8px;margin:8px 0">'
+        f'<h2 style="color:{color};margin:0">{verdict}</h2>{mode}{incomplete}'
         f"<p>{counts[PASSED]} passed, {counts[FAILED]} failed, {counts[NOT_MEASURED]} not measured "
-        f"of {len(results['checks'])} checks.</p>"
-        f"<table>{rows}</table><ul>{gpus}</ul>"
+        f"of {len(checks)} checks.</p><table>{rows}</table>"
+        f'<div id="gpuaccept-failures">{failures}</div>{warnings}</div>'
+        f"<h3>Per clause</h3>{_per_clause(checks)}"
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.get('not_in_contract', [])) or 'none')}</p>"
-        f"{_p2p_map(results['checks'])}<h3>Checks</h3>{_table(summary)}"
+        f"{_p2p_map(checks)}"
+        f'<h3>Signatures</h3><table class="gpuaccept-sign">{sign}</table>'
+        f"<h3>GPUs</h3><ul>{gpu_ids}</ul>"
         f"<h3>Tools run (provenance)</h3>{_table(tools) if len(tools) > 1 else '<p>none</p>'}"
-        f"<h3>Other plugins and conftest files loaded</h3>{_table(plugins) if len(plugins) > 1 else '<p>none</p>'}</div>"
+        f"{raw_outputs(state.runner.evidence, checks)}"
+        f'<div class="gpuaccept-env"><h3>The auditor\'s environment</h3>{_table(env) if len(env) > 1 else ""}'
+        f"<h4>Other plugins and conftest files loaded</h4>{_table(plugins) if len(plugins) > 1 else '<p>none</p>'}</div>"
+        f"<h3>Every check</h3><p>The table below: one row per check, failures first; open a row for its "
+        f"details, charts and links to its raw output.</p>"
     )

@@ -117,3 +117,13 @@ def mib_s_to_gbit(mib_s: float) -> float:
 def bytes_to_gb(nbytes: int) -> float:
     """Memory sizes in results are GB (10^9 bytes)."""
     return nbytes / 1e9
+
+
+def human_bytes(nbytes: int | float) -> str:
+    """17179869184 -> "16 GiB"; 1536 -> "1.5 KiB"; 100 -> "100 B": sizes as a reader says them."""
+    value = float(nbytes)
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= factor:
+            amount = value / factor
+            return f"{amount:.0f} {unit}" if amount == int(amount) else f"{amount:.1f} {unit}"
+    return f"{value:.0f} B"

@@ -83,7 +83,7 @@ def test_measured_is_the_out_of_place_busbw_at_the_largest_size(accept, fake_too
     assert check["measured"] == pytest.approx(483.05, abs=0.01)
     assert (check["outcome"], check["unit"]) == (outcome, "GB/s")
     sign = ">=" if outcome == "passed" else "<"
-    assert check["message"] == (f"busbw 483.05 GB/s at 17179869184 bytes {sign} {threshold} (nccl-tests; "
+    assert check["message"] == (f"busbw 483.05 GB/s at 16 GiB {sign} {threshold} (nccl-tests; "
                                 "107% of the published 450 GB/s (H100 SXM5 80GB NVLink, one direction))")
     assert fake_tools.calls("all_reduce_perf") == [
         ["all_reduce_perf", "-g", "8", "-b", "8388608", "-e", "17179869184", "-f", "2", "-c", "1", "-n", "1"]]
@@ -109,7 +109,7 @@ def test_repeats_run_each_time_and_the_best_counts(accept, fake_tools):
 
 @pytest.mark.parametrize("mutate, reason", [
     (lambda t: t.replace(b"483.05      0    62200", b"483.05      3    62200"),
-     "#wrong is nonzero at 17179869184 bytes: results are corrupt"),
+     "#wrong is nonzero at 16 GiB: results are corrupt"),
     (lambda t: t + b"p5:1234:1234 [0] NCCL WARN Cuda failure 'out of memory'\n",
      "errors in the output: \"p5:1234:1234 [0] NCCL WARN Cuda failure 'out of memory'\""),
     (lambda t: t.replace(b"# Out of bounds values : 0 OK", b"# Out of bounds values : 12 FAILED"),
@@ -137,7 +137,7 @@ def test_a_sweep_that_stops_short_of_max_bytes_is_not_a_pass(accept, fake_tools)
     run = accept(contract("1 GB/s", max_bytes="8 GiB", count=4, iters=None), nvml_recording("rtx5090_4gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
-    assert check["message"] == ("run: the sweep stopped at 134217728 bytes, short of max_bytes 8589934592: "
+    assert check["message"] == ("run: the sweep stopped at 128 MiB, short of max_bytes 8 GiB: "
                                 "the contracted size was not measured")
 
 
@@ -145,7 +145,7 @@ def test_a_rank_count_other_than_the_gpu_count_fails(accept, fake_tools):
     fake_tools.add_nccl(log_with_ranks(P5, ranks=4), iters=1)
     run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
     assert run.checks("allreduce")[0]["message"] == (
-        "run: ran on 4 ranks, the contract has 8 GPUs; run: at 17179869184 bytes the row's time 62239 us gives busbw "
+        "run: ran on 4 ranks, the contract has 8 GPUs; run: at 16 GiB the row's time 62239 us gives busbw "
         "414.05 GB/s over 4 ranks, the row says 483.05: the table does not add up")
 
 
@@ -206,7 +206,7 @@ def test_a_busbw_edited_without_its_time_does_not_add_up(accept, fake_tools):
     run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
-    assert check["message"] == ("run: at 17179869184 bytes the row's time 62239 us gives busbw 483.05 GB/s over 8 ranks, "
+    assert check["message"] == ("run: at 16 GiB the row's time 62239 us gives busbw 483.05 GB/s over 8 ranks, "
                                 "the row says 983.05: the table does not add up")
 
 
@@ -217,7 +217,7 @@ def test_a_busbw_above_the_nvlink_bound_fails_as_implausible(accept, fake_tools)
     run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
-    assert check["message"] == ("busbw 981.87 GB/s at 17179869184 bytes is implausible: above 900 GB/s "
+    assert check["message"] == ("busbw 981.87 GB/s at 16 GiB is implausible: above 900 GB/s "
                                 "(H100 NVLink, both directions) (nccl-tests; 218% of the published 450 GB/s "
                                 "(H100 SXM5 80GB NVLink, one direction))")
 

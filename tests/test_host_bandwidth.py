@@ -83,7 +83,7 @@ def test_allreduce_busbw_is_set_beside_the_one_way_nvlink_figure(accept, fake_to
     run = accept(CONTRACT.format(count=8, section="allreduce:\n  min_busbw: '450 GB/s'\n  max_bytes: '16 GiB'\n  args: ['-n', '1']\n"),
                  nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
     check = run.checks("allreduce")[0]
-    assert check["message"] == ("busbw 483.05 GB/s at 17179869184 bytes >= 450 GB/s (nccl-tests; 107% of the published "
+    assert check["message"] == ("busbw 483.05 GB/s at 16 GiB >= 450 GB/s (nccl-tests; 107% of the published "
                                 "450 GB/s (H100 SXM5 80GB NVLink, one direction))")
     assert check["details"]["fraction_of_published"] == pytest.approx(483.05 / 450, abs=1e-4)
 

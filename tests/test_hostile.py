@@ -148,6 +148,7 @@ def test_markup_and_control_bytes_from_a_tool_are_escaped_in_the_report(accept, 
                  nvml_recording("h100_sxm5_8gpu.json"))
     page = run.html
     assert "<script>alert(1)" not in page and "<img src=x" not in page and "<b>bold</b>" not in page
+    assert '@top-center { content: "ACCEPTED · V _b_bold_/b_ · ' in page  # the print header: plain characters only
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "\\x1b[31mred" in page and "\\x00nul" in page
     assert "\x00" not in page and "\x1b" not in page

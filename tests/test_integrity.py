@@ -98,6 +98,15 @@ def test_junit_carries_verdict_mode_and_contract_digest(accept, fake_tools):
     assert '<property name="gpuaccept_mode" value="simulated" />' in xml
     assert '<property name="gpuaccept_verdict" value="accepted" />' in xml
     assert f'<property name="gpuaccept_contract_sha256" value="{run.json["contract"]["sha256"]}" />' in xml
+    # Each testcase: its check as separate properties and as one JSON document, never a Python repr.
+    import xml.etree.ElementTree as ET
+
+    case = next(c for c in ET.fromstring(xml).iter("testcase") if c.get("name") == "test_gpu_memory[GPU3]")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert (props["gpuaccept_clause"], props["gpuaccept_subject"], props["gpuaccept_outcome"]) == ("gpus.memory", "GPU3", "passed")
+    assert (props["gpuaccept_measured"], props["gpuaccept_unit"], props["gpuaccept_required"]) == ("85.521", "GB", ">= 80")
+    check = json.loads(props["gpuaccept_check"])
+    assert (check["measured"], check["unit"], check["threshold"]) == (85.521, "GB", 80.0)
 
 
 def test_a_replay_shows_the_recorded_host_and_time(accepted, accept, tmp_path):

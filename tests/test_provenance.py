@@ -55,7 +55,7 @@ def test_the_report_shows_the_provenance_of_every_tool_run(accept, fake_tools):
     assert smi["flags"] == ["a script where a compiled binary is expected"]
     page = run.html
     assert "Tools run (provenance)" in page and smi["sha256"] in page
-    assert f"tool: {smi['resolved']} sha256 {smi['sha256']} script" in page  # beside the check's evidence
+    assert f"tool: {smi['resolved']} (sha256 {smi['sha256'][:16]}…, script) (provenance: Tools run)" in page  # beside the check
     assert run.json["verdict"] == "accepted"  # flagged for a signer to read, not a failure by itself
 
 

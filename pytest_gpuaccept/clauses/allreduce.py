@@ -11,7 +11,7 @@ from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
 from ..schema import Key
 from ..subjects import Subject
-from ..units import Bandwidth, Size, parse_size
+from ..units import Bandwidth, Size, human_bytes, parse_size
 from ..verdict import Check, Verdict, fmt
 from .base import Clause, HostWide, Section
 
@@ -110,7 +110,7 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
     runs = f" (best of {len(m.readings)} runs, {m.tool}{note})" if len(m.readings) > 1 else f" ({m.tool}{note})"
     bound = busbw_bound(m.gpu_names)
     return v.at_least(best.oop_busbw_gbyte_s, minimum, "busbw", {**details, **extra}, bound[0] if bound else None,
-                      bound[1] if bound else "", where=f" at {best.size_bytes} bytes", suffix=runs)
+                      bound[1] if bound else "", where=f" at {human_bytes(best.size_bytes)}", suffix=runs)
 
 
 def _published(m: AllReduceRuns, gpus: int) -> tuple[float | None, str]:
@@ -131,7 +131,7 @@ def _run_problems(result: NcclResult, max_bytes: int, gpu_count: int) -> list[st
         problems.append("errors in the output: " + " | ".join(repr(line[:160]) for line in result.error_lines[:3]))
     wrong = [r for r in result.rows if (r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0]
     if wrong:
-        problems.append(f"#wrong is nonzero at {', '.join(str(r.size_bytes) for r in wrong[:5])} bytes: results are corrupt")
+        problems.append(f"#wrong is nonzero at {', '.join(human_bytes(r.size_bytes) for r in wrong[:5])}: results are corrupt")
     largest = result.largest
     if largest is None:
         problems.append("no result rows")
@@ -139,7 +139,7 @@ def _run_problems(result: NcclResult, max_bytes: int, gpu_count: int) -> list[st
     if result.check_column == "#wrong" and largest.oop_wrong is None:
         problems.append("results were not validated (#wrong is N/A): run with -c 1")
     if largest.size_bytes < max_bytes:
-        problems.append(f"the sweep stopped at {largest.size_bytes} bytes, short of max_bytes {max_bytes}: "
+        problems.append(f"the sweep stopped at {human_bytes(largest.size_bytes)}, short of max_bytes {human_bytes(max_bytes)}: "
                         "the contracted size was not measured")
     if result.ranks != gpu_count:
         found = "an unknown number of" if result.ranks is None else str(result.ranks)
@@ -204,7 +204,7 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
         n = result.ranks or gpu_count
         busbw = algbw * 2 * (n - 1) / n  # nccl-tests' all_reduce factor (0 for one rank)
         if abs(busbw - largest.oop_busbw_gbyte_s) > 0.05 * max(busbw, 1e-9) + 0.02:
-            problems.append(f"at {largest.size_bytes} bytes the row's time {largest.oop_time_us:g} us gives busbw "
+            problems.append(f"at {human_bytes(largest.size_bytes)} the row's time {largest.oop_time_us:g} us gives busbw "
                             f"{busbw:.2f} GB/s over {n} ranks, the row says {largest.oop_busbw_gbyte_s:g}: the table "
                             "does not add up")
     return problems
