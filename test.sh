@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-tools=(iperf3 ethtool ip ssh-keygen)
+tools=(iperf3 ethtool ip ssh-keygen chromium)
 missing=()
 for tool in "${tools[@]}"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 python=${PYTHON:-python3}
@@ -16,8 +16,10 @@ if [[ ${#missing[@]} -gt 0 || ( $in_venv == 0 && $has_venv == 0 ) ]]; then
     if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
-        # iperf3, ethtool, ip: the network tests run the real tools in a namespace; ssh-keygen signs bundles.
-        apt-get install -y -qq --no-install-recommends iperf3 ethtool iproute2 openssh-client python3-venv >/dev/null
+        # iperf3, ethtool, ip: the network tests run the real tools in a namespace; ssh-keygen signs bundles;
+        # chromium prints the report to PDF and screenshots it, as a signer's browser would.
+        apt-get install -y -qq --no-install-recommends iperf3 ethtool iproute2 openssh-client python3-venv \
+            chromium >/dev/null
     elif [[ $(id -u) == 0 ]] && command -v dnf >/dev/null; then
         dnf install -y -q iperf3 ethtool iproute openssh-clients python3 >/dev/null
     else

@@ -309,7 +309,12 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
             stop.wait(duration_s)
             recording: dict[str, Any] = json.loads(state.nvml_recording.read_text())
             return recording.get(nvml.RECORDED_SAMPLES, {"error": "the NVML recording has no utilisation samples"})  # type: ignore[no-any-return]
-        return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop)
+        def told(elapsed: float, lowest: float | None) -> None:
+            if state.runner.progress is not None:
+                busy = f", lowest GPU {lowest:g} %" if lowest is not None else ""
+                state.runner.progress(f"gpuaccept: {command.key or command.tool} {elapsed:.0f}/{expected_s:g} s{busy}")
+
+        return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop, told)
 
     from .probes import kernel_log
 

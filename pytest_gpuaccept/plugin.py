@@ -149,6 +149,7 @@ def pytest_configure(config: pytest.Config) -> None:
     runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None,
                         pins=contract.tools.sha256, key=key,
                         keep=judging)
+    runner.progress = _progress(config) if workerinput is None and judging else None
     mode = "replay" if replay is not None else "simulated" if nvml_recording is not None else "live"
     config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
                                 Path(nvml_recording).resolve() if nvml_recording else None,
@@ -185,6 +186,24 @@ def _command_line_only(config: pytest.Config) -> None:
         if places:
             raise pytest.UsageError(f"{flag} may only be given on the command line, not in {places[0]}: "
                                     "a recording or replay replaces what this host measures")
+
+
+def _progress(config: pytest.Config) -> Any:
+    """Lines on the terminal while long work runs (a tool's start and end, the load's elapsed time and lowest
+    GPU): written past output capture, never under xdist workers (their controller shows the dots)."""
+
+    def say(line: str) -> None:
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if terminal is None or config.get_verbosity() < 0:  # -q: quiet means the dots and the verdict
+            return
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                terminal.write_line(line)
+        else:
+            terminal.write_line(line)
+
+    return say
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

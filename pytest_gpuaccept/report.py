@@ -20,7 +20,7 @@ from .probes._run import last_line
 from .probes.nvml import Host
 from .state import State, now
 from .units import human_bytes
-from .verdict import Outcome, Verdict, verdict_of
+from .verdict import NOT_MEASURED_PREFIX, Outcome, Verdict, verdict_of
 
 # Checks travel as plain dicts (JSON, xdist, JUnit): their outcome is the Outcome's value.
 PASSED, FAILED, NOT_MEASURED = Outcome.PASSED.value, Outcome.FAILED.value, Outcome.NOT_MEASURED.value
@@ -476,7 +476,8 @@ def _line(check: dict[str, Any]) -> str:
     published = f", {share:.0%} of published" if isinstance(share, (int, float)) else ""
     return (f"<li class=\"gpuaccept-fail\"><b>{safe_text(check['clause'])} {safe_text(check['subject'])}</b>: "
             f"{safe_text(check['outcome'].replace('_', ' '))}, measured {safe_text(measured)}, required "
-            f"{safe_text(str(check.get('required') or '—'))}{published} — {safe_text(check['message'], 300)}</li>")
+            f"{safe_text(str(check.get('required') or '—'))}{published} — "
+            f"{safe_text(check['message'].removeprefix(NOT_MEASURED_PREFIX), 300)}</li>")
 
 
 def _per_clause(checks: list[dict[str, Any]]) -> str:

@@ -68,3 +68,14 @@ def test_a_run_says_what_is_missing_before_it_starts(accept, fake_tools):
     run.result.stdout.fnmatch_lines(["gpuaccept preflight: missing all_reduce_perf (allreduce): those clauses will be "
                                      "not measured. `python -m pytest_gpuaccept doctor --contract *` says how to get them"])
     assert run.checks("allreduce")[0]["outcome"] == "not_measured"  # the run still runs, and rejects
+
+
+def test_long_work_says_what_runs_and_how_long_it_took(accept, fake_tools):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    contract = "gpuaccept: 1\nvendor: V\ngpus: {count: 8}\nnvlink: {every_pair: true}\n"
+    run = accept(contract, nvml_recording("h100_sxm5_8gpu.json"))
+    run.result.stdout.fnmatch_lines(["gpuaccept: running nvidia-smi topo -m (at most 120 s)",
+                                     "gpuaccept: nvidia-smi topo -m done in * s"])
+    quiet = accept(contract, nvml_recording("h100_sxm5_8gpu.json"), "-q")
+    assert "gpuaccept: running" not in quiet.result.stdout.str()
+    assert quiet.result.outlines[-1].startswith("gpuaccept verdict: ACCEPTED")

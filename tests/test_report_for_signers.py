@@ -3,7 +3,11 @@ replaying real outputs), small enough to mail and print, failures first."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,12 +45,45 @@ def rejected_8gpu(accept, fake_tools, tmp_path):
     return run
 
 
-def test_a_rejected_8gpu_report_for_a_signer(rejected_8gpu):
-    """One run of 253 checks (10 s), read four ways."""
+def test_a_rejected_8gpu_report_for_a_signer(rejected_8gpu, tmp_path):
+    """One run of 253 checks (10 s), read five ways; in a real browser where Chromium is installed
+    (test.sh installs it from Debian; CI runs it)."""
     _small(rejected_8gpu)
     _first_screen(rejected_8gpu)
     _raw_once_and_human_sizes(rejected_8gpu)
     _print(rejected_8gpu)
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no Chromium here to print and screenshot the report (test.sh installs it)")
+    _in_chromium(browser, rejected_8gpu.path / "gpuaccept-report.html", tmp_path)
+
+
+HEADLESS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=10000"]
+MEASURE = """<script>window.addEventListener("load", () => setTimeout(() => {
+  const top = (id) => Math.round(document.getElementById(id).getBoundingClientRect().top);
+  document.body.setAttribute("data-positions", JSON.stringify({verdict: top("gpuaccept-verdict"),
+    failures: top("gpuaccept-failures"), rows: document.querySelectorAll("tbody.results-table-row").length}));
+}, 500));</script>"""
+
+
+def _in_chromium(browser: str, report: Path, tmp_path: Path) -> None:
+    """A4 PDF under 15 pages; in a 1280 x 1000 window the verdict and the failure list start on the first screen."""
+    pdf = tmp_path / "report.pdf"
+    subprocess.run([browser, *HEADLESS, "--no-pdf-header-footer", f"--print-to-pdf={pdf}", report.as_uri()],
+                   capture_output=True, timeout=180, check=False)
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf.read_bytes()))
+    assert 0 < pages < 15, pages
+    measured = tmp_path / "measured.html"
+    measured.write_text(report.read_text() + MEASURE)
+    dom = subprocess.run([browser, *HEADLESS, "--window-size=1280,1000", "--dump-dom", measured.as_uri()],
+                         capture_output=True, text=True, timeout=180, check=False).stdout
+    positions = json.loads(html.unescape(re.search(r'data-positions="([^"]*)"', dom).group(1)))
+    assert positions["rows"] == 253  # pytest-html drew every check's row from its data
+    assert 0 <= positions["verdict"] < positions["failures"] < 1000, positions
+    shot = tmp_path / "first-screen.png"
+    subprocess.run([browser, *HEADLESS, "--window-size=1280,1000", f"--screenshot={shot}", report.as_uri()],
+                   capture_output=True, timeout=180, check=False)
+    assert shot.stat().st_size > 10_000
 
 
 def _small(rejected_8gpu):

@@ -111,6 +111,7 @@ class ToolRunner:
     tool_paths: dict[str, str] = field(default_factory=dict)
     replay_dir: Path | None = None
     pins: dict[str, str] = field(default_factory=dict)  # tools.sha256: tool -> the SHA-256 its file must have
+    progress: Callable[[str], None] | None = None  # one line for the terminal when a tool starts and ends
     key: bytes = field(default_factory=new_key, repr=False)
     keep: bool = True  # False in modes that judge nothing: nothing is written
     evidence: Evidence = field(init=False, repr=False)
@@ -203,8 +204,14 @@ class ToolRunner:
         return (f"{tool} at {origin.get('resolved')} has SHA-256 {found or '(unreadable)'}, the contract pins "
                 f"{pinned} (tools.sha256): not the binary the contract names, not run")
 
+    def _say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
+
     def _execute(self, keys: list[str], argvs: list[list[str]], delays: list[float], timeout: float,
                  origins: list[dict[str, Any] | None]) -> list[ToolRun]:
+        shown = " + ".join(" ".join(Path(a[0]).name.split()[:1] + a[1:])[:100] for a in argvs)
+        self._say(f"gpuaccept: running {shown} (at most {timeout:g} s)")
         started = time.monotonic()
         deadline = started + timeout
         files = []
@@ -251,6 +258,7 @@ class ToolRunner:
             raise
         for handle in files:
             handle.close()
+        self._say(f"gpuaccept: {shown} done in {time.monotonic() - started:.1f} s")
         return [self._finish(key, argv, returncodes[n], started, timeout, timed_out[n], errors[n],
                              pid=procs[n].pid if n < len(procs) and procs[n] is not None else None,  # type: ignore[union-attr]
                              provenance=origins[n])

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import ParseError
 from .sysfs import sysfs_bus_id
@@ -110,6 +110,7 @@ def read_cuda_devices(timeout_s: float = 60.0) -> dict[str, Any]:
     return result
 
 
+PROGRESS_EVERY_S = 10.0
 RECORDED_SAMPLES = "utilisation"  # the key of the sample series in a recording (docs/nvml-recording.md)
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
 
@@ -233,8 +234,10 @@ def _or_none(call: Any, *args: Any) -> Any:
         return None
 
 
-def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any) -> dict[str, Any]:
-    """Sample every GPU each `interval_s` for `duration_s` (or until `stop` is set); a plain-data recording."""
+def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any,
+                progress: Callable[[float, float | None], None] | None = None) -> dict[str, Any]:
+    """Sample every GPU each `interval_s` for `duration_s` (or until `stop` is set); a plain-data recording.
+    `progress(elapsed_s, lowest utilisation in the last sample)` is told every 10 s."""
     import time
 
     import pynvml
@@ -250,7 +253,7 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any) -> 
         series: list[list[list[Any]]] = [[] for _ in handles]
         lost: list[dict[str, Any] | None] = [None for _ in handles]
         events, xid = _xid_listener(pynvml, handles)
-        start = time.monotonic()
+        start = told = time.monotonic()
         while not stop.is_set() and time.monotonic() - start < duration_s:
             tick = time.monotonic()
             _drain_xid(pynvml, events, xid, round(tick - start, 3))
@@ -274,6 +277,10 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any) -> 
                     _or_none(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
                     _or_none(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
                 ])
+            if progress is not None and tick - told >= PROGRESS_EVERY_S:
+                told = tick
+                latest = [row[-1][1] for row in series if row and row[-1][1] is not None]
+                progress(tick - start, min(latest) if latest else None)
             stop.wait(max(0.0, interval_s - (time.monotonic() - tick)))
         _drain_xid(pynvml, events, xid, round(time.monotonic() - start, 3))
         if events is not None:
