@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -23,7 +24,7 @@ gpuaccept: 1
 vendor: "Benchmark"
 gpus: {count: 8, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4"}
 nvlink: {every_pair: true, min_links: 18, links_per_gpu: 18, link_speed: "26.5 GB/s", errors_stable: true}
-allreduce: {min_busbw: "450 GB/s", max_bytes: "16 GiB", repeats: 2}
+allreduce: {min_busbw: "30 GB/s", min_bytes: "8 B", max_bytes: "128 MiB", repeats: 2, args: ["-n", "1"]}
 utilisation: {min_percent: 80, duration: "0.2 s", warmup: "0.1 s", workload: ["train-job"]}
 health: {ecc: true, row_remapping: true, throttle: true, pcie_gen: 5, pcie_width: 16}
 """
@@ -40,18 +41,31 @@ def fake_bin(folder: Path) -> None:
         [f"GPU {gpu}: NVIDIA H100 80GB HBM3 (UUID: GPU-{gpu})"] + [f"\t Link {n}: CRC Errors: 0" for n in range(18)])
     (folder / "status.txt").write_text(status + "\n")
     (folder / "errors.txt").write_text(errors + "\n")
-    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid  1 on b device {r:2d} [0x0] NVIDIA H100 80GB HBM3\n" for r in range(8))
-    (folder / "allreduce.txt").write_bytes(ranks.encode() + (DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt").read_bytes())
+    # The real RTX 5090 log (to 128 MiB), its rank lines on the recording's GPUs with the printing shell's PID
+    # ($$): the output must be this run's (nccl-tests placement and plausibility), one iteration per size.
+    log = (DATA / "allreduce" / "rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt").read_text()
+    log = re.sub(r"Pid\s+\d+(.*?device\s+(\d+)\s+)\[[^\]]+\]",
+                 lambda m: f"Pid @PID@{m.group(1)}[0x{0x18 + 0x10 * int(m.group(2)):02x}]", log)
+    (folder / "allreduce.txt").write_text(log.replace("iters: 20", "iters: 1"))
     topo = DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt"
     scripts = {
         "nvidia-smi": f'case "$1 $2" in "topo -m") cat {topo};; "nvlink -s") cat {folder}/status.txt;; '
                       f'*) cat {folder}/errors.txt;; esac',
-        "all_reduce_perf": f"cat {folder}/allreduce.txt",
+        "all_reduce_perf": f"sed s/@PID@/$$/ {folder}/allreduce.txt",
         "train-job": "sleep 30",
     }
     for name, body in scripts.items():
         (folder / name).write_text(f"#!/bin/sh\n{body}\n")
         (folder / name).chmod(0o755)
+
+
+def sysfs(root: Path) -> None:
+    """The recording's GPUs as PCI functions (gpus.identity reads them)."""
+    for gpu in json.loads((DATA / "nvml" / "h100_sxm5_8gpu.json").read_text())["gpus"]:
+        folder = root / "bus" / "pci" / "devices" / f"0000:{gpu['pci_bus_id'].split(':', 1)[1].lower()}"
+        folder.mkdir(parents=True)
+        for name, value in (("vendor", "0x10de"), ("device", "0x2330"), ("class", "0x030200")):
+            (folder / name).write_text(value + "\n")
 
 
 def nvml_recording(path: Path) -> None:
@@ -60,7 +74,8 @@ def nvml_recording(path: Path) -> None:
     health = {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "retired_pages_pending": None}
     reading["utilisation"] = {"interval_s": 0.15, "fields": ["t_s", "util_percent", "sm_clock_mhz", "power_w",
                                                              "temp_c", "throttle_reasons", "pcie_gen", "pcie_width"],
-                              "gpus": [{"index": i, "samples": rows, "health": health} for i in range(8)]}
+                              "gpus": [{"index": i, "samples": rows, "health": health, "xid": {"events": []}}
+                                       for i in range(8)]}
     path.write_text(json.dumps(reading))
 
 
@@ -79,12 +94,14 @@ def main() -> int:
         fake_bin(root / "bin")
         (root / "vendor.yaml").write_text(CONTRACT)
         nvml_recording(root / "nvml.json")
+        sysfs(root / "sys")
         env = {**os.environ, "PATH": f"{root / 'bin'}:{os.environ['PATH']}"}
         accept_dir, plain_dir = root / "accept", root / "plain"
         accept_dir.mkdir()
         plain_dir.mkdir()
         _, out = timed([sys.executable, "-m", "pytest", "--contract", str(root / "vendor.yaml"),
-                        f"--gpuaccept-nvml={root / 'nvml.json'}", "-q", "-p", "no:cacheprovider"], accept_dir, env)
+                        f"--gpuaccept-nvml={root / 'nvml.json'}", f"--gpuaccept-sysfs={root / 'sys'}", "-q",
+                        "-p", "no:cacheprovider"], accept_dir, env)
         verdict = json.loads((accept_dir / "gpuaccept-results.json").read_text())
         n_checks = len(verdict["checks"])
         assert verdict["verdict"] == "accepted", out[-3000:]
@@ -93,7 +110,8 @@ def main() -> int:
         accept_times, plain_times = [], []
         for _ in range(args.repeat):
             accept_times.append(timed([sys.executable, "-m", "pytest", "--contract", str(root / "vendor.yaml"),
-                                       f"--gpuaccept-nvml={root / 'nvml.json'}", "-q", "-p", "no:cacheprovider"],
+                                       f"--gpuaccept-nvml={root / 'nvml.json'}", f"--gpuaccept-sysfs={root / 'sys'}",
+                                       "-q", "-p", "no:cacheprovider"],
                                       accept_dir, env)[0])
             # The baseline runs without pytest-gpuaccept (-p no:...): everything the plugin costs, its import
             # included, is overhead. (Before 2026-11-30 the baseline loaded the plugin too, so an import the

@@ -375,13 +375,14 @@ def _extra(state: State, check: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_html(evidence: Evidence, check: dict[str, Any]) -> str:
-    """One check: its row of facts, its details, then the raw output of every tool run behind it."""
+    """One check's detail: its message, its details (tables, charts), and links to the raw output behind it.
+    Clause, subject, measured, required and outcome are the row's own cells."""
     details = check.get("details", {})
-    # clause, subject, measured, required and outcome are the row's own cells: the detail says the rest
-    facts = [("message", check["message"])]
-    facts += [(k, v) for k, v in sorted(details.items()) if isinstance(v, (str, int, float))]  # e.g. qps, port
-    rows = "".join(f"<tr><th>{safe_text(k)}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts[1:])
-    parts = [f'<div class="gpuaccept-check"><p>{safe_text(check["message"])}</p>' + (f"<table>{rows}</table>" if rows else "")]
+    facts = [(k, v) for k, v in sorted(details.items()) if isinstance(v, (str, int, float))]  # e.g. qps, port
+    rows = "".join(f"<tr><th>{safe_text(k)}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts)
+    # A check that did not pass has its message in the row's log already: said once.
+    said = f"<p>{safe_text(check['message'])}</p>" if check["outcome"] == PASSED else ""
+    parts = [f'<div class="gpuaccept-check">{said}' + (f"<table>{rows}</table>" if rows else "")]
     if details.get("each"):
         parts.append(_table([["subject", "outcome", "measured", "message"], *details["each"]]))
     if "timeline" in details:
@@ -394,26 +395,15 @@ def check_html(evidence: Evidence, check: dict[str, Any]) -> str:
         shown = table if not table or table[0][:1] != ["size (B)"] else \
             [["size", *table[0][1:]]] + [[human_bytes(row[0]), *row[1:]] for row in table[1:]]
         parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(shown))
-    links, tools = [], []
+    links = []
     for name in dict.fromkeys(check.get("evidence", [])):
-        # Each raw output is shown once, in the report's "Raw tool outputs"; a check links to it. The
-        # provenance of the executable a run record names is shown beside the links.
+        # Each raw output is shown once, in the report's "Raw tool outputs"; a check links to it.
         if name.endswith(".json") and name != "nvml-host.json":
-            try:
-                record = json.loads(evidence.read(name) or b"null")
-            except (ForeignEvidence, ValueError):
-                record = None
-            if isinstance(record, dict) and isinstance(record.get("provenance"), dict):
-                origin = record["provenance"]
-                tools.append(f"{origin.get('resolved')} (sha256 {str(origin.get('sha256', '?'))[:16]}…, "
-                             f"{str(origin.get('kind', '?')).split(' (')[0]})")
-            continue
+            continue  # the run record; its executable's provenance is in "Tools run", once per executable
         path = evidence.folder / name
         if name.endswith(".stderr.txt") and path.exists() and path.stat().st_size == 0:
             continue  # an empty stderr says nothing; the evidence folder keeps it
         links.append(f'<a href="#{raw_anchor(name)}">{safe_text(name)}</a>')
-    if tools:
-        parts.append(f"<p>tool: {safe_text('; '.join(dict.fromkeys(tools)))} (provenance: Tools run)</p>")
     if links:
         parts.append(f"<p>raw output: {', '.join(links)}</p>")
     parts.append("</div>")

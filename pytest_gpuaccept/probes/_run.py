@@ -423,7 +423,8 @@ class ToolRunner:
     def record_json(self, name: str, data: object) -> str:
         """Save a reading that came from a library, not a tool (NVML), as sealed evidence; returns its file name."""
         if self.keep:
-            self.evidence.write(name, json.dumps(data, indent=1, sort_keys=True).encode())
+            # compact: the C encoder (indent would use the pure-Python one: 0.3 s on 8 GPUs of samples)
+            self.evidence.write(name, json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
         return name
 
 

@@ -55,14 +55,13 @@ def _package(path: str, requested: str) -> dict[str, Any]:
     """The owning package and whether its manager finds the file as shipped (dpkg first, then rpm)."""
     names = _aliases(path, requested)
     if shutil.which("dpkg-query") and shutil.which("dpkg"):
-        for name in names:
-            rc, out = _query(["dpkg-query", "-S", name])
-            if rc == 0 and ":" in out:
-                break
-        else:
+        _rc, out = _query(["dpkg-query", "-S", *names])  # every name at once: one query per executable
+        owners = [line.split(": ", 1)[0] for line in out.splitlines()
+                  if ": " in line and line.split(": ", 1)[1].strip() in names and not line.startswith("dpkg-query")]
+        if not owners:
             return {"package_manager": "dpkg", "package": None, "verified": None,
                     "package_note": "no package owns this file"}
-        package = out.splitlines()[0].split(":")[0].split(",")[0].strip()
+        package = owners[0].split(",")[0].strip()
         rc, out = _query(["dpkg", "--verify", package])
         changed = _changed(out, names)
         return {"package_manager": "dpkg", "package": package, "verified": rc == 0 and not changed if rc is not None else None,
