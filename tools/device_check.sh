@@ -29,11 +29,14 @@ CUDA_VISIBLE_DEVICES= timeout 60 python3 -m pytest_gpuaccept record-nvml "$R/nvm
 step provenance
 { for t in nvidia-smi python3 dmesg; do p=$(command -v $t); echo "$t $p $(readlink -f $p)"; sha256sum "$(readlink -f $p)"; head -c 4 "$(readlink -f $p)" | od -c | head -1; dpkg -S "$(readlink -f $p)" 2>&1; done; } >"$R/provenance.txt" 2>&1
 timeout 20 dmesg 2>&1 | tail -50 >"$R/dmesg-tail.txt"
+step doctor
+timeout 120 python3 -m pytest_gpuaccept doctor --contract h200-sxm-1gpu >"$R/doctor-h200.txt" 2>&1; echo "rc=$?" >>"$R/doctor-h200.txt"
+timeout 120 python3 -m pytest_gpuaccept doctor --contract h100-sxm5-8gpu >"$R/doctor-h100-preset.txt" 2>&1; echo "rc=$?" >>"$R/doctor-h100-preset.txt"
 step torch-allreduce
 timeout 120 python3 -m pytest_gpuaccept.workloads.torch_allreduce -g 1 -b 1048576 -e 67108864 -f 2 -n 5 -w 2 >"$R/torch-allreduce-1gpu.txt" 2>"$R/torch-allreduce-1gpu.stderr.txt"
 step acceptance
-mkdir -p "$R/run"; cp contracts/h200_sxm_1gpu.yaml "$R/run/vendor.yaml"
-(cd "$R/run" && timeout 300 python3 -m pytest --contract=vendor.yaml -p no:cacheprovider -rA >pytest.txt 2>&1; echo "rc=$?" >>pytest.txt)
+mkdir -p "$R/run"
+(cd "$R/run" && timeout 300 python3 -m pytest --contract=h200-sxm-1gpu -p no:cacheprovider -rA >pytest.txt 2>&1; echo "rc=$?" >>pytest.txt)
 tail -5 "$R/run/pytest.txt"
 step pack
 tar -czf "$OUT/device.tar.gz" -C "$OUT" rec && rm -rf "$R"
