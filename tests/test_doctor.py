@@ -79,3 +79,14 @@ def test_long_work_says_what_runs_and_how_long_it_took(accept, fake_tools):
     quiet = accept(contract, nvml_recording("h100_sxm5_8gpu.json"), "-q")
     assert "gpuaccept: running" not in quiet.result.stdout.str()
     assert quiet.result.outlines[-1].startswith("gpuaccept verdict: ACCEPTED")
+
+
+def test_on_the_real_h200_doctor_found_everything_its_preset_needs():
+    """Recorded on the device machine: the driver's libraries, NVML, a CUDA PyTorch and a readable dmesg."""
+    h200 = (DATA / "h200" / "doctor-h200.txt").read_text().splitlines()
+    assert h200[-2:] == ["all 5 present: every clause can be measured", "rc=0"]
+    assert any(line.startswith("  ok       libcuda.so.1") for line in h200)
+    h100 = (DATA / "h200" / "doctor-h100-preset.txt").read_text()
+    assert "3 of 8 missing: a run now would reject allreduce, host_bandwidth, p2p, rdma as not measured" in h100
+    run = (DATA / "h200" / "accepted-by-preset-pytest.txt").read_text()
+    assert "gpuaccept: workload_builtin 40/50 s, lowest GPU 100 %" in run and "gpuaccept verdict: ACCEPTED" in run
