@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .. import schema
 from ..measurements import Iperf3Path, NicLinks, RdmaDevices
@@ -102,19 +102,27 @@ def _matched(patterns: tuple[str, ...], names: tuple[str, ...]) -> list[str]:
     return [name for _pattern, name in match_names(patterns, list(names)) if name is not None and SAFE_NAME.match(name)]
 
 
+def _port(v: Verdict, subject: Subject, what: str, names: tuple[str, ...], patterns: tuple[str, ...],
+          function_of: Callable[[str], tuple[Function, str]], physical: bool) -> tuple[Check | None, Function, str]:
+    """The checks every port gets before it is measured: its name matched and safe, and (with `physical`)
+    a port of its own in sysfs. (refusal or None, what stands behind it, that reading's evidence file)."""
+    early = _unmatched_or_unsafe(v, subject, what, names)
+    if early:
+        return early, Function("", None, None, None, (), None), ""
+    function, evidence = function_of(str(subject.name))
+    others = [function_of(n)[0] for n in _matched(patterns, names)]
+    return _not_a_port(v, function, evidence, others, physical), function, evidence
+
+
 def judge_nic(section: Nics, subject: Subject, m: NicLinks, contract: Contract) -> Check:
     """Negotiated speed from ethtool, in Gb/s, of a physical port (sysfs); no link or an unknown speed fails."""
     minimum = section.min_speed.gbit_s
     v = Verdict(NIC_SPEED.key, subject, f">= {fmt(minimum)}", "Gb/s")
-    early = _unmatched_or_unsafe(v, subject, "interface", m.names)
-    if early:
-        return early
-    name = str(subject.name)
-    function, function_evidence = m.function(name)
-    others = [m.function(n)[0] for n in _matched(section.interfaces, m.names)]
-    refused = _not_a_port(v, function, function_evidence, others, section.physical)
+    refused, function, function_evidence = _port(v, subject, "interface", m.names, section.interfaces, m.function,
+                                                 section.physical)
     if refused:
         return refused
+    name = str(subject.name)
     reading = m.read(name)
     v = v.but(evidence=reading.evidence + (function_evidence,))
     link = reading.value
@@ -134,15 +142,11 @@ def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contra
     """ib_write_bw BW average in Gb/s against fraction x line rate; above line rate is implausible."""
     fraction = section.min_fraction_of_line_rate
     v = Verdict(RDMA_BW.key, subject, f">= {fraction:g} x line rate", "Gb/s")
-    early = _unmatched_or_unsafe(v, subject, "RDMA device", m.names)
-    if early:
-        return early
-    device = str(subject.name)
-    function, function_evidence = m.function(device)
-    others = [m.function(n)[0] for n in _matched(section.devices, m.names)]
-    refused = _not_a_port(v, function, function_evidence, others, section.physical)
+    refused, _function, function_evidence = _port(v, subject, "RDMA device", m.names, section.devices, m.function,
+                                                  section.physical)
     if refused:
         return refused
+    device = str(subject.name)
     ports, sysfs_evidence = m.ports(device)
     v = v.but(evidence=(sysfs_evidence, function_evidence))
     port = next((p for p in ports if p.active), ports[0] if ports else None)
