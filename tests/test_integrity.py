@@ -287,3 +287,20 @@ def test_an_unsigned_bundle_fails_when_signatures_are_required(accepted, tmp_pat
     allowed.write_text("")
     assert cli(["verify", str(accepted.path), "--allowed-signers", str(allowed)]) == 1
     assert "FAIL no signature in" in capsys.readouterr().out
+
+
+def test_a_pytest_gpuaccept_planted_in_the_working_directory_never_runs_as_a_workload(accept, pytester):
+    """`python -m pytest_gpuaccept.workloads.membw` started in the run's folder would import a package planted
+    there (python -m puts the working directory first on sys.path): our workloads start beside our package."""
+    planted = pytester.path / "pytest_gpuaccept" / "workloads"
+    planted.mkdir(parents=True)
+    (planted.parent / "__init__.py").write_text("")
+    (planted / "__init__.py").write_text("")
+    marker = pytester.path / "planted-ran"
+    fake = (DATA / "torch" / "membw_cpu_2dev.txt").read_text().replace("device cpu", "device cuda")
+    fake = fake.replace('"device": "cpu"', '"device": "cuda:0"')
+    (planted / "membw.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nprint({fake!r})\n")
+    run = accept("gpuaccept: 1\nvendor: V\ngpus: {count: 2}\nmemory_bandwidth: {min_bandwidth: '1 GB/s'}\n",
+                 nvml_recording("h100_sxm5_4gpu.json"))
+    assert not marker.exists()
+    assert {c["outcome"] for c in run.checks("memory_bandwidth")} != {"passed"}

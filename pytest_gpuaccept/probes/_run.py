@@ -227,7 +227,7 @@ class ToolRunner:
                 if delay:
                     time.sleep(delay)  # let a server start listening before its client connects
                 try:
-                    procs.append(subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                    procs.append(subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=own_cwd(argv),
                                                   start_new_session=True))
                     errors.append(None)
                 except OSError as exc:
@@ -293,7 +293,7 @@ class ToolRunner:
             with open(self.evidence.claim(f"{key}.txt"), "wb") as out, \
                     open(self.evidence.claim(f"{key}.stderr.txt"), "wb") as err:
                 try:
-                    proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                    proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=own_cwd(argv),
                                             start_new_session=True)
                 except OSError as exc:
                     run = ToolRun(key, tuple(argv), None, 0.0, "", "",
@@ -443,6 +443,18 @@ def _record(run: ToolRun) -> dict[str, object]:
         "stdout": f"{run.key}.txt", "stderr": f"{run.key}.stderr.txt", "replayed": run.replayed,
         "stopped_after_s": run.stopped_after_s, "pid": run.pid, "provenance": run.provenance,
     }
+
+
+OWN_PACKAGE = Path(__file__).resolve().parent.parent  # pytest_gpuaccept/
+
+
+def own_cwd(argv: list[str]) -> str | None:
+    """Where one of our own workloads (`python -m pytest_gpuaccept.workloads.X`) starts: beside the package this
+    run imported. `python -m` puts its working directory first on sys.path, so started from the run's folder
+    a `pytest_gpuaccept/` planted there would run instead of ours. Every other tool starts where pytest runs."""
+    if len(argv) > 2 and argv[1] == "-m" and argv[2].startswith(OWN_PACKAGE.name + "."):
+        return str(OWN_PACKAGE.parent)
+    return None
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
