@@ -360,13 +360,6 @@ def raw_outputs(evidence: Evidence, checks: list[dict[str, Any]]) -> str:
             if parts else "")
 
 
-def _provenance_line(origin: dict[str, Any]) -> str:
-    package = origin.get("package") or origin.get("package_note") or "no package"
-    verified = {True: "verified", False: "CHANGED since installed", None: "not verified"}[origin.get("verified")]
-    return (f"{origin.get('resolved')} sha256 {origin.get('sha256', '?')} {origin.get('kind', '?')}, "
-            f"{package} ({origin.get('package_manager') or 'no package manager'}, {verified})")
-
-
 def _extra(state: State, check: dict[str, Any]) -> dict[str, Any]:
     from pytest_html import extras
 
