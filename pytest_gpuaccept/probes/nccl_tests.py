@@ -214,3 +214,25 @@ def all_reduce_args(gpus: int, min_bytes: int, max_bytes: int, extra: tuple[str,
 def run_all_reduce(runner: ToolRunner, args: list[str], repeat: int, timeout_s: float | None = None) -> ToolRun:
     """Run all_reduce_perf; each repeat is its own run with its own evidence."""
     return runner.run(TOOL, args, timeout_s, key=f"{slug([TOOL, *args])}.run{repeat}")
+
+
+_NET_USING = re.compile(r"NCCL INFO (NET/\w+) : Using")
+_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
+_VIA = re.compile(r"via (NET/\w+)")
+
+
+def network_transport(text: str) -> dict[str, set[str]]:
+    """What NCCL's own log (NCCL_DEBUG=INFO) says carried the traffic between nodes, per host: `NET/IB`
+    (with `IBext...` for a plugin), or `NET/Socket` — a multi-node all_reduce over sockets is not one over
+    RDMA, whatever its busbw. Hosts are the `host:pid:tid` prefix of NCCL's lines."""
+    found: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        stripped = _PREFIX.sub("", line, count=1).strip()
+        host = stripped.split(":", 1)[0] if ":" in stripped else ""
+        for pattern in (_NET_USING, _NETWORK, _VIA):
+            match = pattern.search(stripped)
+            if match:
+                name = match.group(1)
+                found.setdefault(host, set()).add("NET/IB" if name.startswith("IB") else
+                                                  "NET/Socket" if name == "Socket" else name)
+    return found
