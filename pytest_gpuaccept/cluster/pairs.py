@@ -1,0 +1,60 @@
+"""Pairs of nodes, to find a bad node or a bad link: rounds of disjoint pairs that cover every pair, and the
+blame a set of pair results puts on nodes and on links.
+
+Round-robin (the circle method) covers every pair of n nodes in n-1 rounds (n rounds when n is odd, one
+node resting each round); the pairs of a round run at the same time. Blame: a node that fails with most
+of its partners is the bad node; a failing pair that no bad node explains is a bad link between the two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Pair = tuple[str, str]
+
+
+def rounds(nodes: list[str]) -> list[list[Pair]]:
+    """Every unordered pair exactly once, in rounds of disjoint pairs."""
+    ring: list[str | None] = list(dict.fromkeys(nodes))
+    if len(ring) < 2:
+        return []
+    if len(ring) % 2:
+        ring.append(None)  # the node paired with None rests this round
+    out = []
+    for _ in range(len(ring) - 1):
+        half = len(ring) // 2
+        pairs = [(a, b) for a, b in zip(ring[:half], reversed(ring[half:])) if a is not None and b is not None]
+        out.append(pairs)
+        ring = [ring[0], ring[-1], *ring[1:-1]]  # the first stays, the rest turn
+    return out
+
+
+@dataclass(frozen=True)
+class Blame:
+    bad_nodes: tuple[str, ...]
+    bad_links: tuple[Pair, ...]
+    failing: tuple[Pair, ...]
+
+    def of(self, pair: Pair) -> str:
+        """Why a pair failed, in words: its bad node(s), or the link between the two."""
+        nodes = [n for n in pair if n in self.bad_nodes]
+        if nodes:
+            return f"node {' and '.join(nodes)} fails with most partners"
+        return f"the link between {pair[0]} and {pair[1]}: both nodes pass with every other partner"
+
+
+def blame(passed: dict[Pair, bool]) -> Blame:
+    """A node is bad when more than half of its pairs (and at least two) fail; a failing pair with no bad
+    node in it is a bad link. Pairs are unordered; a pair measured twice fails if either measurement did."""
+    results: dict[Pair, bool] = {}
+    for (a, b), ok in passed.items():
+        key = (a, b) if a <= b else (b, a)
+        results[key] = results.get(key, True) and ok
+    partners: dict[str, list[bool]] = {}
+    for (a, b), ok in results.items():
+        partners.setdefault(a, []).append(ok)
+        partners.setdefault(b, []).append(ok)
+    bad = sorted(n for n, oks in partners.items() if oks.count(False) >= 2 and oks.count(False) * 2 > len(oks))
+    failing = sorted(pair for pair, ok in results.items() if not ok)
+    links = [pair for pair in failing if pair[0] not in bad and pair[1] not in bad]
+    return Blame(tuple(bad), tuple(links), tuple(failing))
