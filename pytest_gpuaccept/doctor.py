@@ -10,14 +10,13 @@ import ctypes.util
 import glob
 import importlib.util
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .clauses import allreduce, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
 from .contract import Contract
-from .probes._run import PACKAGED
+from .probes._run import find_tool
 
 TOOL_IPERF3 = "iperf3"  # the tool, named as the contract's `tools:` key
 
@@ -120,12 +119,7 @@ def needs(contract: Contract) -> list[Need]:
 def look(need: Need, paths: dict[str, str], nvml_recording: Path | None = None, provenance: bool = True) -> Need:
     """Find one need on this host; fills `found` and `detail`."""
     if need.kind == "tool":
-        path = paths.get(need.name)
-        found = (path if os.access(path, os.X_OK) else None) if path else shutil.which(need.name)
-        for pattern in () if found else PACKAGED.get(need.name, ()):
-            hits = sorted(p for p in glob.glob(pattern) if os.access(p, os.X_OK))
-            found = hits[-1] if hits else None
-        need.found = found
+        found = need.found = find_tool(need.name, paths)  # as the run will look for it
         if found and provenance:
             from .probes.provenance import flags, read_provenance
 
@@ -158,9 +152,7 @@ def look(need: Need, paths: dict[str, str], nvml_recording: Path | None = None, 
 
 
 def diagnose(contract: Contract, nvml_recording: Path | None = None, provenance: bool = True) -> list[Need]:
-    paths = {"python": "", **contract.tools.paths}
-    paths.pop("python")
-    return [look(need, paths, nvml_recording, provenance) for need in needs(contract)]
+    return [look(need, contract.tools.paths, nvml_recording, provenance) for need in needs(contract)]
 
 
 def render(found: list[Need], contract: Contract) -> str:

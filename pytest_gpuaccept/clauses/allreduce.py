@@ -9,6 +9,7 @@ from .. import schema
 from ..measurements import AllReduceRuns
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
+from ..probes.sysfs import sysfs_bus_id
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, human_bytes, parse_size
@@ -163,9 +164,6 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
     if ranks and host is not None and not host.error:
         gpus = {_place(g.pci_bus_id): g.index for g in host.gpus[:gpu_count] if g.pci_bus_id}
 
-        def where(r: RankLine) -> tuple[int, int | None]:
-            return (r.bus, r.slot) if r.slot is not None else (r.bus, None)
-
         def gpu_of(r: RankLine) -> int | None:
             if r.slot is not None:
                 return gpus.get((r.bus, r.slot))
@@ -178,7 +176,7 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
         elsewhere = [r for r in ranks if gpu_of(r) is None]
         if elsewhere:
             problems.append("ranks on GPUs NVML does not list here: " + ", ".join(
-                f"rank {r.rank} on bus {shown(where(r))}" for r in elsewhere[:4]) +
+                f"rank {r.rank} on bus {shown((r.bus, r.slot))}" for r in elsewhere[:4]) +
                 f" (NVML: {', '.join(f'GPU{i} {shown(p)}' for p, i in sorted(gpus.items(), key=lambda x: x[1]))})")
         shared: dict[int, list[int]] = {}
         for r in ranks:
@@ -212,10 +210,11 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
 
 def _place(bus_id: str) -> tuple[int, int | None]:
     """NVML's `00000000:18:00.0` -> (bus 0x18, device 0x00)."""
-    parts = bus_id.split(":")
-    if len(parts) < 3:
-        return -1, None
-    return int(parts[-2], 16), int(parts[-1].split(".")[0], 16)
+    try:
+        _domain, bus, device = sysfs_bus_id(bus_id).split(".")[0].split(":")
+        return int(bus, 16), int(device, 16)
+    except ValueError:
+        return -1, None  # never matches a rank's bus
 
 
 def busbw_rows(result: NcclResult, threshold: float) -> list[list[Any]]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import schema
 from ..measurements import LoadRun
 from ..probes.nvml import BAD_THROTTLE, GpuSeries, decode_reasons
+from ..probes.sysfs import sysfs_bus_id
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Duration, parse_duration
@@ -231,9 +232,8 @@ TDP_FRACTION = 0.85  # an enforced limit under this share of the model's publish
 
 
 def _kernel_pci(bus: str) -> str:
-    """NVML's `00000000:18:00.0` as the driver writes it in the kernel log: `0000:18:00`."""
-    parts = bus.lower().split(":")
-    return f"{parts[0][-4:]}:{parts[1]}:{parts[2].split('.')[0]}" if len(parts) == 3 else ""
+    """NVML's `00000000:18:00.0` as the driver writes it in the kernel log: `0000:18:00` (no function)."""
+    return sysfs_bus_id(bus).rsplit(".", 1)[0] if bus.count(":") == 2 else ""
 
 
 def judge_xid(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:

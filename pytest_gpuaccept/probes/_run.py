@@ -98,6 +98,19 @@ class Command:
     start_after_s: float = 0.0
 
 
+def find_tool(tool: str, paths: dict[str, str]) -> str | None:
+    """The executable for a tool: the contract's `tools:` path, else PATH, else where packages put it."""
+    if tool in paths:
+        path = paths[tool]
+        return path if os.access(path, os.X_OK) else None
+    found = shutil.which(tool)
+    for pattern in () if found else PACKAGED.get(tool, ()):
+        hits = sorted(p for p in glob.glob(pattern) if os.access(p, os.X_OK))
+        if hits:
+            return hits[-1]  # the newest CUDA build DCGM ships
+    return found
+
+
 @dataclass
 class ToolRunner:
     """Runs tools for one acceptance session and keeps the evidence of each run.
@@ -123,16 +136,7 @@ class ToolRunner:
         self.evidence = Evidence(self.evidence_dir, self.key)
 
     def which(self, tool: str) -> str | None:
-        """The executable for a tool: the contract's `tools:` path, else PATH, else where packages put it."""
-        if tool in self.tool_paths:
-            path = self.tool_paths[tool]
-            return path if os.access(path, os.X_OK) else None
-        found = shutil.which(tool)
-        for pattern in () if found else PACKAGED.get(tool, ()):
-            hits = sorted(p for p in glob.glob(pattern) if os.access(p, os.X_OK))
-            if hits:
-                return hits[-1]  # the newest CUDA build DCGM ships
-        return found
+        return find_tool(tool, self.tool_paths)
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
