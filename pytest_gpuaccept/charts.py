@@ -1,4 +1,5 @@
-"""Small inline SVG line charts for the report: self-contained, no script, every text escaped."""
+"""Small inline SVG line charts for the report: self-contained, no script, every text escaped, integer
+coordinates and at most MAX_POINTS points a line (a run of 10 minutes must not make a report of megabytes)."""
 
 from __future__ import annotations
 
@@ -9,49 +10,73 @@ from typing import Any, Sequence
 from .units import human_bytes
 
 WIDTH, HEIGHT, PAD = 520, 170, 42
+MAX_POINTS = 240  # per line: a bucket keeps its lowest and highest value, so a dip still shows
+PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#d1242f", "#57606a")
+
+
+def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """At most MAX_POINTS points: consecutive buckets, each its lowest and its highest point in time order."""
+    if len(points) <= MAX_POINTS:
+        return points
+    size = math.ceil(len(points) / (MAX_POINTS // 2))
+    kept: list[tuple[float, float]] = []
+    for start in range(0, len(points), size):
+        bucket = points[start:start + size]
+        low, high = min(bucket, key=lambda p: p[1]), max(bucket, key=lambda p: p[1])
+        kept += sorted({low, high})
+    return kept
 
 
 def line_chart(title: str, xs: Sequence[float], lines: Sequence[tuple[str, Sequence[float | None], str]],
                unit: str, threshold: float | None = None, threshold_label: str = "", vline: float | None = None,
                vline_label: str = "", x_label: str = "t (s)", log2_x: bool = False) -> str:
     """One chart: each line a (label, values, colour); an optional horizontal threshold and vertical marker."""
-    points = [(x, v) for _label, values, _c in lines for x, v in zip(xs, values) if v is not None]
+    return multi_chart(title, [(label, xs, values, colour) for label, values, colour in lines], unit, threshold,
+                       threshold_label, vline, vline_label, x_label, log2_x)
+
+
+def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence[float | None], str]], unit: str,
+                threshold: float | None = None, threshold_label: str = "", vline: float | None = None,
+                vline_label: str = "", x_label: str = "t (s)", log2_x: bool = False) -> str:
+    """Lines with their own x values (label, xs, values, colour): e.g. one GPU each, sampled at its own times."""
+    series = [(label, [(x, v) for x, v in zip(xs, values) if v is not None], colour) for label, xs, values, colour in lines]
+    points = [p for _label, pts, _c in series for p in pts]
     if not points:
         return f"<p>{html.escape(title)}: no data</p>"
     tx = (lambda x: math.log2(x)) if log2_x else (lambda x: x)
-    x_min, x_max = min(tx(x) for x in xs), max(tx(x) for x in xs)
+    x_min, x_max = min(tx(x) for x, _v in points), max(tx(x) for x, _v in points)
     y_values = [v for _x, v in points] + ([threshold] if threshold is not None else [])
     y_min, y_max = min(0.0, min(y_values)), max(y_values) * 1.08 or 1.0
     x_span, y_span = (x_max - x_min) or 1.0, (y_max - y_min) or 1.0
 
-    def px(x: float) -> float:
-        return PAD + (tx(x) - x_min) / x_span * (WIDTH - 2 * PAD)
+    def px(x: float) -> int:
+        return round(PAD + (tx(x) - x_min) / x_span * (WIDTH - 2 * PAD))
 
-    def py(y: float) -> float:
-        return HEIGHT - PAD / 2 - (y - y_min) / y_span * (HEIGHT - PAD)
+    def py(y: float) -> int:
+        return round(HEIGHT - PAD / 2 - (y - y_min) / y_span * (HEIGHT - PAD))
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-             f'style="background:#fff;border:1px solid #ddd;margin:4px">',
-             f'<text x="{PAD}" y="12" font-size="11" font-weight="bold">{html.escape(title)}</text>',
-             f'<text x="2" y="{py(y_max) + 4:.1f}" font-size="9">{y_max:.4g} {html.escape(unit)}</text>',
-             f'<text x="2" y="{py(y_min):.1f}" font-size="9">{y_min:.4g}</text>',
-             f'<text x="{PAD}" y="{HEIGHT - 2}" font-size="9">{_x_tick(min(xs), log2_x)}</text>',
-             f'<text x="{WIDTH - PAD}" y="{HEIGHT - 2}" font-size="9" text-anchor="end">'
-             f'{_x_tick(max(xs), log2_x)} {html.escape(x_label)}</text>']
-    for label, values, colour in lines:
-        coords = " ".join(f"{px(x):.1f},{py(v):.1f}" for x, v in zip(xs, values) if v is not None)
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}">'
+    x_low, x_high = min(x for x, _v in points), max(x for x, _v in points)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width={WIDTH} height={HEIGHT} class=gc font-size=9>',
+             f"<text x={PAD} y=12 font-size=11 font-weight=bold>{html.escape(title)}</text>",
+             f"<text x=2 y={py(y_max) + 4}>{y_max:.4g} {html.escape(unit)}</text>",
+             f"<text x=2 y={py(y_min)}>{y_min:.4g}</text>",
+             f"<text x={PAD} y={HEIGHT - 2}>{_x_tick(x_low, log2_x)}</text>",
+             f"<text x={WIDTH - PAD} y={HEIGHT - 2} text-anchor=end>{_x_tick(x_high, log2_x)} {html.escape(x_label)}</text>"]
+    for label, pts, colour in series:
+        coords = " ".join(f"{px(x)},{py(v)}" for x, v in _thin(pts))
+        parts.append(f'<polyline fill=none stroke="{colour}" stroke-width=1.5 points="{coords}">'
                      f"<title>{html.escape(label)}</title></polyline>")
     if threshold is not None:
         y = py(threshold)
-        parts.append(f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{y:.1f}" y2="{y:.1f}" stroke="#cf222e" '
-                     f'stroke-dasharray="4,3"/><text x="{WIDTH - PAD}" y="{y - 3:.1f}" font-size="9" '
-                     f'text-anchor="end" fill="#cf222e">{html.escape(threshold_label)}</text>')
+        parts.append(f'<line x1={PAD} x2={WIDTH - PAD} y1={y} y2={y} stroke="#cf222e" stroke-dasharray="4,3"/>'
+                     f'<text x={WIDTH - PAD} y={y - 3} text-anchor=end fill="#cf222e">{html.escape(threshold_label)}</text>')
     if vline is not None and x_min <= tx(vline) <= x_max:
         x = px(vline)
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD / 2}" y2="{HEIGHT - PAD / 2}" stroke="#888" '
-                     f'stroke-dasharray="2,2"/><text x="{x + 3:.1f}" y="{PAD / 2 + 8}" font-size="9" '
-                     f'fill="#555">{html.escape(vline_label)}</text>')
+        parts.append(f'<line x1={x} x2={x} y1={PAD // 2} y2={HEIGHT - PAD // 2} stroke="#888" stroke-dasharray="2,2"/>'
+                     f'<text x={x + 3} y={PAD // 2 + 8} fill="#555">{html.escape(vline_label)}</text>')
+    if len(series) > 1:
+        keys = "".join(f'<tspan fill="{colour}"> {html.escape(label)}</tspan>' for label, _pts, colour in series)
+        parts.append(f"<text x={WIDTH - PAD} y=12 text-anchor=end>{keys}</text>")
     parts.append("</svg>")
     return "".join(parts)
 
@@ -61,19 +86,24 @@ def _x_tick(x: float, sizes: bool) -> str:
     return human_bytes(x) if sizes else f"{x:.4g}"
 
 
-def timeline_charts(timeline: dict[str, Any]) -> str:
-    """Utilisation (with threshold and warmup), SM clock, power and temperature of one GPU over the load."""
-    rows = timeline["rows"]
-    xs = [r[0] for r in rows]
-    warmup = timeline.get("warmup_s")
-    threshold = timeline.get("threshold")
-    charts = [line_chart("GPU utilisation", xs, [("utilisation %", [r[1] for r in rows], "#0969da")], "%",
-                         threshold, f"threshold {threshold:g} %" if threshold is not None else "",
-                         warmup, f"warmup {warmup:g} s" if warmup is not None else "")]
-    for title, column, unit, colour in (("SM clock", 2, "MHz", "#8250df"), ("power", 3, "W", "#bf8700"),
-                                        ("temperature", 4, "°C", "#cf222e")):
-        charts.append(line_chart(title, xs, [(title, [r[column] for r in rows], colour)], unit, vline=warmup,
-                                 vline_label="warmup"))
+def timeline_charts(timelines: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """Utilisation (with threshold and warmup), SM clock, power and temperature over the load: one chart each,
+    a line per subject (GPU), so that eight GPUs are four charts, and the one that lags stands out."""
+    if not timelines:
+        return ""
+    first = timelines[0][1]
+    warmup, threshold = first.get("warmup_s"), first.get("threshold")
+    colours = [PALETTE[n % len(PALETTE)] for n in range(len(timelines))]
+
+    def lines(column: int) -> list[tuple[str, list[float], list[float | None], str]]:
+        return [(label, [r[0] for r in t["rows"]], [r[column] for r in t["rows"]], colour)
+                for (label, t), colour in zip(timelines, colours)]
+
+    charts = [multi_chart("GPU utilisation", lines(1), "%", threshold,
+                          f"threshold {threshold:g} %" if threshold is not None else "",
+                          warmup, f"warmup {warmup:g} s" if warmup is not None else "")]
+    for title, column, unit in (("SM clock", 2, "MHz"), ("power", 3, "W"), ("temperature", 4, "°C")):
+        charts.append(multi_chart(title, lines(column), unit, vline=warmup, vline_label="warmup"))
     return "".join(charts)
 
 
@@ -94,15 +124,14 @@ def heat_map(title: str, cells: dict[tuple[int, int], tuple[float | None, str]],
     size = max(max(pair) for pair in cells) + 1
     values = [v for v, _outcome in cells.values() if v is not None]
     top = max(values) if values else 1.0
-    style = "padding:2px 6px;text-align:right;font-size:11px;border:1px solid #fff"
-    head = "".join(f'<th style="{style}">GPU{j}</th>' for j in range(size))
+    head = "".join(f"<th>GPU{j}" for j in range(size))
     rows = []
     for i in range(size):
         tds = []
         for j in range(size):
             value, outcome = cells.get((i, j), (None, ""))
             if i == j:
-                tds.append(f'<td style="{style};background:#eee">—</td>')
+                tds.append('<td style="background:#eee">—')
                 continue
             if outcome == "passed" and value is not None:
                 shade = int(235 - 120 * (value / top if top else 0))
@@ -112,7 +141,7 @@ def heat_map(title: str, cells: dict[tuple[int, int], tuple[float | None, str]],
             else:
                 colour = "#d0d0d0"
             shown = "—" if value is None else f"{value:g}"
-            tds.append(f'<td style="{style};background:{colour}" title="GPU{i}->GPU{j}: {outcome}">{shown}</td>')
-        rows.append(f'<tr><th style="{style}">GPU{i}</th>{"".join(tds)}</tr>')
-    return (f'<h4>{html.escape(title)} ({html.escape(unit)}; row: from, column: to)</h4>'
-            f'<table style="border-collapse:collapse"><tr><th></th>{head}</tr>{"".join(rows)}</table>')
+            tds.append(f'<td style="background:{colour}" title="GPU{i}->GPU{j}: {html.escape(outcome)}">{shown}')
+        rows.append(f"<tr><th>GPU{i}{''.join(tds)}")
+    return (f"<h4>{html.escape(title)} ({html.escape(unit)}; row: from, column: to)</h4>"
+            f"<table class=gh><tr><th>{head}{''.join(rows)}</table>")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
@@ -117,25 +118,34 @@ class ReportPlugin:
             return
         check["test"] = item["test"]
         self.state.checks[(check["clause"], check["subject"])] = check
-        report.extras = [*getattr(report, "extras", []), _extra(self.state, check)]  # type: ignore[attr-defined]
 
     # -------------------------------------------------------------- pytest-html
 
+    # A row is one check: result, test, clause, subject, measured, required. Duration and links say nothing
+    # about a check (the run records keep durations); 253 rows of them were a fifth of a report's bytes.
     def pytest_html_results_table_header(self, cells: list[str]) -> None:
-        cells.insert(2, '<th class="sortable" data-column-type="clause">Clause</th>')
-        cells.insert(3, "<th>Subject</th>")
-        cells.insert(4, "<th>Measured</th>")
-        cells.insert(5, "<th>Required</th>")
+        del cells[2:]
+        cells += ['<th class="sortable" data-column-type="clause">Clause</th>', "<th>Subject</th>",
+                  "<th>Measured</th>", "<th>Required</th>"]
 
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
         item = _props(report, ITEM_PROPERTY) or {}
         check = self.state.checks.get((item.get("clause", ""), item.get("subject", ""))) or {}
         measured = check.get("measured")
         shown = "—" if measured is None else f"{measured} {check.get('unit') or ''}".strip()
-        cells.insert(2, f'<td class="col-clause">{safe_text(str(item.get("clause", "")))}</td>')
-        cells.insert(3, f"<td>{safe_text(str(item.get('subject', '')))}</td>")
-        cells.insert(4, f"<td>{safe_text(shown)}</td>")
-        cells.insert(5, f"<td>{safe_text(str(check.get('required', '')))}</td>")
+        del cells[2:]
+        cells += [f'<td class="col-clause">{safe_text(str(item.get("clause", "")))}</td>',
+                  f"<td>{safe_text(str(item.get('subject', '')))}</td>", f"<td>{safe_text(shown)}</td>",
+                  f"<td>{safe_text(str(check.get('required', '')))}</td>"]
+
+    def pytest_html_results_table_html(self, report: pytest.TestReport, data: list[str]) -> None:
+        """A check's detail (what opens under its row) is its message, facts and links; pytest's own log is
+        kept below it only where the test crashed."""
+        item = _props(report, ITEM_PROPERTY)
+        check = self.state.checks.get((item["clause"], item["subject"])) if item else None
+        if check is not None:
+            crashed = check["message"].removeprefix(NOT_MEASURED_PREFIX).startswith("crashed")
+            data[:] = [check_html(self.state.runner.evidence, check), *(data if crashed else [])]
 
     def pytest_html_report_title(self, report: Any) -> None:
         report.title = f"GPU acceptance: {self.state.contract.vendor}"
@@ -271,6 +281,7 @@ class ReportPlugin:
         if self.results is None:
             return
         state = self.state
+        compact_report(state.report_path)
         write_manifest(state.evidence_dir, [state.report_path, state.json_path, Path(state.contract.path).resolve()], {
             "verdict": self.results["verdict"], "mode": state.mode, "gpuaccept": __version__,
             "recorded": {"host": self.results.get("host", {}).get("hostname", ""), "started": state.started,
@@ -279,6 +290,33 @@ class ReportPlugin:
         if terminal is not None:
             terminal.write_line(verdict_line(self.results), bold=True,
                                 green=self.results["verdict"] == "accepted", red=self.results["verdict"] != "accepted")
+
+
+_BLOB = re.compile(r'data-jsonblob="([^"]*)"')
+
+
+def compact_report(path: Path) -> None:
+    """pytest-html writes its rows as JSON in a double-quoted attribute, so every quote of the JSON costs five
+    bytes (&#34;), and every < and > four: the escaped blob was 1.7 times the JSON. In a single-quoted
+    attribute only & and ' need escaping; < is escaped too, so that no tag, not even an inert one, is in
+    the page's bytes. The browser decodes both to the same JSON, which is checked here before the file is
+    replaced; anything unexpected leaves the report as pytest-html wrote it."""
+    try:
+        page = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return
+    found = list(_BLOB.finditer(page))
+    if len(found) != 1:
+        return
+    blob = html.unescape(found[0].group(1))
+    compact = blob.replace("&", "&amp;").replace("'", "&#39;").replace("<", "&lt;")
+    try:
+        if json.loads(html.unescape(compact)) != json.loads(blob):
+            return
+    except ValueError:
+        return
+    match = found[0]
+    write_atomic(path, f"{page[:match.start()]}data-jsonblob='{compact}'{page[match.end():]}")
 
 
 def verdict_line(results: dict[str, Any]) -> str:
@@ -347,12 +385,21 @@ def raw_outputs(evidence: Evidence, checks: list[dict[str, Any]]) -> str:
     names = list(dict.fromkeys(n for c in checks for n in c.get("evidence", [])
                                if not n.endswith(".json") or n == "nvml-host.json"))
     parts = []
+    shown: dict[str, str] = {}  # SHA-256 of what is shown: the name it is shown under
     for name in names:
         try:
             raw = evidence.read(name)
         except ForeignEvidence as exc:
             parts.append(f'<h4 id="{raw_anchor(name)}">{safe_text(name)}</h4><p><b>not shown: {safe_text(str(exc))}</b></p>')
             continue
+        digest = hashlib.sha256(raw or b"").hexdigest()
+        if digest in shown and (raw or b"").strip():
+            # e.g. the error counters after the load, unchanged from before: the same bytes are shown once
+            same = shown[digest]
+            parts.append(f'<h4 id="{raw_anchor(name)}">{safe_text(name)}</h4><p>byte for byte the same as '
+                         f'<a href="#{raw_anchor(same)}">{safe_text(same)}</a></p>')
+            continue
+        shown[digest] = name
         text = (raw or b"")[: RAW_SHOWN_BYTES * 2].decode("utf-8", errors="replace")
         body = f"<pre>{safe_text(text, RAW_SHOWN_BYTES)}</pre>" if text.strip() else "<p>(empty)</p>"
         parts.append(f'<h4 id="{raw_anchor(name)}">{safe_text(name)}</h4>{body}')
@@ -360,34 +407,19 @@ def raw_outputs(evidence: Evidence, checks: list[dict[str, Any]]) -> str:
             if parts else "")
 
 
-def _extra(state: State, check: dict[str, Any]) -> dict[str, Any]:
-    from pytest_html import extras
-
-    extra: dict[str, Any] = extras.html(check_html(state.runner.evidence, check))
-    return extra
-
-
 def check_html(evidence: Evidence, check: dict[str, Any]) -> str:
-    """One check's detail: its message, its details (tables, charts), and links to the raw output behind it.
-    Clause, subject, measured, required and outcome are the row's own cells."""
+    """One check's detail, as lines of text: its message, its facts, where its charts are, links to the raw
+    output behind it. Clause, subject, measured, required and outcome are the row's own cells. Small on
+    purpose: pytest-html keeps every row's detail in the page's JSON."""
     details = check.get("details", {})
     facts = [(k, v) for k, v in sorted(details.items()) if isinstance(v, (str, int, float))]  # e.g. qps, port
-    rows = "".join(f"<tr><th>{safe_text(k)}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts)
-    # A check that did not pass has its message in the row's log already: said once.
-    said = f"<p>{safe_text(check['message'])}</p>" if check["outcome"] == PASSED else ""
-    parts = [f'<div class="gpuaccept-check">{said}' + (f"<table>{rows}</table>" if rows else "")]
-    if details.get("each"):
-        parts.append(_table([["subject", "outcome", "measured", "message"], *details["each"]]))
-    if "timeline" in details:
-        parts.append(charts.timeline_charts(details["timeline"]))
+    lines = [safe_text(check["message"], 2000)]
+    if facts:
+        lines.append(" · ".join(f"{safe_text(k)}: {safe_text(str(v))}" for k, v in facts))
     if details.get("throttle_reasons_seen"):
-        parts.append(f"<p>clock event reasons seen: {safe_text(', '.join(details['throttle_reasons_seen']))}</p>")
-    for title, table in details.get("tables", []):
-        threshold = check.get("threshold")
-        chart = charts.busbw_chart(table, threshold) if threshold is not None else ""
-        shown = table if not table or table[0][:1] != ["size (B)"] else \
-            [["size", *table[0][1:]]] + [[human_bytes(row[0]), *row[1:]] for row in table[1:]]
-        parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(shown))
+        lines.append(f"clock event reasons seen: {safe_text(', '.join(details['throttle_reasons_seen']))}")
+    if _measured_in_detail(check):
+        lines.append(f"charts and tables: <a href=#{measurement_anchor(check)}>in the summary</a>")
     links = []
     for name in dict.fromkeys(check.get("evidence", [])):
         # Each raw output is shown once, in the report's "Raw tool outputs"; a check links to it.
@@ -396,28 +428,63 @@ def check_html(evidence: Evidence, check: dict[str, Any]) -> str:
         path = evidence.folder / name
         if name.endswith(".stderr.txt") and path.exists() and path.stat().st_size == 0:
             continue  # an empty stderr says nothing; the evidence folder keeps it
-        links.append(f'<a href="#{raw_anchor(name)}">{safe_text(name)}</a>')
+        links.append(f"<a href=#{raw_anchor(name)}>{safe_text(name)}</a>")
     if links:
-        parts.append(f"<p>raw output: {', '.join(links)}</p>")
-    parts.append("</div>")
-    return "".join(parts)
+        lines.append(f"raw output: {', '.join(links)}")
+    return "\n".join(lines) + "\n"
 
 
-_OUTCOME_COLOUR = {PASSED: "#1a7f37", FAILED: "#cf222e", NOT_MEASURED: "#9a6700"}
-_CELL = 'style="padding:1px 8px;border-bottom:1px solid #eee;text-align:left"'
+def _measured_in_detail(check: dict[str, Any]) -> bool:
+    details = check.get("details") or {}
+    return bool(details.get("each") or details.get("tables") or "timeline" in details)
+
+
+def measurement_anchor(check: dict[str, Any]) -> str:
+    return "m-" + re.sub(r"[^A-Za-z0-9_.-]", "_", f"{check['clause']}-{check['subject']}")
+
+
+def measurements(checks: list[dict[str, Any]]) -> str:
+    """Charts and tables, once, printed: every timeline of a clause in one set of charts (a line per subject),
+    then each check's own tables (the all_reduce sweep with its chart, the per-subject results of a check)."""
+    parts = []
+    by_clause: dict[str, list[dict[str, Any]]] = {}
+    for check in checks:
+        if "timeline" in (check.get("details") or {}):
+            by_clause.setdefault(check["clause"], []).append(check)
+    for clause, group in by_clause.items():
+        anchors = "".join(f"<span id={measurement_anchor(c)}></span>" for c in group)
+        parts.append(f"<h4>{anchors}{safe_text(clause)}: {len(group)} timelines</h4>"
+                     + charts.timeline_charts([(str(c["subject"]), c["details"]["timeline"]) for c in group]))
+    for check in checks:
+        details = check.get("details") or {}
+        if not (details.get("each") or details.get("tables")):
+            continue
+        parts.append(f"<h4 id={measurement_anchor(check)}>{safe_text(check['clause'])} {safe_text(str(check['subject']))}</h4>")
+        if details.get("each"):
+            parts.append(_table([["subject", "outcome", "measured", "message"], *details["each"]]))
+        for title, table in details.get("tables", []):
+            threshold = check.get("threshold")
+            chart = charts.busbw_chart(table, threshold) if threshold is not None else ""
+            shown = table if not table or table[0][:1] != ["size (B)"] else \
+                [["size", *table[0][1:]]] + [[human_bytes(row[0]), *row[1:]] for row in table[1:]]
+            parts.append(f"<h4>{safe_text(title)}</h4>{chart}" + _table(shown))
+    return f"<div class=gpuaccept-measurements><h3>Charts and tables</h3>{''.join(parts)}</div>" if parts else ""
+
+
+_OUTCOME_CLASS = {PASSED: "gp", FAILED: "gf", NOT_MEASURED: "gn"}
 
 
 def _cell(value: Any) -> str:
-    colour = _OUTCOME_COLOUR.get(value) if isinstance(value, str) else None
-    shown = safe_text(str(value))
-    return f"<td {_CELL}>" + (f'<b style="color:{colour}">{shown}</b>' if colour else shown) + "</td>"
+    css = _OUTCOME_CLASS.get(value) if isinstance(value, str) else None
+    return (f"<td class={css}>" if css else "<td>") + safe_text(str(value))
 
 
 def _table(rows: list[list[Any]]) -> str:
+    """A plain table (its look in the report's stylesheet, class gt): cells close themselves (HTML5)."""
     head, *body = rows
-    cells = "".join(f"<th {_CELL}>{safe_text(str(c))}</th>" for c in head)
-    lines = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in body)
-    return f'<table style="border-collapse:collapse"><tr>{cells}</tr>{lines}</table>'
+    cells = "".join(f"<th>{safe_text(str(c))}" for c in head)
+    lines = "".join("<tr>" + "".join(_cell(c) for c in row) for row in body)
+    return f"<table class=gt><tr>{cells}{lines}</table>"
 
 
 _ORDERED = re.compile(r"^GPU(\d+)->GPU(\d+)$")
@@ -439,12 +506,17 @@ PRINT_CSS = """
 #environment-header, #environment { display: none; }
 .gpuaccept-first td, .gpuaccept-first th { padding: 1px 8px; text-align: left; vertical-align: top; }
 .gpuaccept-fail { margin: 2px 0; }
+.gt { border-collapse: collapse; } .gt td, .gt th { padding: 1px 8px; border-bottom: 1px solid #eee; text-align: left; }
+.gh { border-collapse: collapse; } .gh td, .gh th { padding: 2px 6px; text-align: right; font-size: 11px; border: 1px solid #fff; }
+.gc { background: #fff; border: 1px solid #ddd; margin: 4px; }
+.gp { color: #1a7f37; font-weight: bold; } .gf { color: #cf222e; font-weight: bold; } .gn { color: #9a6700; font-weight: bold; }
 .gpuaccept-sign td { padding: 18px 12px 2px 0; border-bottom: 1px solid #999; min-width: 150px; }
 @page { size: A4; margin: 16mm 12mm; @top-center { content: "%(head)s"; font-size: 9pt; } }
 @media print {
   .gpuaccept-raw, .controls, .filters, .summary__reload, .logwrapper, .extras-row, .gpuaccept-env,
   .summary__spacer, #results-table-head .sortable::after { display: none !important; }
   .gpuaccept-page-head { display: block !important; position: fixed; top: 0; right: 0; font-size: 8pt; }
+  .gc { break-inside: avoid; }
   body { font-size: 9pt; }
   #results-table td, #results-table th { padding: 1px 4px; }
 }
@@ -452,15 +524,27 @@ PRINT_CSS = """
 """
 
 
-def _line(check: dict[str, Any]) -> str:
-    """One failure as a signer reads it: clause subject, measured vs required, the published share, why."""
+def _line(check: dict[str, Any], subjects: list[str]) -> str:
+    """One failure as a signer reads it: clause subject(s), measured vs required, the published share, why."""
     measured = "—" if check.get("measured") is None else f"{check['measured']} {check.get('unit') or ''}".strip()
     share = (check.get("details") or {}).get("fraction_of_published")
     published = f", {share:.0%} of published" if isinstance(share, (int, float)) else ""
-    return (f"<li class=\"gpuaccept-fail\"><b>{safe_text(check['clause'])} {safe_text(check['subject'])}</b>: "
+    who = subjects[0] if len(subjects) == 1 else f"{', '.join(subjects)} ({len(subjects)})"
+    return (f"<li class=gpuaccept-fail><b>{safe_text(check['clause'])} {safe_text(who)}</b>: "
             f"{safe_text(check['outcome'].replace('_', ' '))}, measured {safe_text(measured)}, required "
             f"{safe_text(str(check.get('required') or '—'))}{published} — "
-            f"{safe_text(check['message'].removeprefix(NOT_MEASURED_PREFIX), 300)}</li>")
+            f"{safe_text(check['message'].removeprefix(NOT_MEASURED_PREFIX), 300)}")
+
+
+def failure_lines(not_passed: list[dict[str, Any]]) -> list[str]:
+    """A line per failure; checks of one clause that failed for the same reason with nothing measured (e.g.
+    28 pairs of a matrix the tool never printed) share one line that names every subject."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for check in not_passed:
+        key = ((check["clause"], check["outcome"], str(check.get("required")), check["message"])
+               if check.get("measured") is None else (check["clause"], str(check["subject"])))
+        groups.setdefault(key, []).append(check)
+    return [_line(group[0], [str(c["subject"]) for c in group]) for group in groups.values()]
 
 
 def _per_clause(checks: list[dict[str, Any]]) -> str:
@@ -497,7 +581,7 @@ def banner(results: dict[str, Any], state: State, digest: str, environment: dict
     checks = results["checks"]
     counts = {o: sum(c["outcome"] == o for c in checks) for o in (PASSED, FAILED, NOT_MEASURED)}
     not_passed = [c for c in checks if c["outcome"] == FAILED] + [c for c in checks if c["outcome"] == NOT_MEASURED]
-    failures = (f"<h3>Did not pass ({len(not_passed)})</h3><ul>{''.join(_line(c) for c in not_passed)}</ul>"
+    failures = (f"<h3>Did not pass ({len(not_passed)})</h3><ul>{''.join(failure_lines(not_passed))}</ul>"
                 if not_passed else "<p>Every check passed.</p>")
     incomplete = "" if results["complete"] else (
         "<p><b>INCOMPLETE RUN</b>: not every check ran (interrupted, crashed or deselected); the run is rejected.</p>")
@@ -542,9 +626,10 @@ def banner(results: dict[str, Any], state: State, digest: str, environment: dict
         f'<h3>Signatures</h3><table class="gpuaccept-sign">{sign}</table>'
         f"<h3>GPUs</h3><ul>{gpu_ids}</ul>"
         f"<h3>Tools run (provenance)</h3>{_table(tools) if len(tools) > 1 else '<p>none</p>'}"
+        f"{measurements(checks)}"
         f"{raw_outputs(state.runner.evidence, checks)}"
         f'<div class="gpuaccept-env"><h3>The auditor\'s environment</h3>{_table(env) if len(env) > 1 else ""}'
         f"<h4>Other plugins and conftest files loaded</h4>{_table(plugins) if len(plugins) > 1 else '<p>none</p>'}</div>"
         f"<h3>Every check</h3><p>The table below: one row per check, failures first; open a row for its "
-        f"details, charts and links to its raw output.</p>"
+        f"message, facts and links to its charts and raw output.</p>"
     )

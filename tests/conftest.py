@@ -128,8 +128,8 @@ class Accept:
     def html(self) -> str:
         """The report as a browser shows it: the page, plus the rows and extras pytest-html keeps in its JSON blob."""
         page = (self.path / "gpuaccept-report.html").read_text()
-        blob = re.search(r'data-jsonblob="([^"]*)"', page)
-        data = json.loads(html.unescape(blob.group(1))) if blob else {}
+        blob = re.search(r"data-jsonblob=(?:\"([^\"]*)\"|'([^']*)')", page)
+        data = json.loads(html.unescape(blob.group(1) or blob.group(2))) if blob else {}
         parts = [page]
         for results in data.get("tests", {}).values():
             for result in results:

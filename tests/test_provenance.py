@@ -12,7 +12,6 @@ from conftest import DATA, nvml_recording
 from test_bundle import CONTRACT, p5_log
 
 from pytest_gpuaccept.probes.provenance import flags, read_provenance
-from pytest_gpuaccept.report import _CELL as CELL
 
 
 @pytest.mark.skipif(shutil.which("dpkg") is None or shutil.which("ethtool") is None, reason="needs dpkg and ethtool")
@@ -56,7 +55,7 @@ def test_the_report_shows_the_provenance_of_every_tool_run(accept, fake_tools):
     assert smi["flags"] == ["a script where a compiled binary is expected"]
     page = run.html
     assert "Tools run (provenance)" in page and smi["sha256"] in page
-    row = page[page.index(f"<td {CELL}>{smi['resolved']}</td>") - 200:][:1200]
+    row = page[page.index(f"<td>{smi['resolved']}<td>") - 200:][:1200]
     assert smi["sha256"] in row and "script (" in row and "a script where a compiled binary is expected" in row
     assert run.json["verdict"] == "accepted"  # flagged for a signer to read, not a failure by itself
 
