@@ -11,6 +11,7 @@ import pytest
 from conftest import DATA, nvml_recording
 from test_bundle import CONTRACT, p5_log
 
+from pytest_gpuaccept.probes import provenance
 from pytest_gpuaccept.probes.provenance import flags, read_provenance
 
 
@@ -24,6 +25,16 @@ def test_a_packaged_binary_is_elf_owned_and_verified():
     assert flags(record, expects_binary=True) == []
 
 
+def test_a_file_where_packages_do_not_install_is_not_looked_up(fake_tools, tmp_path):
+    """0.1 s a query saved: a file under /tmp (or a home) belongs to no package, whatever a database says."""
+    target = tmp_path / "all_reduce_perf"
+    target.write_bytes(b"\x7fELF" + b"\0" * 60)
+    fake_tools.add("dpkg-query", f"nccl-tests: {target}\n", when="-S")
+    record = read_provenance(str(target))
+    assert record["package"] is None and record["package_note"].startswith("no package owns this file (under /tmp/")
+    assert fake_tools.calls("dpkg-query") == []
+
+
 def test_a_script_where_a_binary_is_expected_is_flagged(fake_tools):
     fake_tools.add("all_reduce_perf", "canned\n")
     record = read_provenance(str(fake_tools.bin_dir / "all_reduce_perf"))
@@ -31,8 +42,10 @@ def test_a_script_where_a_binary_is_expected_is_flagged(fake_tools):
     assert flags(record, expects_binary=True) == ["a script where a compiled binary is expected"]
 
 
-def test_a_package_file_changed_since_install_is_flagged(fake_tools, tmp_path):
-    """dpkg's own answer for a replaced file (fake dpkg on PATH): the digest column says 5."""
+def test_a_package_file_changed_since_install_is_flagged(fake_tools, tmp_path, monkeypatch):
+    """dpkg's own answer for a replaced file (fake dpkg on PATH): the digest column says 5. (The file is in
+    tmp_path, where no package installs, so that rule is lifted here.)"""
+    monkeypatch.setattr(provenance, "NO_PACKAGE_PREFIXES", ())
     target = tmp_path / "all_reduce_perf"
     target.write_bytes(b"\x7fELF" + b"\0" * 60)
     fake_tools.add("dpkg-query", f"nccl-tests: {target}\n", when="-S")

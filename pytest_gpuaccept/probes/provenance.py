@@ -16,6 +16,11 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE_TIMEOUT_S = 30.0
+# Where no Debian or RPM package installs a file (FHS: users' homes, temporary and mount points, run time
+# state): a file there is owned by no package, and asking the package database (about 0.1 s a query, the
+# largest cost of a run with fast tools) would only say so. /usr/local and /opt are asked: NVIDIA's CUDA
+# packages install to /usr/local/cuda-*.
+NO_PACKAGE_PREFIXES = ("/home/", "/root/", "/tmp/", "/var/tmp/", "/dev/shm/", "/run/", "/mnt/", "/media/", "/srv/")
 
 
 def _kind(head: bytes) -> str:
@@ -54,6 +59,11 @@ def _changed(output: str, names: list[str]) -> list[str]:
 def _package(path: str, requested: str) -> dict[str, Any]:
     """The owning package and whether its manager finds the file as shipped (dpkg first, then rpm)."""
     names = _aliases(path, requested)
+    outside = [prefix for name in (path, os.path.abspath(requested)) for prefix in NO_PACKAGE_PREFIXES
+               if name.startswith(prefix)]
+    if len(outside) == 2:
+        return {"package_manager": None, "package": None, "verified": None,
+                "package_note": f"no package owns this file (under {outside[0]}, where packages do not install)"}
     if shutil.which("dpkg-query") and shutil.which("dpkg"):
         _rc, out = _query(["dpkg-query", "-S", *names])  # every name at once: one query per executable
         owners = [line.split(": ", 1)[0] for line in out.splitlines()
