@@ -34,7 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--contract", required=True, help="a contract file or a preset name")
     doctor.add_argument("--gpuaccept-nvml", dest="nvml", type=Path, default=None,
                         help="judge NVML as available from this recording (as a simulated run would)")
+    node = commands.add_parser("node-run", help="(started by a cluster run on each node) run the per-node suite here "
+                                                "and print its bundle on stdout")
+    node.add_argument("--node", required=True, help="this node's name, as the scheduler knows it")
+    node.add_argument("--contract-b64", required=True, help="the contract's bytes, base64")
+    node.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the login node's options")
     args = parser.parse_args(argv)
+    if args.command == "node-run":
+        from .cluster.node import node_run
+
+        return node_run(args.node, args.contract_b64, [a for a in args.pytest_args if a != "--"][:64])
     if args.command == "doctor":
         return run_doctor(args.contract, args.nvml)
     if args.command == "contracts":

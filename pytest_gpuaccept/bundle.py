@@ -40,7 +40,7 @@ def sha256_file(path: Path) -> str:
 
 def _listed(folder: Path) -> list[dict[str, str]]:
     """Every evidence file but the manifest and the signatures added after it."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.relative_to(folder).as_posix() != MANIFEST
                    and p.relative_to(folder).parts[0] != SIGNATURES)
     return [{"path": p.relative_to(folder).as_posix(), "sha256": sha256_file(p)} for p in files]
 

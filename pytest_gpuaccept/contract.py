@@ -56,6 +56,7 @@ class Contract:
     by_section: dict[str, Any] = field(default_factory=dict)  # section name -> its validated value
     lines: dict[str, int] = field(default_factory=dict)
     raw: bytes = field(default=b"", repr=False)  # the file's bytes as judged (the bundle keeps a copy)
+    node: str | None = None  # set on each node of a cluster run (--gpuaccept-node): it judges the per-node sections
 
     def __getattr__(self, name: str) -> Any:
         """`contract.nvlink`: a section's value, None where the contract does not have it."""

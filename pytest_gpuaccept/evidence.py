@@ -22,6 +22,15 @@ LOCK = ".lock"
 FOREIGN_SUFFIX = ".foreign"
 
 
+def _seal_name(name: str) -> str:
+    """The ledger's file for `name`: one flat folder, so a name's folders are spelled %2F."""
+    return name.replace("%", "%25").replace("/", "%2F") + ".seal"
+
+
+def _name_of_seal(seal: str) -> str:
+    return seal[: -len(".seal")].replace("%2F", "/").replace("%25", "%")
+
+
 class ForeignEvidence(Exception):
     """A file in the evidence folder that this run did not write, or that changed after it was captured."""
 
@@ -47,9 +56,10 @@ class Evidence:
         return self.folder / name
 
     def claim(self, name: str) -> Path:
-        """The path to write `name` to; an unsealed file already there is moved aside as foreign."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        """The path to write `name` to; an unsealed file already there is moved aside as foreign. A name may
+        have folders (a cluster run keeps each node's bundle under nodes/<node>/)."""
         path = self.folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         seal = self._seal_of(name) if path.exists() else None
         if path.exists() and (seal is None or sha256_bytes(path.read_bytes()) != seal):
             aside, n = self.folder / (name + FOREIGN_SUFFIX), 1
@@ -63,7 +73,7 @@ class Evidence:
         sha = sha256_bytes((self.folder / name).read_bytes())
         ledger = self.folder / LEDGER
         ledger.mkdir(exist_ok=True)
-        (ledger / f"{name}.seal").write_text(json.dumps({"name": name, "sha256": sha, "mac": self._mac(name, sha)}))
+        (ledger / _seal_name(name)).write_text(json.dumps({"name": name, "sha256": sha, "mac": self._mac(name, sha)}))
         self._sealed[name] = sha
         return sha
 
@@ -76,7 +86,7 @@ class Evidence:
         if name in self._sealed:
             return self._sealed[name]
         try:
-            entry = json.loads((self.folder / LEDGER / f"{name}.seal").read_text())
+            entry = json.loads((self.folder / LEDGER / _seal_name(name)).read_text())
             sha = str(entry["sha256"])
             if entry.get("name") == name and hmac.compare_digest(str(entry["mac"]), self._mac(name, sha)):
                 return sha
@@ -100,7 +110,7 @@ class Evidence:
     def sealed_files(self) -> dict[str, str]:
         """Every file with a verified seal (any process of this run): name -> SHA-256 at capture."""
         ledger = self.folder / LEDGER
-        names = [p.name[: -len(".seal")] for p in ledger.glob("*.seal")] if ledger.is_dir() else []
+        names = [_name_of_seal(p.name) for p in ledger.glob("*.seal")] if ledger.is_dir() else []
         return {name: sha for name in names if (sha := self._seal_of(name)) is not None}
 
     def foreign(self) -> list[str]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .contract import Contract
     from .measurements import (
         AllReduceRuns,
+        ClusterRun,
         GpuModels,
         HostReading,
         Iperf3Path,
@@ -75,6 +76,17 @@ def gpuaccept_judge(request: pytest.FixtureRequest) -> Callable[[Check], None]:
             pytest.fail(f"{check.clause} {check.subject}: {verdict}{check.message}", pytrace=False)
 
     return judge
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_cluster(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> ClusterRun:
+    """Every node of the cluster: inventory through the engine, then the per-node suite on each schedulable
+    node at once, each node's bundle brought back into the evidence (nodes/<node>/) and verified."""
+    from .cluster.engine import engine_for
+    from .cluster.run import run_cluster
+
+    section = gpuaccept_contract.cluster
+    return run_cluster(_state(request), engine_for(section.engine, section.partition), section)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from .cluster.engine import NodeState
     from .models import Model
     from .probes._run import Reading, ToolRun
     from .probes.ethtool import LinkSettings
@@ -140,3 +141,24 @@ class WithModels(Generic[T]):
     @property
     def evidence(self) -> tuple[str, ...]:
         return self.reading.evidence
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """One node of a cluster run: what the engine said of it, and what came back from its run."""
+
+    state: NodeState
+    folder: str  # its bundle in the evidence: nodes/<node>
+    results: dict[str, Any] | None  # its gpuaccept-results.json, once its bundle verified
+    problem: str | None  # why there are no results (not run, timed out, no bundle, bundle does not verify)
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterRun:
+    """The inventory and every node's per-node run; `error` where the nodes could not even be listed."""
+
+    engine: str
+    nodes: dict[str, NodeOutcome]
+    evidence: tuple[str, ...]
+    error: str | None = None

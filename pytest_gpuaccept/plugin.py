@@ -10,6 +10,7 @@ import json
 import shutil
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,8 @@ _OPTIONS = (
      "read NVML readings from a recording (JSON as in nvml-host.json) instead of the driver"),
     ("--gpuaccept-sysfs", "gpuaccept_sysfs", "DIR",
      "where the host's sysfs is mounted (default /sys; e.g. /host/sys in a container)"),
+    ("--gpuaccept-node", "gpuaccept_node", "NAME",
+     "judge this host as node NAME of the contract's cluster (set by a cluster run on each node)"),
 )
 
 
@@ -102,6 +105,14 @@ def pytest_configure(config: pytest.Config) -> None:
         hint = "" if Path(contract_path).exists() else \
             f"\n(no such file; the shipped presets are: {', '.join(presets()) or 'none'})"
         raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems) + hint) from None
+    node = _option(config, "gpuaccept_node")
+    if node is not None:
+        if contract.cluster is None:
+            raise pytest.UsageError("--gpuaccept-node: the contract has no cluster section")
+        contract = replace(contract, node=node)
+    elif contract.cluster is not None and (getattr(config, "workerinput", None) is not None
+                                           or getattr(config.option, "numprocesses", None)):
+        raise pytest.UsageError("a cluster run spreads its work over the cluster's nodes itself: run it without -n")
 
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is None:

@@ -201,6 +201,9 @@ class ReportPlugin:
                 state.checks[(clause, subject)] = {**Verdict(clause, subject).not_measured(reason).to_dict(), "test": ""}
         order = {key: n for n, key in enumerate(expected)}
         checks = sorted(state.checks.values(), key=lambda c: order.get((c["clause"], c["subject"]), len(order)))
+        hosts = self._nodes(checks) if state.contract.cluster is not None else None
+        if hosts is not None:
+            checks += [check for _host, node_checks in hosts for check in node_checks]
         for check in checks:
             if not check.get("details"):
                 check.pop("details", None)
@@ -234,6 +237,8 @@ class ReportPlugin:
             "evidence": str(state.evidence_dir),
             "tool_version": __version__,
         }
+        if hosts is not None:
+            results["hosts"] = [host for host, _checks in hosts]
         if state.runner.replay_dir is not None:
             results["replayed_from"] = str(state.runner.replay_dir)
             results["recorded"] = recorded_identity(state.runner.replay_dir)
@@ -249,6 +254,27 @@ class ReportPlugin:
             results["contract_warnings"] = state.advice
         self._publish(json_lines(results), results_copy)
         return results
+
+    def _nodes(self, checks: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """Each node of a cluster run: its `hosts` entry and its own checks, read from its sealed bundle."""
+        from .cluster import merge
+        from .cluster.run import RESULTS
+
+        out = []
+        for check in checks:
+            if check["clause"] != merge.NODES_CLAUSE or check["subject"] == "cluster":
+                continue
+            details = check.get("details") or {}
+            results = None
+            if details.get("evidence_folder") and "node_verdict" in details:
+                try:
+                    raw = self.state.runner.evidence.read(f"{details['evidence_folder']}/{RESULTS}")
+                    results = json.loads(raw) if raw else None
+                except (ForeignEvidence, ValueError):
+                    results = None
+            node = str(check["subject"])
+            out.append((merge.host_entry(node, check, results), merge.node_checks(node, results) if results else []))
+        return out
 
     def fallback(self, exc: Exception) -> dict[str, Any]:
         """Results written when judging itself crashed: never accepted."""
@@ -561,6 +587,37 @@ def failure_lines(not_passed: list[dict[str, Any]]) -> list[str]:
     return [_line(group[0], [str(c["subject"]) for c in group]) for group in groups.values()]
 
 
+GRID_OPEN_ROWS = 50  # nodes shown in the open grid; the rest (all passing) fold into one line
+
+
+def _node_grid(checks: list[dict[str, Any]]) -> str:
+    """A cluster run's node x clause grid: each cell passed/total, red where any check failed. Nodes with
+    failures first; past GRID_OPEN_ROWS the all-passing nodes fold into a closed list of names."""
+    from .cluster.merge import node_grid
+
+    grid = node_grid(checks)
+    if not grid:
+        return ""
+    clauses = list(dict.fromkeys(clause for row in grid.values() for clause in row))
+    troubled = [n for n, row in grid.items() if any(c[1] or c[2] for c in row.values())]
+    fine = [n for n in grid if n not in troubled]
+    shown, folded = (troubled + fine[:max(0, GRID_OPEN_ROWS - len(troubled))],
+                     fine[max(0, GRID_OPEN_ROWS - len(troubled)):])
+
+    def cell(counts: list[int] | None) -> str:
+        if counts is None:
+            return "<td>—"
+        css = "gp" if not (counts[1] or counts[2]) else "gf" if counts[1] else "gn"
+        return f"<td class={css}>{counts[0]}/{sum(counts)}"
+
+    head = "".join(f"<th>{safe_text(c)}" for c in clauses)
+    rows = "".join(f"<tr><th>{safe_text(n)}" + "".join(cell(grid[n].get(c)) for c in clauses) for n in shown)
+    more = (f"<details><summary>{len(folded)} more nodes, every check passed</summary><p>"
+            f"{safe_text(', '.join(folded))}</p></details>" if folded else "")
+    return (f"<h3>Nodes ({len(grid)}: {len(troubled)} with checks that did not pass)</h3>"
+            f"<table class=gt><tr><th>node{head}{rows}</table>{more}")
+
+
 def _per_clause(checks: list[dict[str, Any]]) -> str:
     rows: dict[str, list[int]] = {}
     for check in checks:
@@ -634,6 +691,7 @@ def banner(results: dict[str, Any], state: State, digest: str, environment: dict
         f"<p>{counts[PASSED]} passed, {counts[FAILED]} failed, {counts[NOT_MEASURED]} not measured "
         f"of {len(checks)} checks.</p><table>{rows}</table>"
         f'<div id="gpuaccept-failures">{failures}</div>{warnings}</div>'
+        f"{_node_grid(checks)}"
         f"<h3>Per clause</h3>{_per_clause(checks)}"
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.get('not_in_contract', [])) or 'none')}</p>"
         f"{_p2p_map(checks)}"

@@ -87,9 +87,27 @@ class State:
                          None if listed is None else tuple(str(b) for b in listed))
 
     def listings(self) -> dict[str, list[str]]:
-        """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as evidence."""
+        """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as
+        evidence; on a cluster's login node, the cluster's nodes ("cluster_nodes") instead."""
+        if self.contract.cluster is not None and self.contract.node is None:
+            from .clauses.cluster import LISTING
+            from .cluster.engine import ClusterError
+
+            try:
+                return {LISTING: self.cluster_nodes()}
+            except ClusterError:
+                return {LISTING: []}  # one subject, "cluster", whose check says why
         names = self.runner.reading(NAMES_FILE, lambda: sysfs.list_names(self.sys_root))
         return {kind: list(names.get(kind, [])) for kind in ("net", "infiniband")}
+
+    def cluster_nodes(self) -> list[str]:
+        """The cluster's node names, expanded by its engine (the scheduler's command runs once per run, or is
+        replayed); ClusterError if they cannot be listed."""
+        from .cluster.engine import engine_for
+        from .cluster.run import expand
+
+        section = self.contract.cluster
+        return expand(self, engine_for(section.engine, section.partition), section)
 
     def function(self, kind: str, name: str) -> tuple[sysfs.Function, str]:
         """What stands behind an interface ("net") or RDMA device ("infiniband"), a bond's members too; evidence file."""

@@ -6,10 +6,11 @@ import ast
 import importlib
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_every_clause import CONTRACT, WITH_COUNT
+from test_every_clause import CLUSTER, CONTRACT, WITH_COUNT
 
 from pytest_gpuaccept import suite
 from pytest_gpuaccept.clauses import registry
@@ -41,6 +42,7 @@ NOT_CLAUSE_NAMES = {
     ("pytest_gpuaccept/probes/nvml.py", "utilisation"): "the key of the sample series in an NVML recording",
     ("pytest_gpuaccept/models/__init__.py", "nvlink"): "a key of the model table, gpus.json",
     ("pytest_gpuaccept/doctor.py", "iperf3"): "the tool's name",
+    ("pytest_gpuaccept/clauses/cluster.py", "allreduce"): "the key cluster.allreduce of the cluster section",
 }
 
 
@@ -69,15 +71,28 @@ def test_every_clause_has_one_suite_test_and_every_suite_test_one_clause():
 
 def test_plan_covers_every_clause_of_a_full_contract():
     expected = registry.expected_checks(EVERY_CLAUSE, lambda: HOST_NAMES)
-    assert [c.key for c in registry.present_clauses(EVERY_CLAUSE)] == [c for c in registry.ALL_CLAUSES if c not in WITH_COUNT]
-    assert {clause for clause, _subject in expected} == set(registry.ALL_CLAUSES) - WITH_COUNT
-    assert registry.not_in_contract(EVERY_CLAUSE) == sorted(WITH_COUNT)
+    assert [c.key for c in registry.present_clauses(EVERY_CLAUSE)] == [
+        c for c in registry.ALL_CLAUSES if c not in WITH_COUNT | CLUSTER]
+    assert {clause for clause, _subject in expected} == set(registry.ALL_CLAUSES) - WITH_COUNT - CLUSTER
+    assert registry.not_in_contract(EVERY_CLAUSE) == [c for c in registry.ALL_CLAUSES if c in WITH_COUNT | CLUSTER]
+    assert CLUSTER == {c.key for c in registry.clauses_of("cluster")}
     with_counts = parse_contract(CONTRACT.replace('min_speed: "25 Gb/s"}', 'min_speed: "25 Gb/s", count: 1}')
                                  .replace("min_fraction_of_line_rate: 0.9}", "min_fraction_of_line_rate: 0.9, count: 1}"))
-    assert set(registry.not_in_contract(with_counts)) == {"nics", "rdma"}
+    assert set(registry.not_in_contract(with_counts)) == {"nics", "rdma"} | CLUSTER
 
 
-@pytest.mark.parametrize("clause", registry.CLAUSES, ids=lambda c: c.key)
+def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on_each_node():
+    cluster = parse_contract(CONTRACT + "cluster:\n  engine: slurm\n  nodes: ['gpu[01-04]']\n")
+    assert [c.key for c in registry.present_clauses(cluster)] == sorted(CLUSTER)
+    on_a_node = replace(cluster, node="gpu02")
+    assert [c.key for c in registry.present_clauses(on_a_node)] == [
+        c for c in registry.ALL_CLAUSES if c not in WITH_COUNT | CLUSTER]
+    assert registry.not_in_contract(cluster) == sorted(WITH_COUNT)
+    nodes = registry.BY_KEY["cluster.nodes"].subjects(cluster, lambda: {"cluster_nodes": ["gpu01", "gpu02"]})
+    assert [str(s) for s in nodes] == ["gpu01", "gpu02"]
+
+
+@pytest.mark.parametrize("clause", [c for c in registry.CLAUSES if c.key not in CLUSTER], ids=lambda c: c.key)
 def test_any_subject_can_be_put_on_a_node_without_its_clause_knowing(clause):
     node = Host("gpu03")
     for subject in clause.subjects(EVERY_CLAUSE, lambda: HOST_NAMES):

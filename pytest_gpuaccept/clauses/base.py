@@ -178,6 +178,15 @@ class Clause:
     def subjects(self, contract: Contract, names: Callable[[], HostNames]) -> list[Subject]:
         return self.rule.subjects(contract, self.section.of(contract), names)
 
-    def asked_by(self, contract: Contract) -> bool:
+    def in_contract(self, contract: Contract) -> bool:
         section = contract.by_section.get(self.section.name)
         return section is not None and self.present(section)
+
+    def asked_by(self, contract: Contract) -> bool:
+        """Whether this run judges the clause. With a `cluster` section the login node judges the cluster
+        clauses and each node (contract.node set) the rest."""
+        if not self.in_contract(contract):
+            return False
+        if "cluster" in contract.by_section:
+            return (self.section.name == "cluster") == (contract.node is None)
+        return True

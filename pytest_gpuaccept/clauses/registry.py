@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import allreduce, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
+from . import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
 from .base import Clause, HostNames, Section
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..subjects import Subject
 
 # Modules in the order of the format; within each, its sections and clauses in report order.
-_MODULES = (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, network, utilisation)
+_MODULES = (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, network, utilisation, cluster)
 
 CLAUSES: tuple[Clause, ...] = tuple(clause for module in _MODULES for clause in module.CLAUSES)
 SECTIONS: tuple[Section[Any], ...] = tuple(dict.fromkeys(clause.section for clause in CLAUSES))
@@ -37,7 +37,7 @@ def present_clauses(contract: Contract) -> list[Clause]:
 
 
 def not_in_contract(contract: Contract) -> list[str]:
-    return [clause.key for clause in CLAUSES if not clause.asked_by(contract)]
+    return [clause.key for clause in CLAUSES if not clause.in_contract(contract)]
 
 
 def expected_checks(contract: Contract, names: Callable[[], HostNames]) -> list[tuple[str, Subject]]:

@@ -1,0 +1,161 @@
+"""The engines a cluster run goes through: a Protocol and a table of implementations (Slurm, mpirun), as
+pytest-xdist does with its schedulers. An engine only turns intentions into argv lists (expand these
+names, read their state, run this on that node, run this MPI job over those nodes); the tool runner
+executes them, with timeouts and evidence, like every other tool.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..probes import ParseError
+from ..probes.slurm import expand_hostlist, parse_scontrol_nodes
+
+
+class ClusterError(ValueError):
+    """What a cluster run cannot read with certainty (node names, a node's bundle): said, never guessed."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What the engine says of a node before anything runs on it."""
+
+    name: str
+    present: bool  # the scheduler knows it (mpirun: listed)
+    schedulable: bool
+    state: str  # the scheduler's words, e.g. IDLE, DOWN+NOT_RESPONDING; mpirun: "listed"
+    gpus: int | None  # what the scheduler offers (Gres), None where it says nothing
+    reason: str | None = None
+
+
+class Engine(Protocol):
+    """How a cluster run reaches its nodes."""
+
+    @property
+    def name(self) -> str: ...
+
+    def expand_argv(self, expressions: tuple[str, ...]) -> list[str] | None:
+        """The command that expands node expressions, or None where the engine expands them itself."""
+        ...
+
+    def expand(self, expressions: tuple[str, ...], output: str | None) -> list[str]:
+        """The node names, from the expansion command's output (or without one)."""
+        ...
+
+    def inventory_argv(self, nodes: list[str]) -> list[str] | None:
+        """The command that reads the nodes' states, or None where there is no scheduler to ask."""
+        ...
+
+    def inventory(self, nodes: list[str], output: str | None) -> dict[str, NodeState]:
+        ...
+
+    def on_node(self, node: str, argv: list[str]) -> list[str]:
+        """The argv that runs `argv` once on `node` (exclusively, where the engine can)."""
+        ...
+
+    def mpi_job(self, nodes: list[str], ranks_per_node: int, argv: list[str], env: dict[str, str]) -> list[str]:
+        """The argv of one MPI job: `ranks_per_node` ranks on each node, `env` set for every rank."""
+        ...
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """Slurm: names and states from scontrol, one exclusive step per node, MPI through PMIx."""
+
+    partition: str | None = None
+    name: str = "slurm"
+
+    def expand_argv(self, expressions: tuple[str, ...]) -> list[str] | None:
+        return ["scontrol", "show", "hostnames", ",".join(expressions)]
+
+    def expand(self, expressions: tuple[str, ...], output: str | None) -> list[str]:
+        names = [line.strip() for line in (output or "").splitlines() if line.strip()]
+        bad = [n for n in names if not _NODE_NAME.match(n)]
+        if not names or bad:
+            raise ClusterError(f"scontrol show hostnames printed no node names for {','.join(expressions)!r}"
+                             + (f" (odd names: {', '.join(bad[:3])})" if bad else ""))
+        return list(dict.fromkeys(names))
+
+    def inventory_argv(self, nodes: list[str]) -> list[str] | None:
+        return ["scontrol", "show", "node", ",".join(nodes)]
+
+    def inventory(self, nodes: list[str], output: str | None) -> dict[str, NodeState]:
+        try:
+            records = {n.name: n for n in parse_scontrol_nodes(output or "")} if output and "NodeName=" in output else {}
+        except ParseError as exc:
+            raise ClusterError(str(exc)) from None
+        found = {}
+        for name in nodes:
+            record = records.get(name)
+            if record is None:
+                found[name] = NodeState(name, False, False, "not known to the scheduler", None)
+            else:
+                found[name] = NodeState(name, True, record.schedulable, "+".join(record.states), record.gpus,
+                                        record.reason)
+        return found
+
+    def _where(self) -> list[str]:
+        return ["-p", self.partition] if self.partition else []
+
+    def on_node(self, node: str, argv: list[str]) -> list[str]:
+        return ["srun", "-N", "1", "-n", "1", "-w", node, "--exclusive", *self._where(), "--", *argv]
+
+    def mpi_job(self, nodes: list[str], ranks_per_node: int, argv: list[str], env: dict[str, str]) -> list[str]:
+        exported = ",".join(["ALL", *(f"{k}={v}" for k, v in sorted(env.items()))])
+        return ["srun", "--mpi=pmix", "-N", str(len(nodes)), "-w", ",".join(nodes),
+                f"--ntasks-per-node={ranks_per_node}", "--exclusive", f"--export={exported}", *self._where(),
+                "--", *argv]
+
+
+@dataclass(frozen=True)
+class Mpirun:
+    """Plain Open MPI over ssh: names expanded here, no scheduler to ask, one rank per node with mpirun."""
+
+    name: str = "mpirun"
+    launcher: tuple[str, ...] = ("mpirun",)
+
+    def expand_argv(self, expressions: tuple[str, ...]) -> list[str] | None:
+        return None
+
+    def expand(self, expressions: tuple[str, ...], output: str | None) -> list[str]:
+        names = [name for expression in expressions for name in expand_hostlist(expression)]
+        bad = [n for n in names if not _NODE_NAME.match(n)]
+        if bad:
+            raise ClusterError(f"not a host name: {bad[0]!r}")
+        return list(dict.fromkeys(names))
+
+    def inventory_argv(self, nodes: list[str]) -> list[str] | None:
+        return None
+
+    def inventory(self, nodes: list[str], output: str | None) -> dict[str, NodeState]:
+        return {n: NodeState(n, True, True, "listed (no scheduler: reached over ssh)", None) for n in nodes}
+
+    def on_node(self, node: str, argv: list[str]) -> list[str]:
+        return [*self.launcher, "--host", f"{node}:1", "-np", "1", "--", *argv]
+
+    def mpi_job(self, nodes: list[str], ranks_per_node: int, argv: list[str], env: dict[str, str]) -> list[str]:
+        exports = [arg for k, v in sorted(env.items()) for arg in ("-x", f"{k}={v}")]
+        hosts = ",".join(f"{n}:{ranks_per_node}" for n in nodes)
+        return [*self.launcher, "--host", hosts, "-np", str(len(nodes) * ranks_per_node),
+                "--map-by", "ppr:%d:node" % ranks_per_node, *exports, "--", *argv]
+
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+# The engines by contract name (cluster.engine): a third (Kubernetes JobSet) is one more entry.
+ENGINES: dict[str, type] = {"slurm": Slurm, "mpirun": Mpirun}
+
+
+def engine_for(name: str, partition: str | None = None) -> Engine:
+    if name == "slurm":
+        return Slurm(partition)
+    if name == "mpirun":
+        return Mpirun()
+    raise LookupError(f"no engine {name!r}: expected one of {', '.join(ENGINES)}")
+
+
+def shown(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
