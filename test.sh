@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-tools=(iperf3 ethtool ip ssh-keygen chromium)
+tools=(iperf3 ethtool ip ssh-keygen chromium slurmctld slurmd srun munged mpirun sshd tc)
 missing=()
 for tool in "${tools[@]}"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 python=${PYTHON:-python3}
@@ -17,11 +17,13 @@ if [[ ${#missing[@]} -gt 0 || ( $in_venv == 0 && $has_venv == 0 ) ]]; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
         # iperf3, ethtool, ip: the network tests run the real tools in a namespace; ssh-keygen signs bundles;
-        # chromium prints the report to PDF and screenshots it, as a signer's browser would.
+        # chromium prints the report to PDF and screenshots it, as a signer's browser would; Slurm, munge, Open
+        # MPI (PMIx) and sshd make the real cluster the cluster tests run in network namespaces.
         apt-get install -y -qq --no-install-recommends iperf3 ethtool iproute2 openssh-client python3-venv \
-            chromium >/dev/null
+            chromium slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin libpmix2 libpmix-dev openssh-server >/dev/null
     elif [[ $(id -u) == 0 ]] && command -v dnf >/dev/null; then
-        dnf install -y -q iperf3 ethtool iproute openssh-clients python3 >/dev/null
+        dnf install -y -q iperf3 ethtool iproute openssh-clients openssh-server python3 slurm slurm-slurmctld \
+            slurm-slurmd munge openmpi >/dev/null
     else
         echo "test.sh: missing ${missing[*]:-python3-venv}; run as root (apt-get or dnf) or install them:" \
              "the tests that drive them fail closed without them" >&2

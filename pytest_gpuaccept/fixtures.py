@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         LoadRun,
         NicLinks,
         NvlinkErrorReadings,
+        PairRuns,
         RdmaDevices,
         WithModels,
     )
@@ -87,6 +88,17 @@ def gpuaccept_cluster(request: pytest.FixtureRequest, gpuaccept_contract: Contra
 
     section = gpuaccept_contract.cluster
     return run_cluster(_state(request), engine_for(section.engine, section.partition), section)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_cluster_pairs(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+                            gpuaccept_cluster: ClusterRun) -> PairRuns:
+    """cluster.pairs: a 2-node all_reduce between every pair of nodes, in rounds of disjoint pairs at once."""
+    from .cluster.engine import engine_for
+    from .cluster.run import run_pairs
+
+    section = gpuaccept_contract.cluster
+    return run_pairs(_state(request), engine_for(section.engine, section.partition), section, gpuaccept_cluster)
 
 
 @pytest.fixture(scope="session")

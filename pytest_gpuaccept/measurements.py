@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
     from .cluster.engine import NodeState
+    from .cluster.pairs import Blame
     from .models import Model
     from .probes._run import Reading, ToolRun
     from .probes.ethtool import LinkSettings
@@ -161,4 +162,24 @@ class ClusterRun:
     engine: str
     nodes: dict[str, NodeOutcome]
     evidence: tuple[str, ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """One pair's 2-node all_reduce: busbw at the largest size, or why there is none."""
+
+    round: int
+    busbw: float | None
+    size: str
+    problem: str | None
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PairRuns:
+    """Every pair of nodes, run in rounds of disjoint pairs; the blame the failures put on nodes and links."""
+
+    results: dict[tuple[str, str], PairResult]
+    blame: Blame
     error: str | None = None

@@ -83,7 +83,7 @@ class Cluster:
             (self.base / "spool" / f"h{i}").mkdir(exist_ok=True)
             (self.base / "tmp" / f"h{i}").mkdir(exist_ok=True)
         last = self.size - 1
-        nodes = "\n".join(f"NodeName=h{i} NodeHostname=h{i} NodeAddr={self.address(i)} CPUs=2 RealMemory=1000 "
+        nodes = "\n".join(f"NodeName=h{i} NodeHostname=h{i} NodeAddr={self.address(i)} CPUs=16 RealMemory=1000 "
                           f"Gres=gpu:8 State=UNKNOWN" for i in range(1, self.size))
         b = self.base
         self.conf.write_text(f"""ClusterName=ga{self.net}
@@ -113,6 +113,8 @@ JobAcctGatherType=jobacct_gather/none
 SlurmdTimeout=30
 MinJobAge=30
 KillWait=5
+# 16 CPUs a node as configured, whatever this machine has: one MPI rank per (fake) GPU needs 8 a node.
+SlurmdParameters=config_overrides
 {nodes}
 PartitionName=gpu Nodes=h[1-{last}] Default=YES MaxTime=INFINITE State=UP
 """)
@@ -139,6 +141,16 @@ PartitionName=gpu Nodes=h[1-{last}] Default=YES MaxTime=INFINITE State=UP
             except ProcessLookupError:
                 return
             time.sleep(0.05)
+
+    def shape(self, i: int, rate: str) -> None:
+        """h<i>'s egress at `rate` (tc tbf on its eth0): a slow node, or, on every node, a known line rate."""
+        _run(["ip", "netns", "exec", self.ns(i), "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate,
+              "burst", "64kb", "latency", "100ms"])
+
+    def start_iperf3_servers(self) -> None:
+        for i in range(1, self.size):
+            _run(self.inside(i, ["iperf3", "-s", "-D", "-B", self.address(i), "--pidfile",
+                                 str(self.base / "run" / f"iperf3-h{i}.pid")]))
 
     def scontrol(self, *args: str) -> str:
         return _run(self.inside(0, ["scontrol", *args]), env=self.env()).stdout

@@ -12,15 +12,19 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA, pci_tree
+from fleet_fakes import write_fleet_bin
 from netns_cluster import Cluster, missing_tools
 
 RECORDING = DATA / "nvml" / "h100_sxm5_8gpu.json"
+LINE_RATE = "200mbit"
 CONTRACT = """\
 gpuaccept: 1
 vendor: "Trial cluster"
+tools: {timeout: "90 s"}
 cluster:
   engine: slurm
   nodes: ["h[1-4]"]
+  pairs: {min_busbw: "400 GB/s", max_bytes: "16 GiB"}
 gpus:
   count: 8
   model: "H100"
@@ -36,6 +40,9 @@ def slurm(tmp_path_factory):
     cluster = Cluster(tmp_path_factory.mktemp("slurm"), 5, f"ga{os.getpid()}", net)
     try:
         cluster.up()
+        for i in range(1, cluster.size):
+            cluster.shape(i, LINE_RATE)  # every node's line rate known: the fake all_reduce scales by it
+        cluster.start_iperf3_servers()
         yield cluster
     finally:
         cluster.down()
@@ -48,13 +55,22 @@ def sysfs(tmp_path_factory):
     return root
 
 
-def login_run(cluster: Cluster, folder: Path, contract: str, *args: str) -> tuple[int, dict, str]:
-    """`pytest --contract=cluster.yaml` on the login node h0, as a user would start it there."""
+@pytest.fixture(scope="module")
+def fleet_bin(tmp_path_factory):
+    return write_fleet_bin(tmp_path_factory.mktemp("fleet-bin"))
+
+
+def login_run(cluster: Cluster, folder: Path, contract: str, *args: str, path: Path | None = None) -> tuple[int, dict, str]:
+    """`pytest --contract=cluster.yaml` on the login node h0, as a user would start it there (the fake
+    all_reduce_perf first on PATH, which srun gives every rank)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "cluster.yaml").write_text(contract)
     argv = cluster.inside(0, [sys.executable, "-m", "pytest", "--contract=cluster.yaml", "-p", "no:cacheprovider",
                               "-q", *args])
-    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=cluster.env(), timeout=300)
+    env = cluster.env()
+    if path is not None:
+        env["PATH"] = f"{path}:{env['PATH']}"
+    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env, timeout=240)
     results = json.loads((folder / "gpuaccept-results.json").read_text())
     return done.returncode, results, done.stdout + done.stderr
 
@@ -63,9 +79,9 @@ def by_clause(results: dict, clause: str) -> dict[str, dict]:
     return {c["subject"]: c for c in results["checks"] if c["clause"] == clause}
 
 
-def test_an_all_good_cluster_is_accepted_with_every_node_judged(slurm, sysfs, tmp_path):
+def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, sysfs, fleet_bin, tmp_path):
     code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={RECORDING}",
-                                   f"--gpuaccept-sysfs={sysfs}")
+                                   f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     assert code == 0, out[-3000:]
     assert results["verdict"] == "accepted" and results["complete"]
     nodes = by_clause(results, "cluster.nodes")
@@ -84,13 +100,36 @@ def test_an_all_good_cluster_is_accepted_with_every_node_judged(slurm, sysfs, tm
     assert verified.returncode == 0, verified.stdout
     page = (tmp_path / "run" / "gpuaccept-report.html").read_text()
     assert "<h3>Nodes (4: 0 with checks that did not pass)</h3>" in page
+    pairs = by_clause(results, "cluster.pairs")
+    assert sorted(pairs) == ["h1+h2", "h1+h3", "h1+h4", "h2+h3", "h2+h4", "h3+h4"]
+    assert sorted(p["details"]["round"] for p in pairs.values()) == [1, 1, 2, 2, 3, 3]  # 3 rounds of 2 pairs at once
+    assert all(p["outcome"] == "passed" and 400 <= p["measured"] < 469.21 for p in pairs.values()), pairs
+    assert "(round 1, NCCL_ALGO=Ring)" in pairs["h1+h4"]["message"] or "(round" in pairs["h1+h4"]["message"]
 
 
-def test_a_node_whose_slurmd_stopped_fails_and_the_run_still_ends_with_one_report(slurm, sysfs, tmp_path):
+def test_a_slow_node_is_blamed_and_every_pair_with_it_fails_while_the_others_pass(slurm, sysfs, fleet_bin, tmp_path):
+    slurm.shape(3, "20mbit")
+    try:
+        code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={RECORDING}",
+                                       f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
+    finally:
+        slurm.shape(3, LINE_RATE)
+    assert code == 1, out[-3000:]
+    pairs = by_clause(results, "cluster.pairs")
+    with_h3 = {name for name in pairs if "h3" in name.split("+")}
+    assert {name for name, p in pairs.items() if p["outcome"] == "failed"} == with_h3, pairs
+    for name in with_h3:
+        assert pairs[name]["measured"] < 100 and pairs[name]["message"].endswith("; node h3 fails with most partners")
+    assert all(p["outcome"] == "passed" for name, p in pairs.items() if name not in with_h3)
+    # The slow node's own checks (one host, no network) still pass: the pairs put the blame where it is.
+    assert all(c["outcome"] == "passed" for c in by_clause(results, "cluster.nodes").values())
+
+
+def test_a_node_whose_slurmd_stopped_fails_and_the_run_still_ends_with_one_report(slurm, sysfs, fleet_bin, tmp_path):
     slurm.stop_slurmd(3)
     try:
         code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={RECORDING}",
-                                       f"--gpuaccept-sysfs={sysfs}")
+                                       f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     finally:
         slurm.start_slurmd(3)
         slurm.wait_idle()
@@ -101,6 +140,10 @@ def test_a_node_whose_slurmd_stopped_fails_and_the_run_still_ends_with_one_repor
     assert "returned no bundle" in nodes["h3"]["message"] or "not run" in nodes["h3"]["message"]
     assert all(nodes[n]["outcome"] == "passed" for n in ("h1", "h2", "h4"))
     assert next(h for h in results["hosts"] if h["name"] == "h3")["verdict"] == "rejected"
+    pairs = by_clause(results, "cluster.pairs")
+    assert {n for n, p in pairs.items() if p["outcome"] == "not_measured"} == {"h1+h3", "h2+h3", "h3+h4"}
+    assert pairs["h1+h3"]["message"].startswith("not measured: not run: h3 (its own run: ")
+    assert all(pairs[n]["outcome"] == "passed" for n in ("h1+h2", "h1+h4", "h2+h4"))
 
 
 def test_a_drained_node_is_failed_with_the_schedulers_reason_and_never_waited_for(slurm, sysfs, tmp_path):

@@ -17,16 +17,28 @@ import yaml
 from .. import schema
 from ..schema import Key
 from ..subjects import Subject
-from ..units import Duration, parse_duration
+from ..units import Bandwidth, Duration, Size, UnitError, parse_duration
 from ..verdict import Check, Verdict
+from . import allreduce
 from .base import Clause, HostNames, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
-    from ..measurements import ClusterRun
+    from ..measurements import ClusterRun, PairRuns
 
 LISTING = "cluster_nodes"  # the names the engine expanded cluster.nodes to (HostNames key)
-NOT_YET = ("allreduce", "pairs", "links")  # keys of the format this version does not measure yet
+NOT_YET = ("allreduce", "links")  # keys of the format this version does not measure yet
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """cluster.pairs: the allreduce keys and defaults, for a 2-node all_reduce between every pair of nodes."""
+
+    min_busbw: Bandwidth
+    min_bytes: Size
+    max_bytes: Size
+    repeats: int
+    args: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -35,9 +47,38 @@ class ClusterSection:
     nodes: tuple[str, ...]
     partition: str | None
     node_timeout: Duration
+    pairs: Pairs | None = None
     allreduce: None = None
-    pairs: None = None
     links: None = None
+
+
+def nested(name: str, keys: dict[str, Key], build: Callable[..., Any]) -> Callable[[Any, yaml.Node], Any]:
+    """A mapping inside a section (cluster.pairs): its keys converted as a section's are; a problem names
+    the dotted key and its line."""
+    def convert(value: Any, node: yaml.Node) -> Any:
+        if not isinstance(value, yaml.MappingNode):
+            raise ValueError(f"expected a mapping, got {schema.shown(value)}")
+        given: dict[str, yaml.Node] = {}
+        for key_node, value_node in value.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else schema.describe(key_node)
+            if key not in keys or key in given:
+                why = "duplicate key" if key in given else f"unknown key; expected one of: {', '.join(keys)}"
+                raise ValueError(f"{name}.{key} (line {key_node.start_mark.line + 1}): {why}")
+            given[key] = value_node
+        values = {}
+        for key, spec in keys.items():
+            if key not in given:
+                if spec.required:
+                    raise ValueError(f"{name}.{key}: missing: this key is required")
+                values[key] = spec.default
+                continue
+            raw = given[key]
+            try:
+                values[key] = spec.convert(schema.scalar(raw) if isinstance(raw, yaml.ScalarNode) else raw, raw)
+            except (ValueError, UnitError) as exc:
+                raise ValueError(f"{name}.{key} (line {raw.start_mark.line + 1}): {exc}") from None
+        return build(**values)
+    return convert
 
 
 def hostlists(value: Any, node: yaml.Node) -> tuple[str, ...]:
@@ -63,15 +104,20 @@ def not_yet(value: Any, node: yaml.Node) -> None:
 
 
 def _cross_check(section: ClusterSection, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    problems = []
     if section.partition is not None and section.engine != "slurm":
-        return [("cluster.partition", "only for engine: slurm")]
-    return []
+        problems.append(("cluster.partition", "only for engine: slurm"))
+    if section.pairs is not None and section.pairs.min_bytes.nbytes > section.pairs.max_bytes.nbytes:
+        problems.append(("cluster.pairs.min_bytes", f"expected at most max_bytes ({section.pairs.max_bytes}), "
+                                                    f"got {section.pairs.min_bytes}"))
+    return problems
 
 
 SECTION = Section(
     "cluster",
     {"engine": Key(schema.one_of("slurm", "mpirun"), required=True), "nodes": Key(hostlists, required=True),
      "partition": Key(schema.text), "node_timeout": Key(schema.duration, default=parse_duration("1 h")),
+     "pairs": Key(nested("cluster.pairs", {k: v for k, v in allreduce.SECTION.keys.items() if k != "tool"}, Pairs)),
      **{key: Key(not_yet) for key in NOT_YET}},
     ClusterSection, "many nodes, through Slurm or mpirun (the per-node sections judge every node)",
     cross_check=_cross_check)
@@ -121,7 +167,43 @@ def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contr
                     f"({len(checks) - not_passed} of {len(checks)} passed)", details)
 
 
+@dataclass(frozen=True)
+class NodePairs:
+    """Every unordered pair of the expanded nodes, `a+b` in the nodes' order."""
+
+    describe: str = "`<node>+<node>`, one per pair of nodes"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        nodes = names().get(LISTING, [])
+        return [Subject.whole(f"{a}+{b}") for i, a in enumerate(nodes) for b in nodes[i + 1:]] or \
+            [Subject.whole("cluster")]
+
+
+def judge_pair(section: ClusterSection, subject: Subject, runs: PairRuns, contract: Contract) -> Check:
+    pairs = section.pairs
+    assert pairs is not None
+    v = Verdict(PAIRS.key, subject, unit="GB/s")
+    if runs.error is not None:
+        return v.not_measured(runs.error)
+    a, _, b = subject.local.partition("+")
+    result = runs.results.get((a, b))
+    if result is None:
+        return v.not_measured(f"{subject.local} is not a pair of the cluster's nodes")
+    details: dict[str, Any] = {"round": result.round, "evidence": list(result.evidence)}
+    if result.problem is not None:
+        return v.not_measured(result.problem, details)
+    assert result.busbw is not None
+    # The fixture judged every pair against the same threshold to blame nodes and links: its word is added.
+    blamed = f"; {runs.blame.of((a, b))}" if (a, b) in runs.blame.failing else ""
+    return v.at_least(result.busbw, pairs.min_busbw.gbyte_s, "2-node all_reduce busbw", details,
+                      where=f" at {result.size}", suffix=f" (round {result.round}, NCCL_ALGO=Ring){blamed}")
+
+
 NODES = Clause("cluster.nodes", SECTION, "test_cluster_node", PerNode(), "gpuaccept_cluster", judge_node,
                "every node known to the scheduler, schedulable, with the contracted GPUs in its Gres, and its "
                "per-node run's bundle returned through the engine, verified and complete")
-CLAUSES = (NODES,)
+PAIRS = Clause("cluster.pairs", SECTION, "test_cluster_pair", NodePairs(), "gpuaccept_cluster_pairs", judge_pair,
+               "a 2-node all_reduce (nccl-tests, MPI, one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes, "
+               "in rounds of disjoint pairs at once; a failing pair names the bad node or the bad link", "GB/s",
+               lambda s: s.pairs is not None)
+CLAUSES = (NODES, PAIRS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..bundle import verify
 from ..probes._run import Command, ToolRun
@@ -20,7 +20,7 @@ from .engine import ClusterError, Engine, NodeState
 
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection
-    from ..measurements import ClusterRun, NodeOutcome
+    from ..measurements import ClusterRun, NodeOutcome, PairResult, PairRuns
     from ..state import State
 
 NODES_FOLDER = "nodes"
@@ -115,3 +115,76 @@ def _outcome(state: State, node: str, node_state: NodeState, run: ToolRun | None
     if results.get("contract", {}).get("sha256") != state.contract.sha256:
         return NodeOutcome(node_state, folder, None, "its results judged another contract", evidence)
     return NodeOutcome(node_state, folder, results, None, evidence)
+
+
+def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> PairRuns:
+    """cluster.pairs: a 2-node all_reduce (one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes, the
+    pairs of a round at once; a pair with a node that is not available is not run. Then the blame."""
+    from ..clauses.base import gpu_count
+    from ..measurements import PairResult, PairRuns
+    from ..probes import nccl_tests
+    from ..units import human_bytes
+    from .pairs import blame, rounds
+
+    pairs = section.pairs
+    assert pairs is not None
+    if cluster.error is not None:
+        return PairRuns({}, blame({}), cluster.error)
+    nodes = list(cluster.nodes)
+    # A node is available to pairs once its own run came back: one that is down, drained, or did not answer
+    # its own run (a dead slurmd the scheduler has not noticed yet) would only hang its pairs.
+    ready = {n for n, o in cluster.nodes.items() if o.state.present and o.state.schedulable and o.results is not None}
+    per_node = gpu_count(state.contract) or 1
+    args = nccl_tests.all_reduce_args(1, pairs.min_bytes.nbytes, pairs.max_bytes.nbytes, pairs.args)
+    env = {"NCCL_ALGO": "Ring"} if not any(a.startswith("NCCL_ALGO") for a in pairs.args) else {}
+    tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
+    results: dict[tuple[str, str], PairResult] = {}
+    for number, pairing in enumerate(rounds(nodes), start=1):
+        ordered = [(a, b) if nodes.index(a) < nodes.index(b) else (b, a) for a, b in pairing]
+        for a, b in ordered:
+            if a not in ready or b not in ready:
+                down = ", ".join(f"{n} ({_unavailable(cluster.nodes[n])})" for n in (a, b) if n not in ready)
+                results[(a, b)] = PairResult(number, None, "", f"not run: {down} not available")
+        runnable = [(a, b) for a, b in ordered if a in ready and b in ready]
+        commands = []
+        for a, b in runnable:
+            argv = engine.mpi_job([a, b], per_node, [tool, *args], env)
+            commands.append(Command(argv[0], tuple(argv[1:]), key=f"pair-{a}+{b}"))
+        for (a, b), run in zip(runnable, state.runner.run_together(commands) if commands else []):
+            results[(a, b)] = _pair_result(number, run, 2 * per_node, human_bytes)
+    judged = {pair: r.busbw is not None and r.busbw >= pairs.min_busbw.gbyte_s for pair, r in results.items()
+              if r.problem is None or r.busbw is not None}
+    return PairRuns(results, blame(judged))
+
+
+def _unavailable(node: NodeOutcome) -> str:
+    if not node.state.present or not node.state.schedulable:
+        return node.state.state
+    return f"its own run: {node.problem or 'no results'}"[:200]
+
+
+def _pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], str]) -> PairResult:
+    from ..measurements import PairResult
+    from ..probes import ParseError, nccl_tests
+
+    evidence = tuple(run.evidence)
+    if run.failure:
+        return PairResult(number, None, "", run.failure, evidence)
+    try:
+        parsed = nccl_tests.parse_all_reduce(run.stdout)
+    except ParseError as exc:
+        return PairResult(number, None, "", str(exc), evidence)
+    largest = parsed.largest
+    if largest is None or largest.oop_busbw_gbyte_s is None:
+        return PairResult(number, None, "", "all_reduce_perf printed no rows", evidence)
+    if parsed.error_lines:
+        return PairResult(number, None, "", f"all_reduce_perf reported: {parsed.error_lines[0]}", evidence)
+    if parsed.wrong_nonzero:
+        return PairResult(number, None, "", "all_reduce_perf found wrong results (#wrong > 0)", evidence)
+    if parsed.ranks is not None and parsed.ranks != ranks:
+        return PairResult(number, None, "", f"{parsed.ranks} ranks took part, {ranks} were started", evidence)
+    hosts = {line.host for line in parsed.rank_lines}
+    if parsed.rank_lines and len(hosts) != 2:
+        return PairResult(number, None, "", f"the ranks ran on {len(hosts)} hosts ({', '.join(sorted(hosts))}), "
+                                            "not on the pair's two nodes", evidence)
+    return PairResult(number, largest.oop_busbw_gbyte_s, human(largest.size_bytes), None, evidence)
