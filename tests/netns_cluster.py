@@ -152,6 +152,28 @@ PartitionName=gpu Nodes=h[1-{last}] Default=YES MaxTime=INFINITE State=UP
             _run(self.inside(i, ["iperf3", "-s", "-D", "-B", self.address(i), "--pidfile",
                                  str(self.base / "run" / f"iperf3-h{i}.pid")]))
 
+    def start_sshd(self) -> Path:
+        """An sshd in every node's namespace (for `engine: mpirun`, which reaches nodes over ssh); returns the
+        ssh_config a client uses (key, no host key checks, root)."""
+        keys = self.base / "ssh"
+        keys.mkdir(exist_ok=True)
+        Path("/run/sshd").mkdir(exist_ok=True)
+        for name in ("hostkey", "id"):
+            if not (keys / name).exists():
+                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)])
+        shutil.copy(keys / "id.pub", keys / "authorized_keys")
+        config = keys / "ssh_config"
+        config.write_text(f"Host *\n  IdentityFile {keys / 'id'}\n  StrictHostKeyChecking no\n"
+                          "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  User root\n")
+        for i in range(1, self.size):
+            conf = keys / f"sshd_h{i}.conf"
+            conf.write_text(f"ListenAddress {self.address(i)}\nHostKey {keys / 'hostkey'}\n"
+                            f"PidFile {self.base / 'run' / f'sshd-h{i}.pid'}\nAuthorizedKeysFile {keys / 'authorized_keys'}\n"
+                            "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\nStrictModes no\n"
+                            "AcceptEnv *\n")
+            _run(self.inside(i, ["/usr/sbin/sshd", "-f", str(conf)]))
+        return config
+
     def scontrol(self, *args: str) -> str:
         return _run(self.inside(0, ["scontrol", *args]), env=self.env()).stdout
 

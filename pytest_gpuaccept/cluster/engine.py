@@ -121,7 +121,10 @@ class Mpirun:
         return None
 
     def expand(self, expressions: tuple[str, ...], output: str | None) -> list[str]:
-        names = [name for expression in expressions for name in expand_hostlist(expression)]
+        try:
+            names = [name for expression in expressions for name in expand_hostlist(expression)]
+        except ValueError as exc:
+            raise ClusterError(str(exc)) from None
         bad = [n for n in names if not _NODE_NAME.match(n)]
         if bad:
             raise ClusterError(f"not a host name: {bad[0]!r}")
@@ -134,10 +137,11 @@ class Mpirun:
         return {n: NodeState(n, True, True, "listed (no scheduler: reached over ssh)", None) for n in nodes}
 
     def on_node(self, node: str, argv: list[str]) -> list[str]:
-        return [*self.launcher, "--host", f"{node}:1", "-np", "1", "--", *argv]
+        # PATH travels with the job (-x), as srun's --export=ALL does: the tools are found as on the login node.
+        return [*self.launcher, "--host", f"{node}:1", "-np", "1", "-x", "PATH", "--", *argv]
 
     def mpi_job(self, nodes: list[str], ranks_per_node: int, argv: list[str], env: dict[str, str]) -> list[str]:
-        exports = [arg for k, v in sorted(env.items()) for arg in ("-x", f"{k}={v}")]
+        exports = ["-x", "PATH", *(arg for k, v in sorted(env.items()) for arg in ("-x", f"{k}={v}"))]
         hosts = ",".join(f"{n}:{ranks_per_node}" for n in nodes)
         return [*self.launcher, "--host", hosts, "-np", str(len(nodes) * ranks_per_node),
                 "--map-by", "ppr:%d:node" % ranks_per_node, *exports, "--", *argv]

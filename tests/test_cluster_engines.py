@@ -1,6 +1,7 @@
-"""Cluster handover through a real Slurm cluster (netns_cluster.py: a head node and four nodes, each its own
-network namespace and slurmd): the login node's run reaches every node through srun, each node's bundle
-comes back through srun's output, and one report and one results file judge the cluster."""
+"""Cluster handover through a real cluster (netns_cluster.py: a head node and four nodes, each its own
+network namespace, slurmd and sshd): the login node's run reaches every node through srun (engine: slurm)
+or mpirun over ssh (engine: mpirun), each node's bundle comes back through the launcher's output, and one
+report and one results file judge the cluster."""
 
 from __future__ import annotations
 
@@ -60,14 +61,31 @@ def fleet_bin(tmp_path_factory):
     return write_fleet_bin(tmp_path_factory.mktemp("fleet-bin"))
 
 
-def login_run(cluster: Cluster, folder: Path, contract: str, *args: str, path: Path | None = None) -> tuple[int, dict, str]:
+@pytest.fixture(scope="module")
+def ssh_config(slurm):
+    return slurm.start_sshd()
+
+
+def mpirun_contract(cluster: Cluster) -> str:
+    """The same cluster, reached with plain mpirun over ssh: nodes by address, as a host list gives them."""
+    return CONTRACT.replace("engine: slurm", "engine: mpirun").replace(
+        'nodes: ["h[1-4]"]', f'nodes: ["10.{cluster.net}.0.[2-5]"]')
+
+
+def mpirun_env(ssh_config: Path) -> dict[str, str]:
+    return {"OMPI_MCA_plm_rsh_agent": f"ssh -F {ssh_config}", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def login_run(cluster: Cluster, folder: Path, contract: str, *args: str, path: Path | None = None,
+              extra_env: dict[str, str] | None = None) -> tuple[int, dict, str]:
     """`pytest --contract=cluster.yaml` on the login node h0, as a user would start it there (the fake
     all_reduce_perf first on PATH, which srun gives every rank)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "cluster.yaml").write_text(contract)
     argv = cluster.inside(0, [sys.executable, "-m", "pytest", "--contract=cluster.yaml", "-p", "no:cacheprovider",
                               "-q", *args])
-    env = cluster.env()
+    env = {**cluster.env(), **(extra_env or {})}
     if path is not None:
         env["PATH"] = f"{path}:{env['PATH']}"
     done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env, timeout=240)
@@ -170,3 +188,33 @@ def test_a_node_offering_fewer_gpus_than_the_contract_fails(slurm, sysfs, tmp_pa
     nodes = by_clause(results, "cluster.nodes")
     assert code == 1
     assert nodes["h1"]["message"] == "the scheduler offers 8 GPUs on h1 (Gres), the contract 16"
+
+
+def test_mpirun_over_ssh_an_all_good_cluster_is_accepted(slurm, sysfs, fleet_bin, ssh_config, tmp_path):
+    code, results, out = login_run(slurm, tmp_path / "run", mpirun_contract(slurm), f"--gpuaccept-nvml={RECORDING}",
+                                   f"--gpuaccept-sysfs={sysfs}", path=fleet_bin, extra_env=mpirun_env(ssh_config))
+    assert code == 0, out[-3000:]
+    nodes = by_clause(results, "cluster.nodes")
+    addresses = [slurm.address(i) for i in range(1, 5)]
+    assert sorted(nodes) == addresses  # the host names as given (expanded here: no scheduler)
+    assert nodes[addresses[0]]["message"].startswith("listed (no scheduler: reached over ssh); results returned")
+    assert all(h["verdict"] == "accepted" for h in results["hosts"])
+    pairs = by_clause(results, "cluster.pairs")
+    assert len(pairs) == 6 and all(p["outcome"] == "passed" for p in pairs.values()), pairs
+    assert any("mpirun" in str(t.get("tool")) for t in results["tools"])
+
+
+def test_mpirun_over_ssh_a_slow_node_is_blamed(slurm, sysfs, fleet_bin, ssh_config, tmp_path):
+    slurm.shape(3, "20mbit")
+    try:
+        code, results, out = login_run(slurm, tmp_path / "run", mpirun_contract(slurm),
+                                       f"--gpuaccept-nvml={RECORDING}", f"--gpuaccept-sysfs={sysfs}", path=fleet_bin,
+                                       extra_env=mpirun_env(ssh_config))
+    finally:
+        slurm.shape(3, LINE_RATE)
+    slow = slurm.address(3)
+    pairs = by_clause(results, "cluster.pairs")
+    assert code == 1
+    assert {n for n, p in pairs.items() if p["outcome"] == "failed"} == {n for n in pairs if slow in n.split("+")}
+    assert all(p["message"].endswith(f"; node {slow} fails with most partners") for p in pairs.values()
+               if p["outcome"] == "failed")
