@@ -147,6 +147,15 @@ PartitionName=gpu Nodes=h[1-{last}] Default=YES MaxTime=INFINITE State=UP
         _run(["ip", "netns", "exec", self.ns(i), "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate,
               "burst", "64kb", "latency", "100ms"])
 
+    def shape_link(self, i: int, j: int, rate: str, line_rate: str) -> None:
+        """A one-way fault: what h<i> sends to h<j> at `rate`, the rest of h<i>'s egress at `line_rate`."""
+        ns = ["ip", "netns", "exec", self.ns(i), "tc"]
+        _run([*ns, "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10"])
+        _run([*ns, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:10", "htb", "rate", line_rate])
+        _run([*ns, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:20", "htb", "rate", rate])
+        _run([*ns, "filter", "add", "dev", "eth0", "protocol", "ip", "parent", "1:", "prio", "1", "u32", "match", "ip",
+              "dst", f"{self.address(j)}/32", "flowid", "1:20"])
+
     def start_iperf3_servers(self) -> None:
         for i in range(1, self.size):
             _run(self.inside(i, ["iperf3", "-s", "-D", "-B", self.address(i), "--pidfile",

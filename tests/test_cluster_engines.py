@@ -143,6 +143,24 @@ def test_a_slow_node_is_blamed_and_every_pair_with_it_fails_while_the_others_pas
     assert all(c["outcome"] == "passed" for c in by_clause(results, "cluster.nodes").values())
 
 
+def test_a_one_way_link_fault_names_that_link_and_both_nodes_pass_their_own_checks(slurm, sysfs, fleet_bin, tmp_path):
+    """h1 sends to h2 at a tenth of the line rate; h2 to h1, and h1 to every other node, at the full rate."""
+    slurm.shape_link(1, 2, "20mbit", LINE_RATE)
+    try:
+        code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={RECORDING}",
+                                       f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
+    finally:
+        slurm.shape(1, LINE_RATE)
+    assert code == 1, out[-3000:]
+    pairs = by_clause(results, "cluster.pairs")
+    assert [n for n, p in pairs.items() if p["outcome"] != "passed"] == ["h1+h2"], pairs
+    assert pairs["h1+h2"]["message"].endswith(
+        "; the link between h1 and h2: both nodes pass with every other partner")
+    nodes = by_clause(results, "cluster.nodes")
+    assert nodes["h1"]["outcome"] == nodes["h2"]["outcome"] == "passed"
+    assert all(c["outcome"] == "passed" for c in results["checks"] if c.get("node") in ("h1", "h2"))
+
+
 def test_a_node_whose_slurmd_stopped_fails_and_the_run_still_ends_with_one_report(slurm, sysfs, fleet_bin, tmp_path):
     slurm.stop_slurmd(3)
     try:
