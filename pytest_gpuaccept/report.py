@@ -61,16 +61,20 @@ def junit_properties(check: dict[str, Any]) -> list[tuple[str, str]]:
             ("threshold", check.get("threshold")))]
 
 
+_ENCODER = json.JSONEncoder(default=str)  # one encoder for every line: a cluster's results have 100,000
+
+
 def json_lines(document: dict[str, Any]) -> str:
     """The results as JSON a person can grep: a key per line, and a list of objects (checks, tools) an object
     per line. json.dumps with indent runs Python's own encoder, 0.1 s for an 8-GPU run; this is the C one."""
+    encode = _ENCODER.encode
     parts = []
     for key, value in document.items():
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            inner = ",\n  ".join(json.dumps(v, default=str) for v in value)
-            parts.append(f"{json.dumps(key)}: [\n  {inner}\n ]")
+            inner = ",\n  ".join(map(encode, value))
+            parts.append(f"{encode(key)}: [\n  {inner}\n ]")
         else:
-            parts.append(f"{json.dumps(key)}: {json.dumps(value, default=str)}")
+            parts.append(f"{encode(key)}: {encode(value)}")
     return "{\n " + ",\n ".join(parts) + "\n}\n"
 
 
@@ -422,7 +426,8 @@ def raw_anchor(name: str) -> str:
 def raw_outputs(evidence: Evidence, checks: list[dict[str, Any]]) -> str:
     """Every tool output and reading the checks used, once each, in the order first used; bounded and escaped.
     Not printed (the print stylesheet hides it): the evidence folder holds every byte."""
-    names = list(dict.fromkeys(n for c in checks for n in c.get("evidence", [])
+    # A cluster node's outputs stay in its own bundle and report (nodes/<node>/): linked, not repeated here.
+    names = list(dict.fromkeys(n for c in checks if "node" not in c for n in c.get("evidence", [])
                                if not n.endswith(".json") or n == "nvml-host.json"))
     parts = []
     shown: dict[str, str] = {}  # SHA-256 of what is shown: the name it is shown under
@@ -488,6 +493,7 @@ def measurements(checks: list[dict[str, Any]]) -> str:
     then each check's own tables (the all_reduce sweep with its chart, the per-subject results of a check)."""
     parts = []
     by_clause: dict[str, list[dict[str, Any]]] = {}
+    checks = [c for c in checks if "node" not in c]  # a cluster node's charts are in its own report
     for check in checks:
         if "timeline" in (check.get("details") or {}):
             by_clause.setdefault(check["clause"], []).append(check)
@@ -564,12 +570,18 @@ PRINT_CSS = """
 """
 
 
+MAX_SUBJECTS_SHOWN = 60  # in one failure line: a cluster's 1,000 nodes failing one way are one readable line
+MAX_FAILURE_LINES = 300
+
+
 def _line(check: dict[str, Any], subjects: list[str]) -> str:
     """One failure as a signer reads it: clause subject(s), measured vs required, the published share, why."""
     measured = "—" if check.get("measured") is None else f"{check['measured']} {check.get('unit') or ''}".strip()
     share = (check.get("details") or {}).get("fraction_of_published")
     published = f", {share:.0%} of published" if isinstance(share, (int, float)) else ""
-    who = subjects[0] if len(subjects) == 1 else f"{', '.join(subjects)} ({len(subjects)})"
+    named = subjects[:MAX_SUBJECTS_SHOWN] + ([f"… {len(subjects) - MAX_SUBJECTS_SHOWN} more"]
+                                             if len(subjects) > MAX_SUBJECTS_SHOWN else [])
+    who = subjects[0] if len(subjects) == 1 else f"{', '.join(named)} ({len(subjects)})"
     return (f"<li class=gpuaccept-fail><b>{safe_text(check['clause'])} {safe_text(who)}</b>: "
             f"{safe_text(check['outcome'].replace('_', ' '))}, measured {safe_text(measured)}, required "
             f"{safe_text(str(check.get('required') or '—'))}{published} — "
@@ -584,13 +596,18 @@ def failure_lines(not_passed: list[dict[str, Any]]) -> list[str]:
         key = ((check["clause"], check["outcome"], str(check.get("required")), check["message"])
                if check.get("measured") is None else (check["clause"], str(check["subject"])))
         groups.setdefault(key, []).append(check)
-    return [_line(group[0], [str(c["subject"]) for c in group]) for group in groups.values()]
+    lines = [_line(group[0], [str(c["subject"]) for c in group]) for group in list(groups.values())[:MAX_FAILURE_LINES]]
+    if len(groups) > MAX_FAILURE_LINES:
+        rest = sum(len(g) for g in list(groups.values())[MAX_FAILURE_LINES:])
+        lines.append(f"<li class=gpuaccept-fail>… and {rest} more checks that did not pass: every one is in the "
+                     "results file and, for a cluster's node, in that node's own report</li>")
+    return lines
 
 
 GRID_OPEN_ROWS = 50  # nodes shown in the open grid; the rest (all passing) fold into one line
 
 
-def _node_grid(checks: list[dict[str, Any]]) -> str:
+def node_grid_html(checks: list[dict[str, Any]]) -> str:
     """A cluster run's node x clause grid: each cell passed/total, red where any check failed. Nodes with
     failures first; past GRID_OPEN_ROWS the all-passing nodes fold into a closed list of names."""
     from .cluster.merge import node_grid
@@ -611,14 +628,17 @@ def _node_grid(checks: list[dict[str, Any]]) -> str:
         return f"<td class={css}>{counts[0]}/{sum(counts)}"
 
     head = "".join(f"<th>{safe_text(c)}" for c in clauses)
-    rows = "".join(f"<tr><th>{safe_text(n)}" + "".join(cell(grid[n].get(c)) for c in clauses) for n in shown)
+    def name(node: str) -> str:  # each node's own report (its checks, charts and raw outputs) is in the bundle
+        return f'<a href="gpuaccept-evidence/nodes/{html.escape(node)}/gpuaccept-report.html">{safe_text(node)}</a>'
+
+    rows = "".join(f"<tr><th>{name(n)}" + "".join(cell(grid[n].get(c)) for c in clauses) for n in shown)
     more = (f"<details><summary>{len(folded)} more nodes, every check passed</summary><p>"
             f"{safe_text(', '.join(folded))}</p></details>" if folded else "")
     return (f"<h3>Nodes ({len(grid)}: {len(troubled)} with checks that did not pass)</h3>"
             f"<table class=gt><tr><th>node{head}{rows}</table>{more}")
 
 
-def _per_clause(checks: list[dict[str, Any]]) -> str:
+def per_clause_html(checks: list[dict[str, Any]]) -> str:
     rows: dict[str, list[int]] = {}
     for check in checks:
         counts = rows.setdefault(check["clause"], [0, 0, 0])
@@ -691,8 +711,8 @@ def banner(results: dict[str, Any], state: State, digest: str, environment: dict
         f"<p>{counts[PASSED]} passed, {counts[FAILED]} failed, {counts[NOT_MEASURED]} not measured "
         f"of {len(checks)} checks.</p><table>{rows}</table>"
         f'<div id="gpuaccept-failures">{failures}</div>{warnings}</div>'
-        f"{_node_grid(checks)}"
-        f"<h3>Per clause</h3>{_per_clause(checks)}"
+        f"{node_grid_html(checks)}"
+        f"<h3>Per clause</h3>{per_clause_html(checks)}"
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.get('not_in_contract', [])) or 'none')}</p>"
         f"{_p2p_map(checks)}"
         f'<h3>Signatures</h3><table class="gpuaccept-sign">{sign}</table>'

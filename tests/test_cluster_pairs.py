@@ -45,3 +45,17 @@ def test_one_failing_pair_is_a_link_not_a_node():
 def test_a_pair_measured_both_ways_fails_when_one_direction_does():
     verdict = blame({("a", "b"): True, ("b", "a"): False, ("a", "c"): True, ("b", "c"): True})
     assert verdict.failing == (("a", "b"),) and verdict.bad_links == (("a", "b"),)
+
+
+def test_above_sixteen_nodes_three_rounds_of_random_disjoint_pairs_reproducible_from_the_seed():
+    from pytest_gpuaccept.cluster.pairs import plan
+
+    nodes = [f"gpu{n:04d}" for n in range(1, 1001)]
+    rounds_ = plan(nodes, "a" * 64)
+    assert len(rounds_) == 3 and all(len(r) == 500 for r in rounds_)
+    for pairing in rounds_:
+        assert sorted(n for pair in pairing for n in pair) == nodes  # each node once a round
+    every = [pair for pairing in rounds_ for pair in pairing]
+    assert len(set(every)) == 1500 and all(nodes.index(a) < nodes.index(b) for a, b in every)
+    assert plan(nodes, "a" * 64) == rounds_ and plan(nodes, "b" * 64) != rounds_
+    assert [len(r) for r in plan(nodes[:16], "x")] == [8] * 15  # up to 16 nodes: every pair, 15 rounds

@@ -82,14 +82,18 @@ def test_plan_covers_every_clause_of_a_full_contract():
 
 
 def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on_each_node():
-    cluster = parse_contract(CONTRACT + "cluster:\n  engine: slurm\n  nodes: ['gpu[01-04]']\n")
-    assert [c.key for c in registry.present_clauses(cluster)] == sorted(CLUSTER)
+    cluster = parse_contract(CONTRACT + "cluster:\n  engine: slurm\n  nodes: ['gpu[01-04]']\n"
+                                        "  pairs: {min_busbw: '360 GB/s'}\n")
+    assert [c.key for c in registry.present_clauses(cluster)] == ["cluster.nodes", "cluster.pairs"]
     on_a_node = replace(cluster, node="gpu02")
     assert [c.key for c in registry.present_clauses(on_a_node)] == [
         c for c in registry.ALL_CLAUSES if c not in WITH_COUNT | CLUSTER]
     assert registry.not_in_contract(cluster) == sorted(WITH_COUNT)
-    nodes = registry.BY_KEY["cluster.nodes"].subjects(cluster, lambda: {"cluster_nodes": ["gpu01", "gpu02"]})
-    assert [str(s) for s in nodes] == ["gpu01", "gpu02"]
+    listing = {"cluster_nodes": ["gpu01", "gpu02", "gpu03"]}
+    nodes = registry.BY_KEY["cluster.nodes"].subjects(cluster, lambda: listing)
+    assert [str(s) for s in nodes] == ["gpu01", "gpu02", "gpu03"]
+    pairs = registry.BY_KEY["cluster.pairs"].subjects(cluster, lambda: listing)
+    assert [str(s) for s in pairs] == ["gpu01+gpu02", "gpu01+gpu03", "gpu02+gpu03"]
 
 
 @pytest.mark.parametrize("clause", [c for c in registry.CLAUSES if c.key not in CLUSTER], ids=lambda c: c.key)

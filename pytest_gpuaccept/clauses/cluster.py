@@ -171,11 +171,13 @@ def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contr
 class NodePairs:
     """Every unordered pair of the expanded nodes, `a+b` in the nodes' order."""
 
-    describe: str = "`<node>+<node>`, one per pair of nodes"
+    describe: str = "`<node>+<node>`, one per pair of nodes (up to 16 nodes; above, 3 random pairings)"
 
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
-        nodes = names().get(LISTING, [])
-        return [Subject.whole(f"{a}+{b}") for i, a in enumerate(nodes) for b in nodes[i + 1:]] or \
+        from ..cluster.pairs import plan
+
+        pairs = [pair for pairing in plan(names().get(LISTING, []), contract.sha256) for pair in pairing]
+        return [Subject.whole(f"{a}+{b}") for a, b in sorted(pairs, key=lambda p: (p[0], p[1]))] or \
             [Subject.whole("cluster")]
 
 

@@ -11,6 +11,8 @@ from typing import Any
 from ..clauses.cluster import NODES
 
 NODES_CLAUSE = NODES.key
+NODES_FOLDER = "nodes"  # in the evidence: nodes/<node>/ holds that node's bundle
+HEAVY_DETAILS = ("timeline", "tables", "each")
 
 
 def node_checks(node: str, results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -19,8 +21,17 @@ def node_checks(node: str, results: dict[str, Any]) -> list[dict[str, Any]]:
     for check in results.get("checks", []):
         if not isinstance(check, dict) or "clause" not in check or "subject" not in check:
             continue
+        # Its `evidence` names stay the node's own: they are in nodes/<node>/gpuaccept-evidence/ of this
+        # run's evidence, with the node's own report (results.md).
         merged = {**check, "subject": f"{node}/{check['subject']}", "node": node}
         merged.pop("test", None)
+        details = check.get("details")
+        if isinstance(details, dict):  # series and tables stay in the node's bundle: 1,000 nodes' would be 150 MB
+            kept = {k: v for k, v in details.items() if k not in HEAVY_DETAILS}
+            if kept:
+                merged["details"] = kept
+            else:
+                merged.pop("details", None)
         out.append(merged)
     return out
 

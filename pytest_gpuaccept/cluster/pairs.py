@@ -58,3 +58,32 @@ def blame(passed: dict[Pair, bool]) -> Blame:
     failing = sorted(pair for pair, ok in results.items() if not ok)
     links = [pair for pair in failing if pair[0] not in bad and pair[1] not in bad]
     return Blame(tuple(bad), tuple(links), tuple(failing))
+
+
+EVERY_PAIR_UP_TO = 16  # nodes; above, RANDOM_ROUNDS rounds of random disjoint pairs
+RANDOM_ROUNDS = 3  # each node meets three partners: a bad node fails with at least two of them
+
+
+def plan(nodes: list[str], seed: str) -> list[list[Pair]]:
+    """The rounds a cluster's pairs run in, each pair in the nodes' order: every pair up to 16 nodes (n-1
+    rounds); above, three rounds of random pairings, reproducible from `seed` (the contract's SHA-256), none
+    repeated, so that 1,000 nodes take three rounds, not 999."""
+    order = {n: i for i, n in enumerate(dict.fromkeys(nodes))}
+    if len(order) <= EVERY_PAIR_UP_TO:
+        chosen = rounds(list(order))
+    else:
+        import random
+
+        generator = random.Random(seed)
+        seen: set[Pair] = set()
+        chosen = []
+        for _ in range(RANDOM_ROUNDS):
+            for _attempt in range(20):
+                shuffled = list(order)
+                generator.shuffle(shuffled)
+                pairing = [(shuffled[i], shuffled[i + 1]) for i in range(0, len(shuffled) - 1, 2)]
+                if not any(tuple(sorted(p)) in seen for p in pairing):
+                    break
+            seen.update(tuple(sorted(p)) for p in pairing)  # type: ignore[misc]
+            chosen.append(pairing)
+    return [[(a, b) if order[a] < order[b] else (b, a) for a, b in pairing] for pairing in chosen]

@@ -17,13 +17,13 @@ from ..bundle import verify
 from ..probes._run import Command, ToolRun
 from .bundles import decode, members
 from .engine import ClusterError, Engine, NodeState
+from .merge import NODES_FOLDER
 
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection
     from ..measurements import ClusterRun, NodeOutcome, PairResult, PairRuns
     from ..state import State
 
-NODES_FOLDER = "nodes"
 RESULTS = "gpuaccept-results.json"
 
 
@@ -124,7 +124,7 @@ def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     from ..measurements import PairResult, PairRuns
     from ..probes import nccl_tests
     from ..units import human_bytes
-    from .pairs import blame, rounds
+    from .pairs import blame, plan
 
     pairs = section.pairs
     assert pairs is not None
@@ -139,8 +139,7 @@ def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     env = {"NCCL_ALGO": "Ring"} if not any(a.startswith("NCCL_ALGO") for a in pairs.args) else {}
     tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
     results: dict[tuple[str, str], PairResult] = {}
-    for number, pairing in enumerate(rounds(nodes), start=1):
-        ordered = [(a, b) if nodes.index(a) < nodes.index(b) else (b, a) for a, b in pairing]
+    for number, ordered in enumerate(plan(nodes, state.contract.sha256), start=1):
         for a, b in ordered:
             if a not in ready or b not in ready:
                 down = ", ".join(f"{n} ({_unavailable(cluster.nodes[n])})" for n in (a, b) if n not in ready)

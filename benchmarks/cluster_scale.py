@@ -1,0 +1,62 @@
+"""A 1,000-node cluster's results merged, judged and rendered: the login node's work once every node's
+results came back. Each node is the recorded 8-GPU per-node results (112 checks), three of them with a
+failing GPU; the cluster.nodes checks are made here.
+
+    python benchmarks/cluster_scale.py [--nodes 1000]
+The test tests/test_cluster_scale.py runs the same and holds it under 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+NODE = Path(__file__).resolve().parent.parent / "tests" / "data" / "cluster" / "node-results-h100-8gpu-112checks.json"
+BAD_NODES = (17, 503, 998)  # their GPU3 fails its utilisation check
+
+
+def node_results(nodes: int) -> dict[str, dict[str, Any]]:
+    recorded = json.loads(NODE.read_text())
+    bad = copy.deepcopy(recorded)
+    bad["verdict"] = "rejected"
+    for check in bad["checks"]:
+        if check["clause"] == "utilisation" and check["subject"] == "GPU3":
+            check.update(outcome="failed", measured=41.0, message="lowest utilisation 41 % < 80 % (GPU3)")
+    return {f"gpu{n:04d}": bad if n in BAD_NODES else recorded for n in range(1, nodes + 1)}
+
+
+def run(nodes: int) -> tuple[float, dict[str, Any], str, str]:
+    from pytest_gpuaccept.clauses.cluster import NODES
+    from pytest_gpuaccept.cluster.summary import merge_cluster, summary_html
+    from pytest_gpuaccept.report import json_lines
+    from pytest_gpuaccept.subjects import Subject
+    from pytest_gpuaccept.verdict import Verdict
+
+    by_node = node_results(nodes)
+    start = time.perf_counter()
+    cluster = [Verdict(NODES.key, Subject.whole(name)).passed(
+        "IDLE", f"IDLE, 8 GPUs in Gres; results returned: the node's own checks {r['verdict'].upper()}",
+        {"state": "IDLE", "node_verdict": r["verdict"]}).to_dict() for name, r in by_node.items()]
+    results = merge_cluster(cluster, dict(by_node))
+    text = json_lines(results)
+    page = summary_html(results)
+    return time.perf_counter() - start, results, text, page
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=1000)
+    args = parser.parse_args()
+    elapsed, results, text, page = run(args.nodes)
+    print(f"{args.nodes} nodes, {len(results['checks'])} checks: merged, judged and rendered in {elapsed:.2f} s; "
+          f"results {len(text) / 1e6:.1f} MB, report summary {len(page) / 1e3:.0f} kB; verdict {results['verdict']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

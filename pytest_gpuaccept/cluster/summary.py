@@ -1,0 +1,33 @@
+"""A cluster's results and report summary from its nodes' results, in one place: what the login node's
+report does after the nodes came back, and what the 1,000-node benchmark times (benchmarks/cluster_scale.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..verdict import verdict_of
+from .merge import NODES_CLAUSE, host_entry, node_checks
+
+
+def merge_cluster(cluster_checks: list[dict[str, Any]], node_results: dict[str, dict[str, Any] | None],
+                  complete: bool = True) -> dict[str, Any]:
+    """checks (the cluster's own, then every node's as <node>/<subject>), hosts and the verdict."""
+    checks = list(cluster_checks)
+    hosts = []
+    by_node = {str(c["subject"]): c for c in cluster_checks if c["clause"] == NODES_CLAUSE}
+    for node, results in node_results.items():
+        hosts.append(host_entry(node, by_node.get(node, {}), results))
+        if results is not None:
+            checks += node_checks(node, results)
+    return {"verdict": verdict_of(checks, complete), "complete": complete, "checks": checks, "hosts": hosts}
+
+
+def summary_html(results: dict[str, Any]) -> str:
+    """The report's cluster parts: the failure lines, the node x clause grid, the per-clause table."""
+    from .. import report
+
+    checks = results["checks"]
+    not_passed = [c for c in checks if c["outcome"] == "failed"] + [c for c in checks if c["outcome"] == "not_measured"]
+    return (f"<ul>{''.join(report.failure_lines(not_passed))}</ul>{report.node_grid_html(checks)}"
+            f"{report.per_clause_html(checks)}{report.measurements(checks)}")
