@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .contract import Contract
     from .measurements import (
         AllReduceRuns,
+        ClusterAllReduce,
         ClusterRun,
         GpuModels,
         HostReading,
@@ -99,6 +100,17 @@ def gpuaccept_cluster_pairs(request: pytest.FixtureRequest, gpuaccept_contract: 
 
     section = gpuaccept_contract.cluster
     return run_pairs(_state(request), engine_for(section.engine, section.partition), section, gpuaccept_cluster)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_cluster_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+                                gpuaccept_cluster: ClusterRun) -> ClusterAllReduce:
+    """cluster.allreduce: one all_reduce over every GPU of every available node."""
+    from .cluster.engine import engine_for
+    from .cluster.run import run_allreduce
+
+    section = gpuaccept_contract.cluster
+    return run_allreduce(_state(request), engine_for(section.engine, section.partition), section, gpuaccept_cluster)
 
 
 @pytest.fixture(scope="session")

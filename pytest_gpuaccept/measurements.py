@@ -183,3 +183,14 @@ class PairRuns:
     results: dict[tuple[str, str], PairResult]
     blame: Blame
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterAllReduce:
+    """cluster.allreduce: one job over every available node; `missing` the nodes that were not."""
+
+    nodes: tuple[str, ...]
+    missing: tuple[str, ...]
+    ranks_per_node: int
+    result: PairResult | None
+    error: str | None = None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 # Names from the host that may appear unescaped in a test id (pytest-html shows ids as HTML).
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.:*?\[\]-]+$")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.:*?\[\]+-]+$")  # + joins a pair of cluster nodes (h1+h2)
 
 
 class Kind(str, Enum):

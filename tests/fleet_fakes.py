@@ -48,11 +48,18 @@ for host, peer in peers:
     factor = min(factor, min(rates) / NOMINAL)
 hosts = [h for h, _a in peers]
 out = []
+template = None
 for line in Path(LOG).read_text().splitlines():
     tokens = line.split()
     if line.startswith("#  Rank"):
-        r = int(tokens[2])
-        line = line.replace(f" on {tokens[7]} ", f" on {hosts[min(len(hosts) - 1, r // local_size)]} ")
+        # One rank line per rank started, on its node (the recorded job had 16 ranks on 2 nodes).
+        if template is None:
+            template = line
+            for r in range(size):
+                out.append(template.replace(f"Rank  0 ", f"Rank {r:2d} ").replace(
+                    f" on {tokens[8]} ", f" on {hosts[min(len(hosts) - 1, r // local_size)]} ").replace(
+                    f"device  0 ", f"device {r % local_size:2d} "))
+        continue
     elif len(tokens) == 13 and tokens[0].isdigit():
         t = tokens
         t[5], t[9] = f"{float(t[5]) / factor:.1f}", f"{float(t[9]) / factor:.1f}"

@@ -20,19 +20,20 @@ from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, UnitError, parse_duration
 from ..verdict import Check, Verdict
 from . import allreduce
-from .base import Clause, HostNames, Section, gpu_count
+from .base import Clause, HostNames, HostWide, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
-    from ..measurements import ClusterRun, PairRuns
+    from ..measurements import ClusterAllReduce, ClusterRun, PairRuns
 
 LISTING = "cluster_nodes"  # the names the engine expanded cluster.nodes to (HostNames key)
-NOT_YET = ("allreduce", "links")  # keys of the format this version does not measure yet
+NOT_YET = ("links",)  # keys of the format this version does not measure yet
 
 
 @dataclass(frozen=True)
 class Pairs:
-    """cluster.pairs: the allreduce keys and defaults, for a 2-node all_reduce between every pair of nodes."""
+    """cluster.pairs and cluster.allreduce: the allreduce keys and defaults (a 2-node all_reduce between every
+    pair of nodes; one all_reduce over every GPU of every node)."""
 
     min_busbw: Bandwidth
     min_bytes: Size
@@ -48,7 +49,7 @@ class ClusterSection:
     partition: str | None
     node_timeout: Duration
     pairs: Pairs | None = None
-    allreduce: None = None
+    allreduce: Pairs | None = None
     links: None = None
 
 
@@ -107,9 +108,10 @@ def _cross_check(section: ClusterSection, sections: Mapping[str, Any]) -> list[t
     problems = []
     if section.partition is not None and section.engine != "slurm":
         problems.append(("cluster.partition", "only for engine: slurm"))
-    if section.pairs is not None and section.pairs.min_bytes.nbytes > section.pairs.max_bytes.nbytes:
-        problems.append(("cluster.pairs.min_bytes", f"expected at most max_bytes ({section.pairs.max_bytes}), "
-                                                    f"got {section.pairs.min_bytes}"))
+    for name, keys in (("pairs", section.pairs), ("allreduce", section.allreduce)):
+        if keys is not None and keys.min_bytes.nbytes > keys.max_bytes.nbytes:
+            problems.append((f"cluster.{name}.min_bytes", f"expected at most max_bytes ({keys.max_bytes}), "
+                                                          f"got {keys.min_bytes}"))
     return problems
 
 
@@ -118,6 +120,8 @@ SECTION = Section(
     {"engine": Key(schema.one_of("slurm", "mpirun"), required=True), "nodes": Key(hostlists, required=True),
      "partition": Key(schema.text), "node_timeout": Key(schema.duration, default=parse_duration("1 h")),
      "pairs": Key(nested("cluster.pairs", {k: v for k, v in allreduce.SECTION.keys.items() if k != "tool"}, Pairs)),
+     "allreduce": Key(nested("cluster.allreduce", {k: v for k, v in allreduce.SECTION.keys.items() if k != "tool"},
+                             Pairs)),
      **{key: Key(not_yet) for key in NOT_YET}},
     ClusterSection, "many nodes, through Slurm or mpirun (the per-node sections judge every node)",
     cross_check=_cross_check)
@@ -201,6 +205,26 @@ def judge_pair(section: ClusterSection, subject: Subject, runs: PairRuns, contra
                       where=f" at {result.size}", suffix=f" (round {result.round}, NCCL_ALGO=Ring){blamed}")
 
 
+def judge_allreduce(section: ClusterSection, subject: Subject, run: ClusterAllReduce, contract: Contract) -> Check:
+    keys = section.allreduce
+    assert keys is not None
+    v = Verdict(ALLREDUCE.key, subject, unit="GB/s")
+    result = run.result
+    details: dict[str, Any] = {"nodes": list(run.nodes), "evidence": list(result.evidence) if result else []}
+    if run.error is not None or result is None:
+        return v.not_measured(run.error or "not run", details)
+    if run.missing:
+        # Measured over the nodes that are there, as information: a cluster with a node missing is not passed.
+        shown = "" if result.busbw is None else f" (over the {len(run.nodes)} others: {result.busbw:g} GB/s)"
+        return v.but(required=f">= {keys.min_busbw.gbyte_s:g}", threshold=keys.min_busbw.gbyte_s).failed(
+            result.busbw, f"not the whole cluster: {', '.join(run.missing)} not available{shown}", details)
+    if result.problem is not None:
+        return v.not_measured(result.problem, details)
+    assert result.busbw is not None
+    return v.at_least(result.busbw, keys.min_busbw.gbyte_s, "all_reduce busbw", details, where=f" at {result.size}",
+                      suffix=f" over {len(run.nodes)} nodes x {run.ranks_per_node} GPUs")
+
+
 NODES = Clause("cluster.nodes", SECTION, "test_cluster_node", PerNode(), "gpuaccept_cluster", judge_node,
                "every node known to the scheduler, schedulable, with the contracted GPUs in its Gres, and its "
                "per-node run's bundle returned through the engine, verified and complete")
@@ -208,4 +232,8 @@ PAIRS = Clause("cluster.pairs", SECTION, "test_cluster_pair", NodePairs(), "gpua
                "a 2-node all_reduce (nccl-tests, MPI, one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes, "
                "in rounds of disjoint pairs at once; a failing pair names the bad node or the bad link", "GB/s",
                lambda s: s.pairs is not None)
-CLAUSES = (NODES, PAIRS)
+ALLREDUCE = Clause("cluster.allreduce", SECTION, "test_cluster_allreduce", HostWide("cluster", "`cluster`"),
+                   "gpuaccept_cluster_allreduce", judge_allreduce,
+                   "one all_reduce (nccl-tests, MPI, one rank per GPU) over every GPU of every node; any node "
+                   "missing and it is not passed", "GB/s", lambda s: s.allreduce is not None)
+CLAUSES = (NODES, ALLREDUCE, PAIRS)

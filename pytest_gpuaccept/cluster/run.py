@@ -21,7 +21,7 @@ from .merge import NODES_FOLDER
 
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection
-    from ..measurements import ClusterRun, NodeOutcome, PairResult, PairRuns
+    from ..measurements import ClusterAllReduce, ClusterRun, NodeOutcome, PairResult, PairRuns
     from ..state import State
 
 RESULTS = "gpuaccept-results.json"
@@ -156,13 +156,38 @@ def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     return PairRuns(results, blame(judged))
 
 
+def run_allreduce(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> ClusterAllReduce:
+    """cluster.allreduce: one all_reduce over every GPU of every available node (one rank per GPU); with a
+    node missing it still runs over the others, as information."""
+    from ..clauses.base import gpu_count
+    from ..measurements import ClusterAllReduce
+    from ..probes import nccl_tests
+    from ..units import human_bytes
+
+    keys = section.allreduce
+    assert keys is not None
+    per_node = gpu_count(state.contract) or 1
+    if cluster.error is not None:
+        return ClusterAllReduce((), (), per_node, None, cluster.error)
+    ready = [n for n, o in cluster.nodes.items() if o.state.present and o.state.schedulable and o.results is not None]
+    missing = tuple(f"{n} ({_unavailable(o)})" for n, o in cluster.nodes.items() if n not in ready)
+    if len(ready) < 2:
+        return ClusterAllReduce(tuple(ready), missing, per_node, None, "fewer than two nodes available")
+    args = nccl_tests.all_reduce_args(1, keys.min_bytes.nbytes, keys.max_bytes.nbytes, keys.args)
+    tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
+    argv = engine.mpi_job(ready, per_node, [tool, *args], {})
+    run = state.runner.run(argv[0], argv[1:], key="cluster-allreduce")
+    return ClusterAllReduce(tuple(ready), missing, per_node, _pair_result(0, run, len(ready) * per_node, human_bytes,
+                                                                         len(ready)))
+
+
 def _unavailable(node: NodeOutcome) -> str:
     if not node.state.present or not node.state.schedulable:
         return node.state.state
     return f"its own run: {node.problem or 'no results'}"[:200]
 
 
-def _pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], str]) -> PairResult:
+def _pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], str], hosts_wanted: int = 2) -> PairResult:
     from ..measurements import PairResult
     from ..probes import ParseError, nccl_tests
 
@@ -183,7 +208,7 @@ def _pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float],
     if parsed.ranks is not None and parsed.ranks != ranks:
         return PairResult(number, None, "", f"{parsed.ranks} ranks took part, {ranks} were started", evidence)
     hosts = {line.host for line in parsed.rank_lines}
-    if parsed.rank_lines and len(hosts) != 2:
-        return PairResult(number, None, "", f"the ranks ran on {len(hosts)} hosts ({', '.join(sorted(hosts))}), "
-                                            "not on the pair's two nodes", evidence)
+    if parsed.rank_lines and len(hosts) != hosts_wanted:
+        return PairResult(number, None, "", f"the ranks ran on {len(hosts)} hosts ({', '.join(sorted(hosts)[:8])}), "
+                                            f"not on the {hosts_wanted} nodes started", evidence)
     return PairResult(number, largest.oop_busbw_gbyte_s, human(largest.size_bytes), None, evidence)
