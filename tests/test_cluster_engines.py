@@ -119,6 +119,16 @@ def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, 
     assert verified.returncode == 0, verified.stdout
     page = (tmp_path / "run" / "gpuaccept-report.html").read_text()
     assert "<h3>Nodes (4: 0 with checks that did not pass)</h3>" in page
+    assert '<a href="gpuaccept-evidence/nodes/h2/gpuaccept-report.html">h2</a>' in page  # each node's own report
+    # The cluster's bundle replays anywhere (no cluster needed): the same verdict from the same evidence.
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    (replay / "cluster.yaml").write_text(CONTRACT)
+    done = subprocess.run([sys.executable, "-m", "pytest", "--contract=cluster.yaml", f"--gpuaccept-replay={tmp_path / 'run'}",
+                           "-p", "no:cacheprovider", "-q"], cwd=replay, capture_output=True, text=True, timeout=120)
+    replayed = json.loads((replay / "gpuaccept-results.json").read_text())
+    assert done.returncode == 0 and replayed["mode"] == "replay" and replayed["verdict"] == "accepted"
+    assert len(replayed["checks"]) == len(results["checks"]) and len(replayed["hosts"]) == 4
     pairs = by_clause(results, "cluster.pairs")
     assert sorted(pairs) == ["h1+h2", "h1+h3", "h1+h4", "h2+h3", "h2+h4", "h3+h4"]
     assert sorted(p["details"]["round"] for p in pairs.values()) == [1, 1, 2, 2, 3, 3]  # 3 rounds of 2 pairs at once
