@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .clauses import allreduce, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
+from .clauses import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
 from .contract import Contract
 from .probes._run import find_tool
 
@@ -54,7 +54,8 @@ def _hints() -> dict[str, str]:
         "libcuda.so.1": "the NVIDIA driver's CUDA library (installed with the driver)",
         "pynvml": "pip install nvidia-ml-py (a dependency of pytest-gpuaccept: reinstall it)",
         "all_reduce_perf": f"git clone https://github.com/NVIDIA/nccl-tests && make -C nccl-tests CUDA_HOME={cuda} "
-                           f"NCCL_HOME={nccl}; then put nccl-tests/build on PATH or set tools.all_reduce_perf",
+                           f"NCCL_HOME={nccl} (for a cluster: MPI=1 MPI_HOME=<Open MPI>, at the same path on every "
+                           "node); then put nccl-tests/build on PATH or set tools.all_reduce_perf",
         "nvbandwidth": "git clone https://github.com/NVIDIA/nvbandwidth && cd nvbandwidth && cmake . && make "
                        "(needs libboost-program-options-dev / boost-devel and CUDA); or DCGM 4, which ships it",
         "p2pBandwidthLatencyTest": "git clone https://github.com/NVIDIA/cuda-samples and build "
@@ -65,6 +66,11 @@ def _hints() -> dict[str, str]:
         TOOL_IPERF3: "Debian/Ubuntu: apt install iperf3; RHEL: dnf install iperf3 (3.16 or newer is multi-threaded)",
         "ip": "Debian/Ubuntu: apt install iproute2; RHEL: dnf install iproute",
         "dmesg": "Debian/Ubuntu/RHEL: util-linux; reading the kernel log needs root or kernel.dmesg_restrict=0",
+        "scontrol": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm), "
+                    "on the login node",
+        "srun": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm)",
+        "mpirun": "Open MPI (Debian/Ubuntu: apt install openmpi-bin; RHEL: dnf install openmpi) on every node, "
+                  "and ssh from the login node to each",
     }
 
 
@@ -79,6 +85,16 @@ def needs(contract: Contract) -> list[Need]:
             need.clauses.append(clause)
 
     sections = contract.by_section
+    site = sections.get(cluster.SECTION.name)
+    if site is not None and contract.node is None:
+        # The login node of a cluster needs the engine (and nccl-tests at the same path as on the nodes); what
+        # each node needs is the per-node sections' list, on that node: run doctor there.
+        engine = ("scontrol", "srun") if site.engine == "slurm" else ("mpirun",)
+        for command in engine:
+            add(command, "tool", cluster.SECTION.name)
+        if site.pairs is not None or site.allreduce is not None:
+            add("all_reduce_perf", "tool", cluster.SECTION.name)
+        return list(table.values())
     if gpus.SECTION.name in sections:
         for name, kind in (("pynvml", "python"), ("libnvidia-ml.so.1", "library"), ("libcuda.so.1", "library")):
             add(name, kind, gpus.SECTION.name)

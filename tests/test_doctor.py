@@ -61,6 +61,20 @@ def test_on_a_fake_host_with_every_tool_doctor_exits_0(fake_tools, tmp_path):
     assert f"  ok       libcuda.so.1               {DATA / 'nvml' / 'h100_sxm5_8gpu.json'} (simulated" in done.stdout
 
 
+def test_on_a_clusters_login_node_doctor_checks_the_engine_not_the_gpus(fake_tools, tmp_path):
+    """The login node needs Slurm's commands (or mpirun) and the MPI nccl-tests; the GPUs are the nodes'."""
+    (tmp_path / "cluster.yaml").write_text(EVERY_TOOL + "cluster:\n  engine: slurm\n  nodes: ['gpu[01-04]']\n"
+                                           "  pairs: {min_busbw: '360 GB/s'}\n")
+    done = doctor("--contract", str(tmp_path / "cluster.yaml"), path=str(fake_tools.bin_dir))
+    names = [line.split()[1] for line in done.stdout.splitlines() if line.startswith(("  ok", "  MISSING"))]
+    assert names == ["scontrol", "srun", "all_reduce_perf"] and done.returncode == 1
+    assert "for a cluster: MPI=1 MPI_HOME=<Open MPI>, at the same path on every node" in done.stdout
+    (tmp_path / "mpirun.yaml").write_text((tmp_path / "cluster.yaml").read_text().replace("engine: slurm", "engine: mpirun"))
+    done = doctor("--contract", str(tmp_path / "mpirun.yaml"), path=str(fake_tools.bin_dir))
+    assert [line.split()[1] for line in done.stdout.splitlines() if line.startswith(("  ok", "  MISSING"))] == [
+        "mpirun", "all_reduce_perf"]
+
+
 def test_a_run_says_what_is_missing_before_it_starts(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     run = accept("gpuaccept: 1\nvendor: V\ngpus: {count: 8}\nnvlink: {every_pair: true}\n"
