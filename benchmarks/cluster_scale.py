@@ -18,6 +18,9 @@ from typing import Any
 
 NODE = Path(__file__).resolve().parent.parent / "tests" / "data" / "cluster" / "node-results-h100-8gpu-112checks.json"
 BAD_NODES = (17, 503, 998)  # their GPU3 fails its utilisation check
+HEAD = {"gpuaccept": 1, "mode": "live", "started": "2026-11-30T18:00:00+00:00", "finished": "2026-11-30T18:20:00+00:00",
+        "contract": {"path": "cluster.yaml", "sha256": "0" * 64, "vendor": "Benchmark cloud", "reference": "SLA-1000"},
+        "host": {"hostname": "login01", "driver": None, "cuda": None, "gpus": []}, "not_in_contract": []}
 
 
 def node_results(nodes: int) -> dict[str, dict[str, Any]]:
@@ -42,7 +45,7 @@ def run(nodes: int) -> tuple[float, dict[str, Any], str, str]:
     cluster = [Verdict(NODES.key, Subject.whole(name)).passed(
         "IDLE", f"IDLE, 8 GPUs in Gres; results returned: the node's own checks {r['verdict'].upper()}",
         {"state": "IDLE", "node_verdict": r["verdict"]}).to_dict() for name, r in by_node.items()]
-    results = merge_cluster(cluster, dict(by_node))
+    results = {**HEAD, **merge_cluster(cluster, dict(by_node))}
     text = json_lines(results)
     page = summary_html(results)
     return time.perf_counter() - start, results, text, page

@@ -174,7 +174,8 @@ class ReportPlugin:
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str],
                                     session: pytest.Session) -> None:
         if self.results is not None:
-            prefix.append(banner(self.results, self.state, self.manifest_digest, _environment(session.config)))
+            prefix.append(banner(self.results, self.state.runner.evidence, self.manifest_digest,
+                                 _environment(session.config)))
 
     # -------------------------------------------------------------- the verdict
 
@@ -647,7 +648,8 @@ def per_clause_html(checks: list[dict[str, Any]]) -> str:
     return _table(table)
 
 
-def banner(results: dict[str, Any], state: State, digest: str, environment: dict[str, Any] | None = None) -> str:
+def banner(results: dict[str, Any], evidence: Evidence | None, digest: str,
+           environment: dict[str, Any] | None = None) -> str:
     """The first screen is the verdict, who and what, and every check that did not pass (one line each);
     then a summary per clause, the signatures, and what an auditor needs: tools, raw outputs, environment."""
     verdict = results["verdict"].upper()
@@ -664,7 +666,12 @@ def banner(results: dict[str, Any], state: State, digest: str, environment: dict
         ("contract", f"{contract['path']} (SHA-256 {contract['sha256']})"),
         ("run", f"{results['started']} to {results['finished']}"), ("evidence digest (SHA-256)", digest),
     ]
-    if host.get("error"):
+    if results.get("hosts") is not None:
+        nodes = results["hosts"]
+        good = sum(h.get("verdict") == "accepted" for h in nodes)
+        facts[2] = ("cluster", f"{len(nodes)} nodes, {good} accepted on their own checks; the login node: "
+                               f"{host.get('hostname', '')}")
+    elif host.get("error"):
         facts.append(("NVML", host["error"]))
     if "replayed_from" in results:
         facts.append(("replayed from", results["replayed_from"]))
@@ -716,10 +723,10 @@ def banner(results: dict[str, Any], state: State, digest: str, environment: dict
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.get('not_in_contract', [])) or 'none')}</p>"
         f"{_p2p_map(checks)}"
         f'<h3>Signatures</h3><table class="gpuaccept-sign">{sign}</table>'
-        f"<h3>GPUs</h3><ul>{gpu_ids}</ul>"
+        f"{'' if results.get('hosts') is not None else f'<h3>GPUs</h3><ul>{gpu_ids}</ul>'}"
         f"<h3>Tools run (provenance)</h3>{_table(tools) if len(tools) > 1 else '<p>none</p>'}"
         f"{measurements(checks)}"
-        f"{raw_outputs(state.runner.evidence, checks)}"
+        f"{raw_outputs(evidence, checks) if evidence is not None else ''}"
         f'<div class="gpuaccept-env"><h3>The auditor\'s environment</h3>{_table(env) if len(env) > 1 else ""}'
         f"<h4>Other plugins and conftest files loaded</h4>{_table(plugins) if len(plugins) > 1 else '<p>none</p>'}</div>"
         f"<h3>Every check</h3><p>The table below: one row per check, failures first; open a row for its "
