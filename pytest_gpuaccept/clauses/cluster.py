@@ -137,6 +137,17 @@ class PerNode:
         return [Subject.whole(name) for name in names().get(LISTING, [])] or [Subject.whole("cluster")]
 
 
+def _same_gpus(name: str, run: ClusterRun) -> list[str]:
+    """Other nodes whose live results name one of this node's GPU UUIDs (a node answering for another)."""
+    def uuids(results: dict[str, Any] | None) -> set[str]:
+        if not results or results.get("mode", "live") != "live":
+            return set()  # a recording (simulated) or a replay is marked as such; its UUIDs prove nothing
+        return {str(g.get("uuid")) for g in (results.get("host") or {}).get("gpus", []) if g.get("uuid")}
+
+    mine = uuids(run.nodes[name].results)
+    return sorted(other for other, node in run.nodes.items() if other != name and mine & uuids(node.results))
+
+
 def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contract: Contract) -> Check:
     v = Verdict(NODES.key, subject)
     if run.error is not None:
@@ -163,6 +174,10 @@ def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contr
                         f"{wanted}", details)
     if node.problem is not None:
         return v.failed(state.state, node.problem, details)
+    twins = _same_gpus(subject.local, run)
+    if twins:
+        return v.failed(state.state, f"GPU UUIDs of {subject.local} were also reported by {', '.join(twins)}: one "
+                                     "bundle stands for two nodes", details)
     results = node.results or {}
     checks = results.get("checks", [])
     not_passed = sum(c.get("outcome") != "passed" for c in checks)

@@ -114,7 +114,24 @@ def _outcome(state: State, node: str, node_state: NodeState, run: ToolRun | None
         return NodeOutcome(node_state, folder, results, "its run was incomplete (interrupted or crashed)", evidence)
     if results.get("contract", {}).get("sha256") != state.contract.sha256:
         return NodeOutcome(node_state, folder, None, "its results judged another contract", evidence)
+    started = str(results.get("started") or "")
+    if state.runner.replay_dir is None and not _fresh(started, state.started):
+        return NodeOutcome(node_state, folder, None, f"its results were started at {started or 'an unknown time'}, "
+                                                     f"before this run ({state.started}): not this run's", evidence)
     return NodeOutcome(node_state, folder, results, None, evidence)
+
+
+CLOCK_SLACK_S = 600.0  # nodes' clocks may differ from the login node's by this much
+
+
+def _fresh(started: str, run_started: str) -> bool:
+    """A node's results were started during this run (a canned bundle from an earlier day is not)."""
+    from datetime import datetime
+
+    try:
+        return (datetime.fromisoformat(started) - datetime.fromisoformat(run_started)).total_seconds() > -CLOCK_SLACK_S
+    except ValueError:
+        return False
 
 
 def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> PairRuns:
