@@ -25,18 +25,26 @@ rank = int(env.get("PMIX_RANK") or env.get("SLURM_PROCID") or env.get("OMPI_COMM
 size = int(env.get("SLURM_NTASKS") or env.get("OMPI_COMM_WORLD_SIZE") or 1)
 local_size = int(env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0] or env.get("OMPI_COMM_WORLD_LOCAL_SIZE") or 1)
 nodes = max(1, size // local_size)
-job = (env.get("PMIX_NAMESPACE") or env.get("SLURM_JOB_ID", "job")).replace("/", "_")
+# The job's name, the same on every rank and never reused: Open MPI's jobid can recur across mpirun runs, so
+# its HNP URI (which holds mpirun's own pid and address) is part of it; Slurm's job and step ids are unique.
+import hashlib
+job = hashlib.sha256("|".join(env.get(k, "") for k in ("PMIX_NAMESPACE", "OMPI_MCA_orte_hnp_uri", "SLURM_JOB_ID",
+                                                         "SLURM_STEP_ID")).encode()).hexdigest()[:16]
 rdv = Path(RDV) / job
 rdv.mkdir(parents=True, exist_ok=True)
 words = subprocess.run(["ip", "-4", "-o", "addr", "show", "eth0"], capture_output=True, text=True).stdout.split()
 address = words[3].split("/")[0] if len(words) > 3 else "127.0.0.1"
-(rdv / str(rank)).write_text(f"{socket.gethostname()} {address}")
+part = rdv / f".{rank}.part"  # written whole, then renamed: rank 0 never reads a file half written
+part.write_text(f"{socket.gethostname()} {address}")
+os.replace(part, rdv / str(rank))
 if rank != 0:
     sys.exit(0)
 deadline = time.time() + 30
-while len(list(rdv.iterdir())) < nodes and time.time() < deadline:
+def written():
+    return sorted((p for p in rdv.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+while len(written()) < nodes and time.time() < deadline:
     time.sleep(0.05)
-peers = [p.read_text().split() for p in sorted(rdv.iterdir(), key=lambda p: int(p.name))]
+peers = [p.read_text().split() for p in written()]
 factor = 1.0
 for host, peer in peers:
     if peer == address:

@@ -25,8 +25,8 @@ tools: {timeout: "90 s"}
 cluster:
   engine: slurm
   nodes: ["h[1-4]"]
-  pairs: {min_busbw: "300 GB/s", max_bytes: "16 GiB"}
-  allreduce: {min_busbw: "300 GB/s", max_bytes: "16 GiB"}
+  pairs: {min_busbw: "200 GB/s", max_bytes: "16 GiB"}
+  allreduce: {min_busbw: "200 GB/s", max_bytes: "16 GiB"}
 gpus:
   count: 8
   model: "H100"
@@ -132,9 +132,9 @@ def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, 
     pairs = by_clause(results, "cluster.pairs")
     assert sorted(pairs) == ["h1+h2", "h1+h3", "h1+h4", "h2+h3", "h2+h4", "h3+h4"]
     assert sorted(p["details"]["round"] for p in pairs.values()) == [1, 1, 2, 2, 3, 3]  # 3 rounds of 2 pairs at once
-    # 469 GB/s recorded, scaled by what iperf3 carried of the 200 Mbit/s line rate (a loaded 2-core machine's
-    # veths carry 75-95 % of it): the threshold, 64 %, leaves room; a node at a tenth is far below.
-    assert all(p["outcome"] == "passed" and 300 <= p["measured"] < 469.21 for p in pairs.values()), pairs
+    # 469 GB/s recorded, scaled by what a 1 s iperf3 carried of the 200 Mbit/s line rate (on a loaded 2-core
+    # machine 60-95 % of it, slow start included): the threshold, 43 %, leaves room; a node at a tenth is far below.
+    assert all(p["outcome"] == "passed" and 200 <= p["measured"] < 469.21 for p in pairs.values()), pairs
     assert "(round" in pairs["h1+h4"]["message"] and "NCCL_ALGO=Ring" in pairs["h1+h4"]["message"]
     whole = by_clause(results, "cluster.allreduce")["cluster"]
     assert whole["outcome"] == "passed" and whole["message"].endswith(" over 4 nodes x 8 GPUs"), whole
@@ -198,7 +198,7 @@ def test_a_node_whose_slurmd_stopped_fails_and_the_run_still_ends_with_one_repor
     assert all(pairs[n]["outcome"] == "passed" for n in ("h1+h2", "h1+h4", "h2+h4"))
     whole = by_clause(results, "cluster.allreduce")["cluster"]
     assert whole["outcome"] == "failed" and whole["message"].startswith("not the whole cluster: h3 (its own run: ")
-    assert whole["measured"] >= 300  # measured over the three others, as information
+    assert whole["measured"] >= 200  # measured over the three others, as information
 
 
 def test_a_drained_node_is_failed_with_the_schedulers_reason_and_never_waited_for(slurm, sysfs, tmp_path):
