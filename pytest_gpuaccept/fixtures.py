@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         GpuModels,
         HostReading,
         Iperf3Path,
+        LinkRuns,
         LoadRun,
         NicLinks,
         NvlinkErrorReadings,
@@ -111,6 +112,17 @@ def gpuaccept_cluster_allreduce(request: pytest.FixtureRequest, gpuaccept_contra
 
     section = gpuaccept_contract.cluster
     return run_allreduce(_state(request), engine_for(section.engine, section.partition), section, gpuaccept_cluster)
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_cluster_links(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+                            gpuaccept_cluster: ClusterRun) -> LinkRuns:
+    """cluster.links: node to node per interface, both directions at once, in the pairs' rounds."""
+    from .cluster.engine import engine_for
+    from .cluster.run import run_links
+
+    section = gpuaccept_contract.cluster
+    return run_links(_state(request), engine_for(section.engine, section.partition), section, gpuaccept_cluster)
 
 
 @pytest.fixture(scope="session")

@@ -194,3 +194,20 @@ class ClusterAllReduce:
     ranks_per_node: int
     result: PairResult | None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class LinkResult:
+    """One direction of one link: what its receiver counted, in Gb/s, or why there is nothing."""
+
+    round: int
+    gbit_s: float | None
+    route: str
+    problem: str | None
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LinkRuns:
+    results: dict[str, LinkResult]  # by subject, `a:dev->b:dev`
+    error: str | None = None

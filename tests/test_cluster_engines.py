@@ -17,6 +17,7 @@ from fleet_fakes import write_fleet_bin
 from netns_cluster import Cluster, missing_tools
 
 RECORDING = DATA / "nvml" / "h100_sxm5_8gpu.json"
+LINKS = '  links: {iperf3: {min_throughput: "100 Mb/s", interfaces: [eth0], duration: "1 s"}}\n'
 LINE_RATE = "200mbit"
 CONTRACT = """\
 gpuaccept: 1
@@ -31,6 +32,8 @@ gpus:
   count: 8
   model: "H100"
 """
+# cluster.links where a test is about links (about 20 s more a run): the rest without.
+WITH_LINKS = CONTRACT.replace("gpus:\n", LINKS + "gpus:\n")
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +102,7 @@ def by_clause(results: dict, clause: str) -> dict[str, dict]:
 
 
 def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, sysfs, fleet_bin, tmp_path):
-    code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={RECORDING}",
+    code, results, out = login_run(slurm, tmp_path / "run", WITH_LINKS, f"--gpuaccept-nvml={RECORDING}",
                                    f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     assert code == 0, out[-3000:]
     assert results["verdict"] == "accepted" and results["complete"]
@@ -123,7 +126,7 @@ def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, 
     # The cluster's bundle replays anywhere (no cluster needed): the same verdict from the same evidence.
     replay = tmp_path / "replay"
     replay.mkdir()
-    (replay / "cluster.yaml").write_text(CONTRACT)
+    (replay / "cluster.yaml").write_text(WITH_LINKS)
     done = subprocess.run([sys.executable, "-m", "pytest", "--contract=cluster.yaml", f"--gpuaccept-replay={tmp_path / 'run'}",
                            "-p", "no:cacheprovider", "-q"], cwd=replay, capture_output=True, text=True, timeout=120)
     replayed = json.loads((replay / "gpuaccept-results.json").read_text())
@@ -138,12 +141,16 @@ def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, 
     assert "(round" in pairs["h1+h4"]["message"] and "NCCL_ALGO=Ring" in pairs["h1+h4"]["message"]
     whole = by_clause(results, "cluster.allreduce")["cluster"]
     assert whole["outcome"] == "passed" and whole["message"].endswith(" over 4 nodes x 8 GPUs"), whole
+    links = by_clause(results, "cluster.links")
+    assert len(links) == 12 and "h1:eth0->h2:eth0" in links and "h2:eth0->h1:eth0" in links  # 6 pairs, both ways
+    assert all(c["outcome"] == "passed" and 0.1 <= c["measured"] <= 0.2 for c in links.values()), links
+    assert f"({slurm.address(1)} -> {slurm.address(2)})" in links["h1:eth0->h2:eth0"]["message"]
 
 
 def test_a_slow_node_is_blamed_and_every_pair_with_it_fails_while_the_others_pass(slurm, sysfs, fleet_bin, tmp_path):
     slurm.shape(3, "20mbit")
     try:
-        code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={RECORDING}",
+        code, results, out = login_run(slurm, tmp_path / "run", WITH_LINKS, f"--gpuaccept-nvml={RECORDING}",
                                        f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     finally:
         slurm.shape(3, LINE_RATE)
@@ -155,6 +162,8 @@ def test_a_slow_node_is_blamed_and_every_pair_with_it_fails_while_the_others_pas
         assert pairs[name]["measured"] < 100 and pairs[name]["message"].endswith("; node h3 fails with most partners")
     assert all(p["outcome"] == "passed" for name, p in pairs.items() if name not in with_h3)
     assert by_clause(results, "cluster.allreduce")["cluster"]["outcome"] == "failed"  # the slowest link bounds it
+    links = by_clause(results, "cluster.links")
+    assert {n for n, c in links.items() if c["outcome"] != "passed"} == {n for n in links if n.startswith("h3:")}
     # The slow node's own checks (one host, no network) still pass: the pairs put the blame where it is.
     assert all(c["outcome"] == "passed" for c in by_clause(results, "cluster.nodes").values())
 
@@ -163,7 +172,7 @@ def test_a_one_way_link_fault_names_that_link_and_both_nodes_pass_their_own_chec
     """h1 sends to h2 at a tenth of the line rate; h2 to h1, and h1 to every other node, at the full rate."""
     slurm.shape_link(1, 2, "20mbit", LINE_RATE)
     try:
-        code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={RECORDING}",
+        code, results, out = login_run(slurm, tmp_path / "run", WITH_LINKS, f"--gpuaccept-nvml={RECORDING}",
                                        f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     finally:
         slurm.shape(1, LINE_RATE)
@@ -172,6 +181,9 @@ def test_a_one_way_link_fault_names_that_link_and_both_nodes_pass_their_own_chec
     assert [n for n, p in pairs.items() if p["outcome"] != "passed"] == ["h1+h2"], pairs
     assert pairs["h1+h2"]["message"].endswith(
         "; the link between h1 and h2: both nodes pass with every other partner")
+    links = by_clause(results, "cluster.links")
+    assert [n for n, c in links.items() if c["outcome"] != "passed"] == ["h1:eth0->h2:eth0"], links
+    assert links["h1:eth0->h2:eth0"]["measured"] < 0.05 and links["h2:eth0->h1:eth0"]["measured"] >= 0.1
     nodes = by_clause(results, "cluster.nodes")
     assert nodes["h1"]["outcome"] == nodes["h2"]["outcome"] == "passed"
     assert all(c["outcome"] == "passed" for c in results["checks"] if c.get("node") in ("h1", "h2"))
@@ -184,7 +196,7 @@ def test_a_node_whose_slurmd_stopped_fails_and_the_run_still_ends_with_one_repor
                                        f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     finally:
         slurm.start_slurmd(3)
-        slurm.wait_idle()
+        slurm.wait_idle(120.0)  # the job that found h3's slurmd gone completes once it is back
     assert code == 1, out[-3000:]
     assert results["verdict"] == "rejected" and (tmp_path / "run" / "gpuaccept-report.html").is_file()
     nodes = by_clause(results, "cluster.nodes")

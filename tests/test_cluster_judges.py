@@ -43,3 +43,24 @@ def test_results_started_before_this_run_are_not_this_runs():
     assert _fresh("2026-11-30T10:00:00+00:00", "2026-11-30T10:05:00+00:00")  # a node's clock 5 min behind
     assert not _fresh("2026-11-29T10:00:00+00:00", "2026-11-30T10:00:00+00:00")  # yesterday's bundle
     assert not _fresh("", "2026-11-30T10:00:00+00:00")
+
+
+def test_links_name_their_interfaces_and_rdma_links_are_refused_before_anything_runs():
+    import pytest
+
+    from pytest_gpuaccept.clauses import registry
+    from pytest_gpuaccept.contract import ContractError
+
+    base = "gpuaccept: 1\nvendor: V\ncluster:\n  engine: slurm\n  nodes: ['gpu[01-03]']\n"
+    with_nics = parse_contract(base + "  links: {iperf3: {min_throughput: '90 Gb/s'}}\n"
+                               "nics: {interfaces: [ens6f0, 'ib*'], min_speed: '100 Gb/s'}\n")
+    subjects = [str(s) for s in registry.BY_KEY["cluster.links"].subjects(
+        with_nics, lambda: {"cluster_nodes": ["gpu01", "gpu02"]})]
+    assert subjects == ["gpu01:ens6f0->gpu02:ens6f0", "gpu02:ens6f0->gpu01:ens6f0"]  # the exact names, both ways
+    with pytest.raises(ContractError) as refused:
+        parse_contract(base + "  links: {iperf3: {min_throughput: '90 Gb/s'}}\n", "c.yaml")
+    assert refused.value.problems == ["c.yaml:3: cluster.links.iperf3.interfaces: missing: name the interfaces (exact "
+                                      "names), or give a nics section with exact names"]
+    with pytest.raises(ContractError) as refused:
+        parse_contract(base + "  links: {rdma: {min_fraction_of_line_rate: 0.9}}\n", "c.yaml")
+    assert "cluster.links: cluster.links.rdma (line 6): not measured by this version" in refused.value.problems[0]

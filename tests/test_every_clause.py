@@ -16,7 +16,7 @@ from pytest_gpuaccept.contract import parse_contract
 
 WITH_COUNT = {"nics.count", "rdma.count"}
 # The cluster section's clauses are judged on a cluster's login node, and there only (test_cluster_slurm.py).
-CLUSTER = {"cluster.nodes", "cluster.allreduce", "cluster.pairs"}
+CLUSTER = {"cluster.nodes", "cluster.allreduce", "cluster.pairs", "cluster.links"}
 CONTRACT = """\
 gpuaccept: 1
 vendor: "Example GPU Cloud"

@@ -43,6 +43,8 @@ NOT_CLAUSE_NAMES = {
     ("pytest_gpuaccept/models/__init__.py", "nvlink"): "a key of the model table, gpus.json",
     ("pytest_gpuaccept/doctor.py", "iperf3"): "the tool's name",
     ("pytest_gpuaccept/clauses/cluster.py", "allreduce"): "the key cluster.allreduce of the cluster section",
+    ("pytest_gpuaccept/clauses/cluster.py", "iperf3"): "the key cluster.links.iperf3 of the cluster section",
+    ("pytest_gpuaccept/clauses/cluster.py", "rdma"): "the key cluster.links.rdma of the cluster section",
 }
 
 
@@ -88,7 +90,7 @@ def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on
     on_a_node = replace(cluster, node="gpu02")
     assert [c.key for c in registry.present_clauses(on_a_node)] == [
         c for c in registry.ALL_CLAUSES if c not in WITH_COUNT | CLUSTER]
-    assert registry.not_in_contract(cluster) == ["nics.count", "rdma.count", "cluster.allreduce"]
+    assert registry.not_in_contract(cluster) == ["nics.count", "rdma.count", "cluster.allreduce", "cluster.links"]
     listing = {"cluster_nodes": ["gpu01", "gpu02", "gpu03"]}
     nodes = registry.BY_KEY["cluster.nodes"].subjects(cluster, lambda: listing)
     assert [str(s) for s in nodes] == ["gpu01", "gpu02", "gpu03"]

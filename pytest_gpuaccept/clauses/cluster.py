@@ -19,15 +19,28 @@ from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, UnitError, parse_duration
 from ..verdict import Check, Verdict
-from . import allreduce
+from . import allreduce, network
 from .base import Clause, HostNames, HostWide, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
-    from ..measurements import ClusterAllReduce, ClusterRun, PairRuns
+    from ..measurements import ClusterAllReduce, ClusterRun, LinkRuns, PairRuns
 
 LISTING = "cluster_nodes"  # the names the engine expanded cluster.nodes to (HostNames key)
-NOT_YET = ("links",)  # keys of the format this version does not measure yet
+@dataclass(frozen=True)
+class Iperf3Links:
+    """cluster.links.iperf3: TCP between the nodes, per interface, each direction (the second with -R)."""
+
+    min_throughput: Bandwidth
+    interfaces: tuple[str, ...] | None  # default: the nics section's names (exact ones)
+    duration: Duration
+    port: int
+
+
+@dataclass(frozen=True)
+class Links:
+    iperf3: Iperf3Links | None
+    rdma: None = None
 
 
 @dataclass(frozen=True)
@@ -50,7 +63,7 @@ class ClusterSection:
     node_timeout: Duration
     pairs: Pairs | None = None
     allreduce: Pairs | None = None
-    links: None = None
+    links: Links | None = None
 
 
 def nested(name: str, keys: dict[str, Key], build: Callable[..., Any]) -> Callable[[Any, yaml.Node], Any]:
@@ -98,8 +111,8 @@ def hostlists(value: Any, node: yaml.Node) -> tuple[str, ...]:
 
 
 def not_yet(value: Any, node: yaml.Node) -> None:
-    """cluster.allreduce, cluster.pairs and cluster.links are in the format but not measured by this version:
-    a clause that would run no test is refused before anything runs, never skipped."""
+    """cluster.links.rdma is in the format but not measured by this version: a clause that would run no test is
+    refused before anything runs, never skipped."""
     raise ValueError("not measured by this version of pytest-gpuaccept yet: remove it from the contract "
                      "(a clause that runs no test would pass unmeasured)")
 
@@ -108,6 +121,12 @@ def _cross_check(section: ClusterSection, sections: Mapping[str, Any]) -> list[t
     problems = []
     if section.partition is not None and section.engine != "slurm":
         problems.append(("cluster.partition", "only for engine: slurm"))
+    if section.links is not None:
+        if section.links.iperf3 is None:
+            problems.append(("cluster.links", "expected iperf3 (rdma is not measured by this version yet)"))
+        elif link_interfaces(section, sections) == ():
+            problems.append(("cluster.links.iperf3.interfaces", "missing: name the interfaces (exact names), or give "
+                                                                 "a nics section with exact names"))
     for name, keys in (("pairs", section.pairs), ("allreduce", section.allreduce)):
         if keys is not None and keys.min_bytes.nbytes > keys.max_bytes.nbytes:
             problems.append((f"cluster.{name}.min_bytes", f"expected at most max_bytes ({keys.max_bytes}), "
@@ -122,7 +141,12 @@ SECTION = Section(
      "pairs": Key(nested("cluster.pairs", {k: v for k, v in allreduce.SECTION.keys.items() if k != "tool"}, Pairs)),
      "allreduce": Key(nested("cluster.allreduce", {k: v for k, v in allreduce.SECTION.keys.items() if k != "tool"},
                              Pairs)),
-     **{key: Key(not_yet) for key in NOT_YET}},
+     "links": Key(nested("cluster.links", {
+         "iperf3": Key(nested("cluster.links.iperf3", {
+             "min_throughput": Key(schema.bandwidth, required=True), "interfaces": Key(schema.names),
+             "duration": Key(schema.duration, default=parse_duration("5 s")),
+             "port": Key(schema.whole(1, 65535), default=5301)}, Iperf3Links)),
+         "rdma": Key(not_yet)}, Links))},
     ClusterSection, "many nodes, through Slurm or mpirun (the per-node sections judge every node)",
     cross_check=_cross_check)
 
@@ -184,6 +208,48 @@ def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contr
     gres = f", {state.gpus} GPUs in Gres" if state.gpus is not None else ""
     return v.passed(state.state, f"{state.state}{gres}; results returned: the node's own checks {str(results.get('verdict')).upper()} "
                     f"({len(checks) - not_passed} of {len(checks)} passed)", details)
+
+
+def link_interfaces(section: ClusterSection, sections: Mapping[str, Any]) -> tuple[str, ...]:
+    """The interfaces each link is measured on: links.iperf3.interfaces, else the nics section's exact names."""
+    links = section.links.iperf3 if section.links else None
+    if links is None:
+        return ()
+    if links.interfaces is not None:
+        return links.interfaces
+    nics = sections.get(network.NICS.name)
+    names = getattr(nics, "interfaces", ()) or ()
+    return tuple(n for n in names if not any(c in n for c in "*?["))
+
+
+@dataclass(frozen=True)
+class NodeLinks:
+    """`<node>:<device>-><node>:<device>`: each pair of the pairs' rounds, each interface, both directions."""
+
+    describe: str = "`<node>:<device>-><node>:<device>`, per pair of nodes, interface and direction"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        from ..cluster.pairs import plan
+
+        devices = link_interfaces(section, contract.by_section)
+        pairs = [pair for pairing in plan(names().get(LISTING, []), contract.sha256) for pair in pairing]
+        return [Subject.whole(f"{x}:{d}->{y}:{d}") for a, b in sorted(pairs) for d in devices
+                for x, y in ((a, b), (b, a))] or [Subject.whole("cluster")]
+
+
+def judge_link(section: ClusterSection, subject: Subject, links: LinkRuns, contract: Contract) -> Check:
+    assert section.links is not None and section.links.iperf3 is not None
+    v = Verdict(LINKS.key, subject, unit="Gb/s")
+    if links.error is not None:
+        return v.not_measured(links.error)
+    result = links.results.get(subject.local)
+    if result is None:
+        return v.not_measured(f"{subject.local} is not a link of the cluster's pairs")
+    details: dict[str, Any] = {"round": result.round, "evidence": list(result.evidence)}
+    if result.problem is not None or result.gbit_s is None:
+        return v.not_measured(result.problem or "not measured", details)
+    return v.at_least(result.gbit_s, section.links.iperf3.min_throughput.gbit_s, "iperf3", details,
+                      where=f" ({result.route})", suffix=f" (round {result.round}, one direction at a time)")
 
 
 @dataclass(frozen=True)
@@ -251,4 +317,8 @@ ALLREDUCE = Clause("cluster.allreduce", SECTION, "test_cluster_allreduce", HostW
                    "gpuaccept_cluster_allreduce", judge_allreduce,
                    "one all_reduce (nccl-tests, MPI, one rank per GPU) over every GPU of every node; any node "
                    "missing and it is not passed", "GB/s", lambda s: s.allreduce is not None)
-CLAUSES = (NODES, ALLREDUCE, PAIRS)
+LINKS = Clause("cluster.links", SECTION, "test_cluster_link", NodeLinks(), "gpuaccept_cluster_links", judge_link,
+               "node to node per interface, each direction its own check, measured one at a time (iperf3, then "
+               "iperf3 -R, bound to each side's address on that interface), in the pairs' rounds", "Gb/s",
+               lambda s: s.links is not None)
+CLAUSES = (NODES, ALLREDUCE, PAIRS, LINKS)

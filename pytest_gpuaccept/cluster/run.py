@@ -21,7 +21,7 @@ from .merge import NODES_FOLDER
 
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection
-    from ..measurements import ClusterAllReduce, ClusterRun, NodeOutcome, PairResult, PairRuns
+    from ..measurements import ClusterAllReduce, ClusterRun, LinkRuns, NodeOutcome, PairResult, PairRuns
     from ..state import State
 
 RESULTS = "gpuaccept-results.json"
@@ -229,3 +229,73 @@ def _pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float],
         return PairResult(number, None, "", f"the ranks ran on {len(hosts)} hosts ({', '.join(sorted(hosts)[:8])}), "
                                             f"not on the {hosts_wanted} nodes started", evidence)
     return PairResult(number, largest.oop_busbw_gbyte_s, human(largest.size_bytes), None, evidence)
+
+
+def run_links(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> LinkRuns:
+    """cluster.links: in the pairs' rounds, for each pair and interface, iperf3 from the first node to a one-off
+    server on the second, each bound to its node's address on that interface, then the same reversed (-R):
+    each direction its own result, as its receiver counted it. Every node's addresses are read first."""
+    from ..clauses.cluster import link_interfaces
+    from ..measurements import LinkResult, LinkRuns
+    from ..probes import ParseError, iperf3, iproute
+    from .pairs import plan
+
+    links = section.links.iperf3 if section.links else None
+    assert links is not None
+    if cluster.error is not None:
+        return LinkRuns({}, cluster.error)
+    devices = link_interfaces(section, state.contract.by_section)
+    nodes = list(cluster.nodes)
+    ready = [n for n, o in cluster.nodes.items() if o.state.present and o.state.schedulable and o.results is not None]
+    wanted = [(n, d) for n in ready for d in devices]
+    looked = state.runner.run_together([Command(*_split(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show", "dev", d])),
+                                                key=f"link-address-{n}-{d}") for n, d in wanted]) if wanted else []
+    addresses: dict[tuple[str, str], str | None] = {}
+    for (n, d), run in zip(wanted, looked):
+        try:
+            addresses[(n, d)] = None if run.failure else iproute.parse_addresses(run.stdout)[0]
+        except ParseError:
+            addresses[(n, d)] = None
+    seconds = str(max(1, round(links.duration.seconds)))
+    results: dict[str, LinkResult] = {}
+    for number, pairing in enumerate(plan(nodes, state.contract.sha256), start=1):
+        for k, device in enumerate(devices):  # one interface at a time: a node is exclusive to one step
+            measured: list[tuple[str, str, str, str, str, str]] = []
+            for a, b in pairing:
+                there, back = f"{a}:{device}->{b}:{device}", f"{b}:{device}->{a}:{device}"
+                ends = (addresses.get((a, device)), addresses.get((b, device)))
+                missing = [n for n in (a, b) if n not in ready] or \
+                    [f"{n} (no IPv4 address on {device})" for n, e in zip((a, b), ends) if e is None]
+                if missing:
+                    for name in (there, back):
+                        results[name] = LinkResult(number, None, "", f"not run: {', '.join(missing)} not available")
+                    continue
+                measured.append((a, b, str(ends[0]), str(ends[1]), there, back))
+            # One direction at a time (the second with -R, the server sending): both at once, a direction that
+            # is slow starves the other's acknowledgements, and a one-way fault would look two-way.
+            for reverse in (False, True):
+                commands: list[Command] = []
+                for a, b, source, target, _there, _back in measured:
+                    port = str(links.port + k)
+                    server = engine.on_node(b, [iperf3.TOOL, "-s", "-1", "-B", target, "-p", port])
+                    client = engine.on_node(a, [iperf3.TOOL, "-c", target, "-B", source, "-p", port, "-J", "-t", seconds,
+                                                *(["-R"] if reverse else [])])
+                    way = "back" if reverse else "there"
+                    commands += [Command(*_split(server), key=f"link-server-{b}-{device}-{way}"),
+                                 Command(*_split(client), key=f"link-{a}-{b}-{device}-{way}", start_after_s=1.0)]
+                runs = state.runner.run_together(commands, timeout_s=links.duration.seconds + 60) if commands else []
+                for (_a, _b, source, target, there, back), served, asked in zip(measured, runs[0::2], runs[1::2]):
+                    name, route = (back, f"{target} -> {source}") if reverse else (there, f"{source} -> {target}")
+                    evidence = (*asked.evidence, *served.evidence)
+                    problem = asked.failure
+                    try:
+                        rate = iperf3.parse_iperf3_json(asked.stdout).received_bits_per_s if problem is None else 0.0
+                    except ParseError as exc:
+                        problem = str(exc)
+                    results[name] = LinkResult(number, None if problem else round(rate / 1e9, 3), route, problem,
+                                               evidence)
+    return LinkRuns(results)
+
+
+def _split(argv: list[str]) -> tuple[str, tuple[str, ...]]:
+    return argv[0], tuple(argv[1:])

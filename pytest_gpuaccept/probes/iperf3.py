@@ -90,3 +90,4 @@ def run_iperf3(runner: ToolRunner, server: str, port: int, streams: int, duratio
     else:
         note = f"iperf3 {shown}, one process, {streams} streams"
     return Iperf3Runs(tuple(parse_run(run, parse_iperf3_json) for run in runs), note)
+

@@ -40,3 +40,17 @@ def parse_route_get(text: str) -> Route:
 def read_route(runner: ToolRunner, address: str) -> Reading[Route]:
     return parse_run(runner.run(TOOL, ["-j", "route", "get", address], 30.0, key=f"ip_route_get_{address}"),
                      parse_route_get)
+
+
+def parse_addresses(text: str) -> list[str]:
+    """`ip -j -4 addr show dev D`: the interface's IPv4 addresses (scope global first); ParseError if none."""
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        raise ParseError(TOOL, "`ip -j addr` printed no JSON") from None
+    found = [(info.get("scope") != "global", str(info["local"])) for entry in entries if isinstance(entry, dict)
+             for info in entry.get("addr_info", []) if isinstance(info, dict) and info.get("family") == "inet"
+             and info.get("local")]
+    if not found:
+        raise ParseError(TOOL, "the interface has no IPv4 address")
+    return [address for _local, address in sorted(found)]
