@@ -117,22 +117,25 @@ def busbw_chart(table: list[list[Any]], threshold: float) -> str:
                       "GB/s", threshold, f"threshold {threshold:g} GB/s", x_label="message size (log scale)", log2_x=True)
 
 
-def heat_map(title: str, cells: dict[tuple[int, int], tuple[float | None, str]], unit: str) -> str:
-    """A GPU x GPU grid (row: from, column: to), each cell its value, shaded by it; failed red, unmeasured grey."""
+def heat_map(title: str, cells: dict[tuple[int, int], tuple[float | None, str]], unit: str,
+             labels: Sequence[str] | None = None, legend: str = "row: from, column: to") -> str:
+    """A GPU x GPU grid (row: from, column: to), each cell its value, shaded by it; failed red, unmeasured grey.
+    `labels` names rows and columns (default GPU<i>); a pair that was not run is an empty cell."""
     if not cells:
         return ""
     size = max(max(pair) for pair in cells) + 1
+    names = [html.escape(label) for label in labels] if labels is not None else [f"GPU{j}" for j in range(size)]
     values = [v for v, _outcome in cells.values() if v is not None]
     top = max(values) if values else 1.0
-    head = "".join(f"<th>GPU{j}" for j in range(size))
+    head = "".join(f"<th>{names[j]}" for j in range(size))
     rows = []
     for i in range(size):
         tds = []
         for j in range(size):
-            value, outcome = cells.get((i, j), (None, ""))
-            if i == j:
-                tds.append('<td style="background:#eee">—')
+            if i == j or (i, j) not in cells:
+                tds.append('<td style="background:#eee">—' if i == j else "<td>")
                 continue
+            value, outcome = cells[(i, j)]
             if outcome == "passed" and value is not None:
                 shade = int(235 - 120 * (value / top if top else 0))
                 colour = f"rgb({shade},{min(255, shade + 40)},{shade})"
@@ -141,7 +144,7 @@ def heat_map(title: str, cells: dict[tuple[int, int], tuple[float | None, str]],
             else:
                 colour = "#d0d0d0"
             shown = "—" if value is None else f"{value:g}"
-            tds.append(f'<td style="background:{colour}" title="GPU{i}->GPU{j}: {html.escape(outcome)}">{shown}')
-        rows.append(f"<tr><th>GPU{i}{''.join(tds)}")
-    return (f"<h4>{html.escape(title)} ({html.escape(unit)}; row: from, column: to)</h4>"
+            tds.append(f'<td style="background:{colour}" title="{names[i]}->{names[j]}: {html.escape(outcome)}">{shown}')
+        rows.append(f"<tr><th>{names[i]}{''.join(tds)}")
+    return (f"<h4>{html.escape(title)} ({html.escape(unit)}; {html.escape(legend)})</h4>"
             f"<table class=gh><tr><th>{head}{''.join(rows)}</table>")

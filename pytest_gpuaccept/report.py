@@ -537,6 +537,38 @@ def _table(rows: list[list[Any]]) -> str:
 _ORDERED = re.compile(r"^GPU(\d+)->GPU(\d+)$")
 
 
+MAP_NODES = 32  # a pair heat map up to this many nodes; above, the failing pairs are in the failure lines
+LINK_ROWS = 200  # links listed in the links table; above, only those that did not pass
+
+
+def cluster_maps(checks: list[dict[str, Any]]) -> str:
+    """A cluster's pairs as a node x node heat map (each pair in both cells) and its links as a table."""
+    from .clauses.cluster import LINKS, PAIRS
+
+    pairs = [c for c in checks if c["clause"] == PAIRS.key and "+" in str(c["subject"])]
+    links = [c for c in checks if c["clause"] == LINKS.key and "->" in str(c["subject"])]
+    parts = []
+    nodes = list(dict.fromkeys(n for c in pairs for n in str(c["subject"]).split("+")))
+    if pairs and len(nodes) <= MAP_NODES:
+        index = {n: i for i, n in enumerate(nodes)}
+        cells: dict[tuple[int, int], tuple[float | None, str]] = {}
+        for check in pairs:
+            a, b = str(check["subject"]).split("+")
+            value = check.get("measured")
+            cell = (float(value) if isinstance(value, (int, float)) else None, str(check["outcome"]))
+            cells[(index[a], index[b])] = cells[(index[b], index[a])] = cell
+        parts.append(charts.heat_map("2-node all_reduce busbw between the nodes", cells, "GB/s", nodes,
+                                     "each pair in both cells"))
+    if links:
+        shown = links if len(links) <= LINK_ROWS else [c for c in links if c["outcome"] != PASSED]
+        rows = [["link", "outcome", "measured (Gb/s)", "required", "message"]] + [
+            [c["subject"], c["outcome"], "—" if c.get("measured") is None else c["measured"], c.get("required") or "—",
+             c["message"]] for c in shown]
+        more = "" if shown is links else f" (the {len(shown)} of {len(links)} that did not pass)"
+        parts.append(f"<h4>Links{more}</h4>{_table(rows)}")
+    return "".join(parts)
+
+
 def _p2p_map(checks: list[dict[str, Any]]) -> str:
     """The p2p checks as a GPU x GPU heat map: where a slow link or GPU sits shows at a glance."""
     cells: dict[tuple[int, int], tuple[float | None, str]] = {}
@@ -721,7 +753,7 @@ def banner(results: dict[str, Any], evidence: Evidence | None, digest: str,
         f"{node_grid_html(checks)}"
         f"<h3>Per clause</h3>{per_clause_html(checks)}"
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.get('not_in_contract', [])) or 'none')}</p>"
-        f"{_p2p_map(checks)}"
+        f"{_p2p_map(checks)}{cluster_maps(checks)}"
         f'<h3>Signatures</h3><table class="gpuaccept-sign">{sign}</table>'
         f"{'' if results.get('hosts') is not None else f'<h3>GPUs</h3><ul>{gpu_ids}</ul>'}"
         f"<h3>Tools run (provenance)</h3>{_table(tools) if len(tools) > 1 else '<p>none</p>'}"
