@@ -242,6 +242,9 @@ class ReportPlugin:
             "evidence": str(state.evidence_dir),
             "tool_version": __version__,
         }
+        if contract.node is not None:
+            # One node of a cluster contract, judged on its own sections: never the cluster's verdict.
+            results["cluster_node"] = contract.node
         if hosts is not None:
             results["hosts"] = [host for host, _checks in hosts]
         if state.runner.replay_dir is not None:
@@ -367,7 +370,10 @@ def compact_report(path: Path) -> None:
 def verdict_line(results: dict[str, Any]) -> str:
     """The one line a script or a person reads last: verdict, completeness and mode when not live."""
     word = results["verdict"].upper() + ("" if results.get("complete") else " (INCOMPLETE)")
-    return f"gpuaccept verdict: {word}" + (f" [{mode_label(results)}]" if results.get("mode", "live") != "live" else "")
+    node = (f" [NODE {results['cluster_node']} of a cluster contract: its own sections only, not the cluster's "
+            "verdict]" if results.get("cluster_node") else "")
+    return (f"gpuaccept verdict: {word}" + (f" [{mode_label(results)}]" if results.get("mode", "live") != "live" else "")
+            + node)
 
 
 def mode_label(results: dict[str, Any]) -> str:
@@ -716,6 +722,9 @@ def banner(results: dict[str, Any], evidence: Evidence | None, digest: str,
     incomplete = "" if results["complete"] else (
         "<p><b>INCOMPLETE RUN</b>: not every check ran (interrupted, crashed or deselected); the run is rejected.</p>")
     mode = "" if results.get("mode", "live") == "live" else f"<p><b>{safe_text(mode_label(results))}</b></p>"
+    if results.get("cluster_node"):
+        mode += (f"<p><b>NODE {safe_text(str(results['cluster_node']))} of a cluster contract</b>: judged on its own "
+                 "sections only; the cluster's verdict is the login node's report.</p>")
     warnings = ""
     foreign = "".join(f"<li>{safe_text(line)}</li>" for line in results.get("foreign_evidence", []))
     if foreign:

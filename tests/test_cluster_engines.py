@@ -116,7 +116,10 @@ def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, 
     assert "h3/GPU5" in {c["subject"] for c in per_node}
     # Each node's bundle came back through srun's output, and one manifest covers the cluster's bundle.
     evidence = tmp_path / "run" / "gpuaccept-evidence"
-    assert (evidence / "nodes" / "h4" / "gpuaccept-results.json").is_file()
+    own = json.loads((evidence / "nodes" / "h4" / "gpuaccept-results.json").read_text())
+    assert own["cluster_node"] == "h4"  # a node's own results never pass for the cluster's verdict
+    assert (evidence / "nodes" / "h4" / "pytest-output.txt").read_text().rstrip().endswith(
+        "[NODE h4 of a cluster contract: its own sections only, not the cluster's verdict]")
     verified = subprocess.run([sys.executable, "-m", "pytest_gpuaccept", "verify", str(tmp_path / "run")],
                               capture_output=True, text=True)
     assert verified.returncode == 0, verified.stdout
