@@ -38,14 +38,15 @@ def run(nodes: int) -> tuple[float, dict[str, Any], str, str]:
     from pytest_gpuaccept.cluster.summary import merge_cluster, summary_html
     from pytest_gpuaccept.report import json_lines
     from pytest_gpuaccept.subjects import Subject
-    from pytest_gpuaccept.verdict import Verdict
+    from pytest_gpuaccept.verdict import Verdict, verdict_of
 
     by_node = node_results(nodes)
     start = time.perf_counter()
     cluster = [Verdict(NODES.key, Subject.whole(name)).passed(
         "IDLE", f"IDLE, 8 GPUs in Gres; results returned: the node's own checks {r['verdict'].upper()}",
         {"state": "IDLE", "node_verdict": r["verdict"]}).to_dict() for name, r in by_node.items()]
-    results = {**HEAD, **merge_cluster(cluster, dict(by_node))}
+    checks, hosts = merge_cluster(cluster, dict(by_node))
+    results = {**HEAD, "verdict": verdict_of(checks, True), "complete": True, "checks": checks, "hosts": hosts}
     text = json_lines(results)
     page = summary_html(results)
     return time.perf_counter() - start, results, text, page

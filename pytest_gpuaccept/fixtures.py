@@ -89,7 +89,7 @@ def gpuaccept_cluster(request: pytest.FixtureRequest, gpuaccept_contract: Contra
     from .cluster.run import run_cluster
 
     section = gpuaccept_contract.cluster
-    return run_cluster(_state(request), engine_for(section.engine, section.partition), section)
+    return run_cluster(_state(request), engine_for(section), section)
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +100,7 @@ def gpuaccept_cluster_pairs(request: pytest.FixtureRequest, gpuaccept_contract: 
     from .cluster.run import run_pairs
 
     section = gpuaccept_contract.cluster
-    return run_pairs(_state(request), engine_for(section.engine, section.partition), section, gpuaccept_cluster)
+    return run_pairs(_state(request), engine_for(section), section, gpuaccept_cluster)
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +111,7 @@ def gpuaccept_cluster_allreduce(request: pytest.FixtureRequest, gpuaccept_contra
     from .cluster.run import run_allreduce
 
     section = gpuaccept_contract.cluster
-    return run_allreduce(_state(request), engine_for(section.engine, section.partition), section, gpuaccept_cluster)
+    return run_allreduce(_state(request), engine_for(section), section, gpuaccept_cluster)
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +122,7 @@ def gpuaccept_cluster_links(request: pytest.FixtureRequest, gpuaccept_contract: 
     from .cluster.run import run_links
 
     section = gpuaccept_contract.cluster
-    return run_links(_state(request), engine_for(section.engine, section.partition), section, gpuaccept_cluster)
+    return run_links(_state(request), engine_for(section), section, gpuaccept_cluster)
 
 
 @pytest.fixture(scope="session")

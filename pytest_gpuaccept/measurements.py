@@ -164,6 +164,12 @@ class ClusterRun:
     evidence: tuple[str, ...]
     error: str | None = None
 
+    @property
+    def available(self) -> list[str]:
+        """The nodes pairs, links and the whole-cluster job may use: schedulable, and their own run came back
+        (a dead slurmd the scheduler has not noticed yet would only hang them until the timeout)."""
+        return [n for n, o in self.nodes.items() if o.state.present and o.state.schedulable and o.results is not None]
+
 
 @dataclass(frozen=True)
 class PairResult:

@@ -206,9 +206,11 @@ class ReportPlugin:
                 state.checks[(clause, subject)] = {**Verdict(clause, subject).not_measured(reason).to_dict(), "test": ""}
         order = {key: n for n, key in enumerate(expected)}
         checks = sorted(state.checks.values(), key=lambda c: order.get((c["clause"], c["subject"]), len(order)))
-        hosts = self._nodes(checks) if state.contract.cluster is not None else None
-        if hosts is not None:
-            checks += [check for _host, node_checks in hosts for check in node_checks]
+        hosts = None
+        if state.contract.cluster is not None and state.contract.node is None:
+            from .cluster.summary import merge_cluster
+
+            checks, hosts = merge_cluster(checks, self._node_results(checks))
         for check in checks:
             if not check.get("details"):
                 check.pop("details", None)
@@ -246,7 +248,7 @@ class ReportPlugin:
             # One node of a cluster contract, judged on its own sections: never the cluster's verdict.
             results["cluster_node"] = contract.node
         if hosts is not None:
-            results["hosts"] = [host for host, _checks in hosts]
+            results["hosts"] = hosts
         if state.runner.replay_dir is not None:
             results["replayed_from"] = str(state.runner.replay_dir)
             results["recorded"] = recorded_identity(state.runner.replay_dir)
@@ -263,12 +265,12 @@ class ReportPlugin:
         self._publish(json_lines(results), results_copy)
         return results
 
-    def _nodes(self, checks: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        """Each node of a cluster run: its `hosts` entry and its own checks, read from its sealed bundle."""
+    def _node_results(self, checks: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+        """Each node of a cluster run: its results, read from its sealed bundle (None where none came back)."""
         from .cluster import merge
         from .cluster.run import RESULTS
 
-        out = []
+        found: dict[str, dict[str, Any] | None] = {}
         for check in checks:
             if check["clause"] != merge.NODES_CLAUSE or check["subject"] == "cluster":
                 continue
@@ -280,9 +282,8 @@ class ReportPlugin:
                     results = json.loads(raw) if raw else None
                 except (ForeignEvidence, ValueError):
                     results = None
-            node = str(check["subject"])
-            out.append((merge.host_entry(node, check, results), merge.node_checks(node, results) if results else []))
-        return out
+            found[str(check["subject"])] = results
+        return found
 
     def fallback(self, exc: Exception) -> dict[str, Any]:
         """Results written when judging itself crashed: never accepted."""

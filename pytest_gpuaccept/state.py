@@ -107,7 +107,7 @@ class State:
         from .cluster.run import expand
 
         section = self.contract.cluster
-        return expand(self, engine_for(section.engine, section.partition), section)
+        return expand(self, engine_for(section), section)
 
     def function(self, kind: str, name: str) -> tuple[sysfs.Function, str]:
         """What stands behind an interface ("net") or RDMA device ("infiniband"), a bond's members too; evidence file."""

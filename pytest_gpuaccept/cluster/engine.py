@@ -7,12 +7,14 @@ executes them, with timeouts and evidence, like every other tool.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..probes import ParseError
 from ..probes.slurm import expand_hostlist, parse_scontrol_nodes
+
+if TYPE_CHECKING:
+    from ..clauses.cluster import ClusterSection
 
 
 class ClusterError(ValueError):
@@ -149,17 +151,11 @@ class Mpirun:
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
-# The engines by contract name (cluster.engine): a third (Kubernetes JobSet) is one more entry.
-ENGINES: dict[str, type] = {"slurm": Slurm, "mpirun": Mpirun}
+# The engines by contract name (cluster.engine), each made from the section: a third (Kubernetes JobSet) is
+# one more entry.
+ENGINES: dict[str, Callable[[ClusterSection], Engine]] = {"slurm": lambda section: Slurm(section.partition),
+                                                          "mpirun": lambda _section: Mpirun()}
 
 
-def engine_for(name: str, partition: str | None = None) -> Engine:
-    if name == "slurm":
-        return Slurm(partition)
-    if name == "mpirun":
-        return Mpirun()
-    raise LookupError(f"no engine {name!r}: expected one of {', '.join(ENGINES)}")
-
-
-def shown(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
+def engine_for(section: ClusterSection) -> Engine:
+    return ENGINES[section.engine](section)

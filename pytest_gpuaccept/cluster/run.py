@@ -148,9 +148,7 @@ def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     if cluster.error is not None:
         return PairRuns({}, blame({}), cluster.error)
     nodes = list(cluster.nodes)
-    # A node is available to pairs once its own run came back: one that is down, drained, or did not answer
-    # its own run (a dead slurmd the scheduler has not noticed yet) would only hang its pairs.
-    ready = {n for n, o in cluster.nodes.items() if o.state.present and o.state.schedulable and o.results is not None}
+    ready = set(cluster.available)
     per_node = gpu_count(state.contract) or 1
     args = nccl_tests.all_reduce_args(1, pairs.min_bytes.nbytes, pairs.max_bytes.nbytes, pairs.args)
     env = {"NCCL_ALGO": "Ring"} if not any(a.startswith("NCCL_ALGO") for a in pairs.args) else {}
@@ -186,7 +184,7 @@ def run_allreduce(state: State, engine: Engine, section: ClusterSection, cluster
     per_node = gpu_count(state.contract) or 1
     if cluster.error is not None:
         return ClusterAllReduce((), (), per_node, None, cluster.error)
-    ready = [n for n, o in cluster.nodes.items() if o.state.present and o.state.schedulable and o.results is not None]
+    ready = cluster.available
     missing = tuple(f"{n} ({_unavailable(o)})" for n, o in cluster.nodes.items() if n not in ready)
     if len(ready) < 2:
         return ClusterAllReduce(tuple(ready), missing, per_node, None, "fewer than two nodes available")
@@ -246,7 +244,7 @@ def run_links(state: State, engine: Engine, section: ClusterSection, cluster: Cl
         return LinkRuns({}, cluster.error)
     devices = link_interfaces(section, state.contract.by_section)
     nodes = list(cluster.nodes)
-    ready = [n for n, o in cluster.nodes.items() if o.state.present and o.state.schedulable and o.results is not None]
+    ready = cluster.available
     wanted = [(n, d) for n in ready for d in devices]
     looked = state.runner.run_together([Command(*_split(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show", "dev", d])),
                                                 key=f"link-address-{n}-{d}") for n, d in wanted]) if wanted else []

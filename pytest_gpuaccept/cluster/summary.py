@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..verdict import verdict_of
 from .merge import NODES_CLAUSE, host_entry, node_checks
 
 
-def merge_cluster(cluster_checks: list[dict[str, Any]], node_results: dict[str, dict[str, Any] | None],
-                  complete: bool = True) -> dict[str, Any]:
-    """checks (the cluster's own, then every node's as <node>/<subject>), hosts and the verdict."""
+def merge_cluster(cluster_checks: list[dict[str, Any]],
+                  node_results: dict[str, dict[str, Any] | None]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(checks, hosts): the cluster's own checks, then every node's as <node>/<subject>; a hosts entry per node
+    (one that returned nothing too). The verdict is judged over these checks by the caller."""
     checks = list(cluster_checks)
     hosts = []
     by_node = {str(c["subject"]): c for c in cluster_checks if c["clause"] == NODES_CLAUSE}
@@ -20,7 +20,7 @@ def merge_cluster(cluster_checks: list[dict[str, Any]], node_results: dict[str, 
         hosts.append(host_entry(node, by_node.get(node, {}), results))
         if results is not None:
             checks += node_checks(node, results)
-    return {"verdict": verdict_of(checks, complete), "complete": complete, "checks": checks, "hosts": hosts}
+    return checks, hosts
 
 
 def summary_html(results: dict[str, Any]) -> str:
