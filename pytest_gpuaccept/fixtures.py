@@ -45,25 +45,33 @@ SAMPLES_FILE = "nvml-samples.json"
 SAMPLE_INTERVAL_S = 0.15  # NVML utilisation is a rolling fraction; 100-200 ms sampling resolves dips
 
 
-def _state(request: pytest.FixtureRequest) -> State:
+def _state(config: pytest.Config) -> State:
     from .state import STATE
 
-    state = request.config.stash.get(STATE, None)
+    state = config.stash.get(STATE, None)
     if state is None:
         pytest.fail("pytest-gpuaccept fixtures need --contract=PATH", pytrace=False)
     return state
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_contract(request: pytest.FixtureRequest) -> Contract:
-    """The validated contract of this run (frozen dataclasses, see docs/contract.md)."""
-    return _state(request).contract
+def gpuaccept_state(pytestconfig: pytest.Config) -> State:
+    """This run's state: the contract, the tool runner, the evidence folder. The other session fixtures start
+    from it rather than from `request`: pytest makes a new `request` fixture each time a test looks one up
+    (eight per test, a tenth of an 8-GPU run's time), and this one once per test."""
+    return _state(pytestconfig)
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_runner(request: pytest.FixtureRequest) -> ToolRunner:
+def gpuaccept_contract(gpuaccept_state: State) -> Contract:
+    """The validated contract of this run (frozen dataclasses, see docs/contract.md)."""
+    return gpuaccept_state.contract
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_runner(gpuaccept_state: State) -> ToolRunner:
     """The tool runner: argv lists, timeouts, exit codes, and evidence files for every run."""
-    return _state(request).runner
+    return gpuaccept_state.runner
 
 
 @pytest.fixture
@@ -82,69 +90,69 @@ def gpuaccept_judge(request: pytest.FixtureRequest) -> Callable[[Check], None]:
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_cluster(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> ClusterRun:
+def gpuaccept_cluster(gpuaccept_state: State, gpuaccept_contract: Contract) -> ClusterRun:
     """Every node of the cluster: inventory through the engine, then the per-node suite on each schedulable
     node at once, each node's bundle brought back into the evidence (nodes/<node>/) and verified."""
     from .cluster.engine import engine_for
     from .cluster.run import run_cluster
 
     section = gpuaccept_contract.cluster
-    return run_cluster(_state(request), engine_for(section), section)
+    return run_cluster(gpuaccept_state, engine_for(section), section)
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_cluster_pairs(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+def gpuaccept_cluster_pairs(gpuaccept_state: State, gpuaccept_contract: Contract,
                             gpuaccept_cluster: ClusterRun) -> PairRuns:
     """cluster.pairs: a 2-node all_reduce between every pair of nodes, in rounds of disjoint pairs at once."""
     from .cluster.engine import engine_for
     from .cluster.run import run_pairs
 
     section = gpuaccept_contract.cluster
-    return run_pairs(_state(request), engine_for(section), section, gpuaccept_cluster)
+    return run_pairs(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_cluster_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+def gpuaccept_cluster_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract,
                                 gpuaccept_cluster: ClusterRun) -> ClusterAllReduce:
     """cluster.allreduce: one all_reduce over every GPU of every available node."""
     from .cluster.engine import engine_for
     from .cluster.run import run_allreduce
 
     section = gpuaccept_contract.cluster
-    return run_allreduce(_state(request), engine_for(section), section, gpuaccept_cluster)
+    return run_allreduce(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_cluster_links(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+def gpuaccept_cluster_links(gpuaccept_state: State, gpuaccept_contract: Contract,
                             gpuaccept_cluster: ClusterRun) -> LinkRuns:
     """cluster.links: node to node per interface, both directions at once, in the pairs' rounds."""
     from .cluster.engine import engine_for
     from .cluster.run import run_links
 
     section = gpuaccept_contract.cluster
-    return run_links(_state(request), engine_for(section), section, gpuaccept_cluster)
+    return run_links(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_host(request: pytest.FixtureRequest) -> HostReading:
+def gpuaccept_host(gpuaccept_state: State) -> HostReading:
     """The NVML reading of the host (driver, CUDA, GPUs), taken once per run, and its evidence file."""
     from .measurements import HostReading
     from .state import NVML_HOST_FILE
 
-    return HostReading(_state(request).host(), (NVML_HOST_FILE,))
+    return HostReading(gpuaccept_state.host(), (NVML_HOST_FILE,))
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_topology(request: pytest.FixtureRequest) -> Reading[Topology]:
+def gpuaccept_topology(gpuaccept_state: State) -> Reading[Topology]:
     """`nvidia-smi topo -m`, run once per run and parsed into a Topology (or the reason it could not be)."""
     from .probes import nvidia_smi
 
-    runner = _state(request).runner
+    runner = gpuaccept_state.runner
     return nvidia_smi.read_topo(runner, timeout_s=min(runner.default_timeout_s, 120.0))
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+def gpuaccept_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract,
                         gpuaccept_host: HostReading, gpuaccept_models: GpuModels) -> AllReduceRuns:
     """Every all_reduce run the contract asks for (`repeats`), parsed; `tool` names what measured.
 
@@ -154,7 +162,7 @@ def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Cont
     from .probes import nccl_tests, nvidia_smi
     from .probes._run import parse_run
 
-    state = _state(request)
+    state = gpuaccept_state
     clause = gpuaccept_contract.allreduce
     if gpuaccept_contract.nvlink is not None and gpuaccept_contract.nvlink.errors_stable:
         nvidia_smi.run_nvlink_errors(state.runner, "before")  # the counters before the load starts
@@ -174,12 +182,12 @@ def gpuaccept_allreduce(request: pytest.FixtureRequest, gpuaccept_contract: Cont
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_p2p(request: pytest.FixtureRequest, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> P2pView:
+def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> P2pView:
     """GPU-to-GPU copy bandwidth, once per run, with the contract's tool (nvbandwidth by default)."""
     from .clauses import p2p
     from .probes import nvbandwidth, p2p_latency
 
-    runner = _state(request).runner
+    runner = gpuaccept_state.runner
     section = p2p.SECTION.of(gpuaccept_contract)
     both = section.min_bidirectional is not None
     if section.tool == "torch":
@@ -194,9 +202,9 @@ def gpuaccept_p2p(request: pytest.FixtureRequest, gpuaccept_contract: Contract, 
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_models(request: pytest.FixtureRequest) -> GpuModels:
+def gpuaccept_models(gpuaccept_state: State) -> GpuModels:
     """Each GPU's PCI device ID from sysfs and its model in the published-figures table (None: unknown)."""
-    return _state(request).gpu_models()
+    return gpuaccept_state.gpu_models()
 
 
 @pytest.fixture(scope="session")
@@ -208,14 +216,14 @@ def gpuaccept_host_identity(gpuaccept_host: HostReading, gpuaccept_models: GpuMo
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_host_copies(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
                           gpuaccept_models: GpuModels) -> HostCopies:
     """Host <-> GPU copy bandwidth per GPU and direction: one nvbandwidth run, or our PyTorch workload with each
     GPU's pinned buffer allocated on its own NUMA node (its local_cpulist in sysfs)."""
     from .clauses import host_bandwidth
     from .probes import nvbandwidth, torch_hostbw
 
-    state = _state(request)
+    state = gpuaccept_state
     section = host_bandwidth.SECTION.of(gpuaccept_contract)
     if section.tool == "torch":
         count = gpuaccept_contract.gpus.count
@@ -227,23 +235,23 @@ def gpuaccept_host_copies(request: pytest.FixtureRequest, gpuaccept_contract: Co
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_memory_copies(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+def gpuaccept_memory_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
                             gpuaccept_models: GpuModels) -> MemoryCopies:
     """Each GPU's device-local copy bandwidth (PyTorch workload), once per run, with the GPUs' models."""
     from .clauses import memory_bandwidth
     from .probes import membw
 
     section = memory_bandwidth.SECTION.of(gpuaccept_contract)
-    reading = membw.run_membw(_state(request).runner, gpuaccept_contract.gpus.count, section.size.nbytes, section.repeats)
+    reading = membw.run_membw(gpuaccept_state.runner, gpuaccept_contract.gpus.count, section.size.nbytes, section.repeats)
     return memory_bandwidth.MemoryCopies(reading, gpuaccept_models)
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_nvlink_status(request: pytest.FixtureRequest) -> Reading[LinkStatus]:
+def gpuaccept_nvlink_status(gpuaccept_state: State) -> Reading[LinkStatus]:
     """`nvidia-smi nvlink -s`: the state and speed of every NVLink of every GPU, once per run."""
     from .probes import nvidia_smi
 
-    return nvidia_smi.read_nvlink_status(_state(request).runner)
+    return nvidia_smi.read_nvlink_status(gpuaccept_state.runner)
 
 
 @pytest.fixture(scope="session")
@@ -270,37 +278,37 @@ def gpuaccept_nvlink_errors(request: pytest.FixtureRequest) -> NvlinkErrorReadin
     from .measurements import NvlinkErrorReadings
     from .probes import nvidia_smi
 
-    runner = _state(request).runner
+    runner = _state(request.config).runner
     request.getfixturevalue("gpuaccept_allreduce")  # reads `before`, then loads the links
     return NvlinkErrorReadings(nvidia_smi.read_nvlink_errors(runner, "before"),
                                nvidia_smi.read_nvlink_errors(runner, "after"))
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_host_names(request: pytest.FixtureRequest) -> dict[str, list[str]]:
+def gpuaccept_host_names(gpuaccept_state: State) -> dict[str, list[str]]:
     """What the host lists in sysfs ({"net": interfaces, "infiniband": RDMA devices}): what names and globs match."""
-    return dict(_state(request).listings())
+    return dict(gpuaccept_state.listings())
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_nic_links(request: pytest.FixtureRequest, gpuaccept_host_names: dict[str, list[str]]) -> NicLinks:
+def gpuaccept_nic_links(gpuaccept_state: State, gpuaccept_host_names: dict[str, list[str]]) -> NicLinks:
     """The interfaces the host lists, and `ethtool IFACE` for any of them (each run once per run)."""
     from .measurements import NicLinks
     from .probes import ethtool
 
-    state = _state(request)
+    state = gpuaccept_state
     return NicLinks(tuple(gpuaccept_host_names.get("net", [])), lambda name: ethtool.read_ethtool(state.runner, name),
                     lambda name: state.function("net", name))
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_rdma_devices(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
+def gpuaccept_rdma_devices(gpuaccept_state: State, gpuaccept_contract: Contract,
                            gpuaccept_host_names: dict[str, list[str]]) -> RdmaDevices:
     """The RDMA devices the host lists, their ports from sysfs, and ib_write_bw through a port (once each)."""
     from .measurements import RdmaDevices
     from .probes import ib_write_bw, sysfs
 
-    state = _state(request)
+    state = gpuaccept_state
     clause = gpuaccept_contract.rdma
     devices = sorted(gpuaccept_host_names.get("infiniband", []))
 
@@ -319,13 +327,13 @@ def gpuaccept_rdma_devices(request: pytest.FixtureRequest, gpuaccept_contract: C
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_iperf3(request: pytest.FixtureRequest, gpuaccept_contract: Contract) -> Iperf3Path:
+def gpuaccept_iperf3(gpuaccept_state: State, gpuaccept_contract: Contract) -> Iperf3Path:
     """iperf3 clients against the contract's server (one per port before iperf3 3.16), run once, with the route
     to the server and its interface's byte counters read before and after."""
     from .measurements import Iperf3Path
     from .probes import iperf3, iproute, sysfs
 
-    state = _state(request)
+    state = gpuaccept_state
     clause = gpuaccept_contract.iperf3
     route = iproute.read_route(state.runner, clause.server)
     dev = route.value.dev if route.value is not None and sysfs.SAFE_NAME.match(route.value.dev) else None
@@ -399,7 +407,7 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> LoadRun:
+def gpuaccept_load(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> LoadRun:
     """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive)."""
     import importlib.util
 
@@ -407,7 +415,7 @@ def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
     from .probes._run import Command
     from .state import NVML_HOST_FILE
 
-    state = _state(request)
+    state = gpuaccept_state
     clause = gpuaccept_contract.utilisation
     count = gpuaccept_contract.gpus.count
     host = state.host()
@@ -426,13 +434,13 @@ def gpuaccept_load(request: pytest.FixtureRequest, gpuaccept_contract: Contract,
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_gemm(request: pytest.FixtureRequest, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> GemmLoad:
+def gpuaccept_gemm(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> GemmLoad:
     """Dense GEMM on every GPU at once for the contract's duration, NVML sampling beside it (once per run)."""
     from .clauses import compute
     from .probes import gemm
     from .probes._run import Command, parse_run
 
-    state = _state(request)
+    state = gpuaccept_state
     section = compute.SECTION.of(gpuaccept_contract)
     count = gpuaccept_contract.gpus.count
     seconds = section.duration.seconds
