@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import html
 import math
+from operator import itemgetter
 from typing import Any, Sequence
 
 from .units import human_bytes
 
 WIDTH, HEIGHT, PAD = 520, 170, 42
 MAX_POINTS = 240  # per line: a bucket keeps its lowest and highest value, so a dip still shows
+_VALUE = itemgetter(1)
 PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#d1242f", "#57606a")
 
 
@@ -22,8 +24,8 @@ def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     kept: list[tuple[float, float]] = []
     for start in range(0, len(points), size):
         bucket = points[start:start + size]
-        low, high = min(bucket, key=lambda p: p[1]), max(bucket, key=lambda p: p[1])
-        kept += sorted({low, high})
+        low, high = min(bucket, key=_VALUE), max(bucket, key=_VALUE)
+        kept += (low,) if low == high else sorted((low, high))
     return kept
 
 
@@ -44,7 +46,9 @@ def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence
     if not points:
         return f"<p>{html.escape(title)}: no data</p>"
     tx = (lambda x: math.log2(x)) if log2_x else (lambda x: x)
-    x_min, x_max = min(tx(x) for x, _v in points), max(tx(x) for x, _v in points)
+    x_values = [x for x, _v in points]
+    x_low, x_high = min(x_values), max(x_values)
+    x_min, x_max = tx(x_low), tx(x_high)  # both transforms (log2, identity) keep the order
     y_values = [v for _x, v in points] + ([threshold] if threshold is not None else [])
     y_min, y_max = min(0.0, min(y_values)), max(y_values) * 1.08 or 1.0
     x_span, y_span = (x_max - x_min) or 1.0, (y_max - y_min) or 1.0
@@ -55,7 +59,6 @@ def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence
     def py(y: float) -> int:
         return round(HEIGHT - PAD / 2 - (y - y_min) / y_span * (HEIGHT - PAD))
 
-    x_low, x_high = min(x for x, _v in points), max(x for x, _v in points)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width={WIDTH} height={HEIGHT} class=gc font-size=9>',
              f"<text x={PAD} y=12 font-size=11 font-weight=bold>{html.escape(title)}</text>",
              f"<text x=2 y={py(y_max) + 4}>{y_max:.4g} {html.escape(unit)}</text>",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import json
@@ -47,8 +48,14 @@ def _props(report: pytest.TestReport, name: str) -> dict[str, Any] | None:
     """A property gpuaccept set on a test: stored as JSON text, so that the JUnit file carries it readable."""
     for key, value in getattr(report, "user_properties", ()):
         if key == name:
-            return dict(json.loads(value)) if isinstance(value, str) else dict(value)
+            return dict(_decoded(value)) if isinstance(value, str) else dict(value)
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded(text: str) -> dict[str, Any]:
+    """A property's JSON, decoded once: each test's three reports are read by four hooks. Callers copy it."""
+    return dict(json.loads(text))
 
 
 def junit_properties(check: dict[str, Any]) -> list[tuple[str, str]]:
