@@ -3,7 +3,8 @@ results came back. Each node is the recorded 8-GPU per-node results (112 checks)
 failing GPU; the cluster.nodes checks are made here.
 
     python benchmarks/cluster_scale.py [--nodes 1000]
-The test tests/test_cluster_scale.py runs the same and holds it under 5 s.
+The test tests/test_cluster_scale.py runs the same and holds its CPU time under 5 s (the wall time of a
+test that shares two cores with a Slurm cluster under -n 2 once read 5.4 s; alone it is about 2 s).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def run(nodes: int) -> tuple[float, dict[str, Any], str, str]:
     from pytest_gpuaccept.verdict import Verdict, verdict_of
 
     by_node = node_results(nodes)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     cluster = [Verdict(NODES.key, Subject.whole(name)).passed(
         "IDLE", f"IDLE, 8 GPUs in Gres; results returned: the node's own checks {r['verdict'].upper()}",
         {"state": "IDLE", "node_verdict": r["verdict"]}).to_dict() for name, r in by_node.items()]
@@ -49,14 +50,14 @@ def run(nodes: int) -> tuple[float, dict[str, Any], str, str]:
     results = {**HEAD, "verdict": verdict_of(checks, True), "complete": True, "checks": checks, "hosts": hosts}
     text = json_lines(results)
     page = summary_html(results)
-    return time.perf_counter() - start, results, text, page
+    return time.perf_counter() - start, time.process_time() - cpu, results, text, page
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=1000)
     args = parser.parse_args()
-    elapsed, results, text, page = run(args.nodes)
+    elapsed, _cpu, results, text, page = run(args.nodes)
     print(f"{args.nodes} nodes, {len(results['checks'])} checks: merged, judged and rendered in {elapsed:.2f} s; "
           f"results {len(text) / 1e6:.1f} MB, report summary {len(page) / 1e3:.0f} kB; verdict {results['verdict']}")
     return 0

