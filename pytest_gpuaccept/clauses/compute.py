@@ -16,7 +16,6 @@ from .. import schema
 from ..measurements import GpuModels, LoadRun
 from ..models import Model
 from ..probes._run import Reading
-from ..probes.gemm import Gemm
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Duration, parse_duration
@@ -26,6 +25,7 @@ from .utilisation import timeline_details
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..probes.gemm import Gemm
 
 DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32", "fp64")
 

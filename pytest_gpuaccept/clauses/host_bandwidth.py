@@ -14,8 +14,6 @@ from .. import schema
 from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes._run import Reading
-from ..probes.nvbandwidth import NvBandwidth
-from ..probes.torch_hostbw import HostBw
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -24,6 +22,8 @@ from .base import Clause, PerGpuAspect, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..probes.nvbandwidth import NvBandwidth
+    from ..probes.torch_hostbw import HostBw
 
 TESTCASES = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce"}
 

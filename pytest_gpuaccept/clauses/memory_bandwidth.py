@@ -14,7 +14,6 @@ from .. import schema
 from ..measurements import GpuModels
 from ..models import fraction_note
 from ..probes._run import Reading
-from ..probes.membw import MemCopy
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -23,6 +22,7 @@ from .base import Clause, PerGpu, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..probes.membw import MemCopy
 
 
 @dataclass(frozen=True)

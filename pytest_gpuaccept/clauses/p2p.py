@@ -25,9 +25,6 @@ from .. import schema
 from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes._run import Reading
-from ..probes.nvbandwidth import NvBandwidth
-from ..probes.p2p_latency import P2pLatency
-from ..probes.torch_p2p import TorchP2p
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -36,6 +33,9 @@ from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..probes.nvbandwidth import NvBandwidth
+    from ..probes.p2p_latency import P2pLatency
+    from ..probes.torch_p2p import TorchP2p
 
 TOOLS = ("nvbandwidth", "p2pBandwidthLatencyTest", "torch")
 WRITE_CE, READ_CE = "device_to_device_memcpy_write_ce", "device_to_device_memcpy_read_ce"
