@@ -38,6 +38,7 @@ class State:
     advice: list[str] = field(default_factory=list)  # warnings about the contract, shown, never failures
     # Judged checks by (clause, subject), as plain dicts: they arrive from xdist workers that way.
     checks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    _parsed_host: tuple[dict[str, Any], nvml.Host] | None = field(default=None, repr=False, compare=False)
 
     def host_reading(self) -> dict[str, Any]:
         """The NVML reading of this session (or the recording given with --gpuaccept-nvml)."""
@@ -46,10 +47,14 @@ class State:
     def host(self) -> nvml.Host:
         """The NVML reading as typed data; an unreadable recording is a Host whose `error` says why."""
         reading = self.host_reading()
+        if self._parsed_host is not None and self._parsed_host[0] is reading:
+            return self._parsed_host[1]  # the same reading, parsed once (five fixtures ask)
         try:
-            return nvml.parse_host(reading)
+            host = nvml.parse_host(reading)
         except ValueError as exc:
-            return nvml.Host(str(reading.get("hostname", "")), None, None, (), str(exc))
+            host = nvml.Host(str(reading.get("hostname", "")), None, None, (), str(exc))
+        self._parsed_host = (reading, host)
+        return host
 
     def _take_nvml(self) -> dict[str, Any]:
         if self.nvml_recording is None:
