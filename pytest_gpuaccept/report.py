@@ -224,9 +224,7 @@ class ReportPlugin:
         evidence = state.runner.evidence
         # What the run writes itself goes in first (a planted file of the same name is moved aside).
         evidence.write(CONTRACT_COPY, state.contract.raw)  # the bytes that were judged, not the file now
-        plugins = loaded_plugins(self.config.pluginmanager.list_name_plugin(),
-                                 {id(p): f"{d.project_name}=={d.version}"
-                                  for p, d in self.config.pluginmanager.list_plugin_distinfo()})
+        plugins = loaded_plugins(self.config.pluginmanager.list_name_plugin(), _distributions(self.config))
         evidence.write(PLUGINS_FILE, json.dumps(plugins, indent=1).encode())
         results_copy = evidence.claim(RESULTS_COPY)
         foreign = evidence.foreign()  # anything the runner did not write, or that changed since: never trusted
@@ -423,6 +421,16 @@ def tools_run(evidence: Evidence) -> list[dict[str, Any]]:
             tool = str(origin.get("tool", ""))
             seen[origin["resolved"]] = {**origin, "flags": flags(origin, expects_binary=tool != "python")}
     return list(seen.values())
+
+
+def _distributions(config: pytest.Config) -> dict[int, str]:
+    """name==version of each plugin's distribution, by id(plugin), from one parse of its metadata (pluggy's
+    project_name and version parse it once each)."""
+    named: dict[int, str] = {}
+    for plugin, dist in config.pluginmanager.list_plugin_distinfo():
+        meta = dist.metadata
+        named[id(plugin)] = f"{meta['name']}=={meta['version']}"
+    return named
 
 
 def _environment(config: pytest.Config) -> dict[str, Any]:
