@@ -9,7 +9,9 @@ tools=(iperf3 ethtool ip ssh-keygen chromium slurmctld slurmd srun munged mpirun
 missing=()
 for tool in "${tools[@]}"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 python=${PYTHON:-python3}
-in_venv=$("$python" -c 'import sys; print(int(sys.prefix != sys.base_prefix))')
+# A minimal Debian (a container, a debootstrap) has no Python at all: then it is one more thing to install.
+command -v "$python" >/dev/null || missing+=("$python")
+in_venv=$("$python" -c 'import sys; print(int(sys.prefix != sys.base_prefix))' 2>/dev/null || echo 0)
 has_venv=$("$python" -c 'import ensurepip, venv' 2>/dev/null && echo 1 || echo 0)
 
 if [[ ${#missing[@]} -gt 0 || ( $in_venv == 0 && $has_venv == 0 ) ]]; then
@@ -19,7 +21,7 @@ if [[ ${#missing[@]} -gt 0 || ( $in_venv == 0 && $has_venv == 0 ) ]]; then
         # iperf3, ethtool, ip: the network tests run the real tools in a namespace; ssh-keygen signs bundles;
         # chromium prints the report to PDF and screenshots it, as a signer's browser would; Slurm, munge, Open
         # MPI (PMIx) and sshd make the real cluster the cluster tests run in network namespaces.
-        apt-get install -y -qq --no-install-recommends iperf3 ethtool iproute2 openssh-client python3-venv \
+        apt-get install -y -qq --no-install-recommends iperf3 ethtool iproute2 openssh-client python3 python3-venv \
             chromium slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin libpmix2 libpmix-dev openssh-server >/dev/null
     elif [[ $(id -u) == 0 ]] && command -v dnf >/dev/null; then
         dnf install -y -q iperf3 ethtool iproute openssh-clients openssh-server python3 slurm slurm-slurmctld \
