@@ -120,7 +120,8 @@ PartitionName=gpu Nodes=h[1-{last}] Default=YES MaxTime=INFINITE State=UP
 """)
         # Slurm 22.05 drops GPUs without a File=: harmless character devices stand in (task/none: no cgroup).
         (self.base / "etc" / "gres.conf").write_text(f"NodeName=h[1-{last}] Name=gpu File=/dev/tty[0-7]\n")
-        if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
+        # Ask munge itself, not pgrep: a munged of another root (the host of a chroot) is no daemon of ours.
+        if subprocess.run(["munge", "-n"], capture_output=True).returncode != 0:
             Path("/run/munge").mkdir(parents=True, exist_ok=True)
             shutil.chown("/run/munge", "munge", "munge")
             _run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"])
