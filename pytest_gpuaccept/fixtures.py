@@ -57,8 +57,9 @@ def _state(config: pytest.Config) -> State:
 @pytest.fixture(scope="session")
 def gpuaccept_state(pytestconfig: pytest.Config) -> State:
     """This run's state: the contract, the tool runner, the evidence folder. The other session fixtures start
-    from it rather than from `request`: pytest makes a new `request` fixture each time a test looks one up
-    (eight per test, a tenth of an 8-GPU run's time), and this one once per test."""
+    from it rather than from `request`: pytest makes a new `request` fixture definition, with an
+    inspect.signature, each time a test looks one up (925 in the 8-GPU benchmark run, 0.06 s of its profile);
+    this fixture is looked up once per test."""
     return _state(pytestconfig)
 
 
