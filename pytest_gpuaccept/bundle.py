@@ -14,10 +14,11 @@ import html
 import json
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from .records import record
 from .verdict import verdict_of
 
 MANIFEST = "manifest.json"
@@ -75,7 +76,7 @@ def write_manifest(folder: Path, documents: list[Path], extra: dict[str, Any]) -
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-@dataclass(frozen=True)
+@record
 class Verification:
     problems: list[str]
     manifest_sha256: str

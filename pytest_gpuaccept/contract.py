@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import yaml
 
 from . import schema
 from .clauses import registry
+from .records import record
 from .units import Duration
 
 FORMAT_VERSION = 1
@@ -38,14 +39,14 @@ def _line_of(problem: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-@dataclass(frozen=True)
+@record
 class Tools:
     paths: dict[str, str] = field(default_factory=dict)
     timeout: Duration | None = None
     sha256: dict[str, str] = field(default_factory=dict)  # tool -> the SHA-256 its executable must have
 
 
-@dataclass(frozen=True)
+@record
 class Contract:
     path: str
     sha256: str

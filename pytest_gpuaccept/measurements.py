@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+
+from .records import record
 
 if TYPE_CHECKING:
     from .cluster.engine import NodeState
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from .probes.sysfs import Function, IbPort
 
 
-@dataclass(frozen=True)
+@record
 class HostReading:
     """The NVML reading of the host (driver, CUDA, GPUs) and the evidence file it was kept in."""
 
@@ -32,7 +34,7 @@ class HostReading:
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@record
 class GpuModels:
     """Each GPU's PCI device ID as sysfs gives it, and its model in the published-figures table."""
 
@@ -45,7 +47,7 @@ class GpuModels:
         return self.models.get(index)
 
 
-@dataclass(frozen=True)
+@record
 class AllReduceRuns:
     """Every all_reduce run the contract asks for (`repeats`), parsed; `tool` names what measured."""
 
@@ -56,7 +58,7 @@ class AllReduceRuns:
     host: Host | None = None  # NVML's GPUs: where each rank must have run
 
 
-@dataclass(frozen=True)
+@record
 class NvlinkErrorReadings:
     """NVLink error counters read before and after the all_reduce load."""
 
@@ -64,7 +66,7 @@ class NvlinkErrorReadings:
     after: Reading[LinkErrors]
 
 
-@dataclass(frozen=True)
+@record
 class NicLinks:
     """The interfaces the host lists, and `ethtool IFACE` for one of them (run once per interface)."""
 
@@ -73,7 +75,7 @@ class NicLinks:
     function: Callable[[str], tuple[Function, str]]  # name -> what sysfs says stands behind it, its evidence file
 
 
-@dataclass(frozen=True)
+@record
 class RdmaDevices:
     """The RDMA devices the host lists, each device's ports from sysfs, and ib_write_bw through one port."""
 
@@ -83,7 +85,7 @@ class RdmaDevices:
     function: Callable[[str], tuple[Function, str]]
 
 
-@dataclass(frozen=True)
+@record
 class Iperf3Path:
     """The iperf3 clients' readings, the route to the server (`ip route get`), and the route's interface byte
     counters read before and after: two sources for whether the bytes went through a NIC."""
@@ -95,7 +97,7 @@ class Iperf3Path:
     evidence: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class LoadRun:
     """The utilisation load: the workload's run, every GPU's NVML series, and why either cannot be trusted."""
 
@@ -131,7 +133,7 @@ class LoadRun:
         return self.series.get(index), self.failure or missing
 
 
-@dataclass(frozen=True)
+@record
 class WithModels(Generic[T]):
     """A tool's reading, and the GPUs' models to set its figures beside the published ones."""
 
@@ -144,7 +146,7 @@ class WithModels(Generic[T]):
         return self.reading.evidence
 
 
-@dataclass(frozen=True)
+@record
 class NodeOutcome:
     """One node of a cluster run: what the engine said of it, and what came back from its run."""
 
@@ -155,7 +157,7 @@ class NodeOutcome:
     evidence: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class ClusterRun:
     """The inventory and every node's per-node run; `error` where the nodes could not even be listed."""
 
@@ -171,7 +173,7 @@ class ClusterRun:
         return [n for n, o in self.nodes.items() if o.state.present and o.state.schedulable and o.results is not None]
 
 
-@dataclass(frozen=True)
+@record
 class PairResult:
     """One pair's 2-node all_reduce: busbw at the largest size, or why there is none."""
 
@@ -182,7 +184,7 @@ class PairResult:
     evidence: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class PairRuns:
     """Every pair of nodes, run in rounds of disjoint pairs; the blame the failures put on nodes and links."""
 
@@ -191,7 +193,7 @@ class PairRuns:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class ClusterAllReduce:
     """cluster.allreduce: one job over every available node; `missing` the nodes that were not."""
 
@@ -202,7 +204,7 @@ class ClusterAllReduce:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class LinkResult:
     """One direction of one link: what its receiver counted, in Gb/s, or why there is nothing."""
 
@@ -213,7 +215,7 @@ class LinkResult:
     evidence: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class LinkRuns:
     results: dict[str, LinkResult]  # by subject, `a:dev->b:dev`
     error: str | None = None

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from .records import record
+
 # Names from the host that may appear unescaped in a test id (pytest-html shows ids as HTML).
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.:*?\[\]+-]+$")  # + joins a pair of cluster nodes (h1+h2)
 
@@ -40,7 +42,7 @@ class Host:
 LOCAL = Host()
 
 
-@dataclass(frozen=True)
+@record
 class Subject:
     kind: Kind
     host: Host = LOCAL

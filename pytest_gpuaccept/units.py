@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from .records import record
 
 # Bandwidth units, as bits per second per unit. Case matters between B (byte) and b (bit).
 _BANDWIDTH_BITS = {
@@ -34,7 +35,7 @@ def _split(text: object, table: dict[str, float] | dict[str, int], kind: str, ex
     return float(match.group(1)), match.group(2)
 
 
-@dataclass(frozen=True)
+@record
 class Bandwidth:
     """A bandwidth, kept in bits per second; `text` is how the contract wrote it."""
 
@@ -53,7 +54,7 @@ class Bandwidth:
         return self.text
 
 
-@dataclass(frozen=True)
+@record
 class Size:
     """A size in bytes; `text` is how the contract wrote it."""
 
@@ -64,7 +65,7 @@ class Size:
         return self.text
 
 
-@dataclass(frozen=True)
+@record
 class Duration:
     """A duration in seconds; `text` is how the contract wrote it."""
 

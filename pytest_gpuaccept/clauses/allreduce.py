@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
@@ -10,6 +9,7 @@ from ..measurements import AllReduceRuns
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
 from ..probes.sysfs import sysfs_bus_id
+from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, human_bytes, parse_size
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 TOOLS = ("nccl-tests", "torch")
 
 
-@dataclass(frozen=True)
+@record
 class AllReduce:
     min_busbw: Bandwidth
     max_bytes: Size

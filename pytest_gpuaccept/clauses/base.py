@@ -10,6 +10,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
 
+from ..records import record
 from ..subjects import Subject
 from ..verdict import Check
 
@@ -54,7 +55,7 @@ class SubjectRule(Protocol):
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]: ...
 
 
-@dataclass(frozen=True)
+@record
 class HostWide:
     """One subject for the host (or one thing of it: `label` of the section, e.g. the iperf3 server)."""
 
@@ -71,7 +72,7 @@ def gpu_count(contract: Contract) -> int:
     return count if isinstance(count, int) else 0
 
 
-@dataclass(frozen=True)
+@record
 class PerGpu:
     """GPU0..GPU<count-1>; without gpus.count, one subject over every GPU found (GPUs)."""
 
@@ -81,7 +82,7 @@ class PerGpu:
         return [Subject.of_gpu(i) for i in range(gpu_count(contract))] or [Subject.all_gpus()]
 
 
-@dataclass(frozen=True)
+@record
 class GpuPairs:
     """Every unordered pair i < j of gpus.count GPUs."""
 
@@ -92,7 +93,7 @@ class GpuPairs:
         return [Subject.pair(i, j) for i in range(count) for j in range(i + 1, count)]
 
 
-@dataclass(frozen=True)
+@record
 class PerGpuAspect:
     """GPU<i>:<aspect> for each GPU and each aspect (h2d, d2h): one check per GPU and direction."""
 
@@ -103,7 +104,7 @@ class PerGpuAspect:
         return [Subject.of_gpu(i, aspect) for i in range(gpu_count(contract)) for aspect in self.aspects]
 
 
-@dataclass(frozen=True)
+@record
 class OrderedGpuPairs:
     """Every ordered pair i != j of gpus.count GPUs: data moving from GPU i to GPU j."""
 
@@ -114,7 +115,7 @@ class OrderedGpuPairs:
         return [Subject.ordered(i, j) for i in range(count) for j in range(count) if i != j]
 
 
-@dataclass(frozen=True)
+@record
 class GpuPairsBothWays:
     """Every pair i < j, both directions at once."""
 
@@ -140,7 +141,7 @@ def match_names(patterns: tuple[str, ...], available: list[str]) -> list[tuple[s
     return pairs
 
 
-@dataclass(frozen=True)
+@record
 class Named:
     """One subject per name the host lists (`listing`) that the section's patterns match; a pattern that
     matches nothing is a subject of its own, and it fails."""

@@ -9,12 +9,12 @@ known to the scheduler, schedulable, the GPUs it offers, and a verified bundle w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
 
 from .. import schema
+from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, UnitError, parse_duration
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..measurements import ClusterAllReduce, ClusterRun, LinkRuns, PairRuns
 
 LISTING = "cluster_nodes"  # the names the engine expanded cluster.nodes to (HostNames key)
-@dataclass(frozen=True)
+@record
 class Iperf3Links:
     """cluster.links.iperf3: TCP between the nodes, per interface, each direction (the second with -R)."""
 
@@ -37,13 +37,13 @@ class Iperf3Links:
     port: int
 
 
-@dataclass(frozen=True)
+@record
 class Links:
     iperf3: Iperf3Links | None
     rdma: None = None
 
 
-@dataclass(frozen=True)
+@record
 class Pairs:
     """cluster.pairs and cluster.allreduce: the allreduce keys and defaults (a 2-node all_reduce between every
     pair of nodes; one all_reduce over every GPU of every node)."""
@@ -55,7 +55,7 @@ class Pairs:
     args: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class ClusterSection:
     engine: str
     nodes: tuple[str, ...]
@@ -151,7 +151,7 @@ SECTION = Section(
     cross_check=_cross_check)
 
 
-@dataclass(frozen=True)
+@record
 class PerNode:
     """One subject per node the engine expanded `cluster.nodes` to (the scheduler's names)."""
 
@@ -222,7 +222,7 @@ def link_interfaces(section: ClusterSection, sections: Mapping[str, Any]) -> tup
     return tuple(n for n in names if not any(c in n for c in "*?["))
 
 
-@dataclass(frozen=True)
+@record
 class NodeLinks:
     """`<node>:<device>-><node>:<device>`: each pair of the pairs' rounds, each interface, both directions."""
 
@@ -252,7 +252,7 @@ def judge_link(section: ClusterSection, subject: Subject, links: LinkRuns, contr
                       where=f" ({result.route})", suffix=f" (round {result.round}, one direction at a time)")
 
 
-@dataclass(frozen=True)
+@record
 class NodePairs:
     """Every unordered pair of the expanded nodes, `a+b` in the nodes' order."""
 

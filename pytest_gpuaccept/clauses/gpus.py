@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
@@ -12,6 +11,7 @@ from .. import schema
 from ..measurements import GpuModels, HostReading
 from ..models import names as names_model
 from ..probes.sysfs import sysfs_bus_id
+from ..records import record
 from ..schema import Key
 from ..subjects import Kind, Subject
 from ..units import Size, bytes_to_gb
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..contract import Contract
 
 
-@dataclass(frozen=True)
+@record
 class Gpus:
     count: int | None
     model: str | None

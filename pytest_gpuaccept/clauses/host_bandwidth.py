@@ -7,13 +7,14 @@ PCIe x16 figure of the GPU's generation (from its PCI device ID), as a fraction 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from .. import schema
 from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes._run import Reading
+from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 TESTCASES = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce"}
 
 
-@dataclass(frozen=True)
+@record
 class HostBandwidth:
     min_bandwidth: Bandwidth
     tool: str
@@ -44,7 +45,7 @@ SECTION = Section(
     HostBandwidth, "host <-> GPU copy bandwidth (nvbandwidth or PyTorch)", needs_gpu_count=True)
 
 
-@dataclass(frozen=True)
+@record
 class HostCopies:
     """GB/s per (GPU, direction) as nvbandwidth printed them; `failure` is why there are none."""
 

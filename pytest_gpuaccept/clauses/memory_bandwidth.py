@@ -7,13 +7,13 @@ published figure of the GPU's model, found by its PCI device ID (a model the tab
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels
 from ..models import fraction_note
 from ..probes._run import Reading
+from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..probes.membw import MemCopy
 
 
-@dataclass(frozen=True)
+@record
 class MemoryBandwidth:
     min_bandwidth: Bandwidth | None
     min_fraction_of_peak: float | None
@@ -49,7 +49,7 @@ SECTION = Section(
     cross_check=_exactly_one)
 
 
-@dataclass(frozen=True)
+@record
 class MemoryCopies:
     reading: Reading[dict[int, MemCopy]]
     models: GpuModels

@@ -18,13 +18,14 @@ to GPU j, and the pairs without peer access. How each tool's cells map to subjec
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes._run import Reading
+from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -42,7 +43,7 @@ WRITE_CE, READ_CE = "device_to_device_memcpy_write_ce", "device_to_device_memcpy
 BIDIR_CE = "device_to_device_bidirectional_memcpy_read_ce"
 
 
-@dataclass(frozen=True)
+@record
 class P2p:
     min_bandwidth: Bandwidth
     min_bidirectional: Bandwidth | None
@@ -67,7 +68,7 @@ SECTION = Section(
     cross_check=_rules)
 
 
-@dataclass(frozen=True)
+@record
 class P2pView:
     """What a tool measured, per ordered pair; `failure` is why nothing can be judged at all."""
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..records import record
 
-@dataclass(frozen=True)
+
+@record
 class Model:
     device_id: str  # 4 hex digits, lower case, no 0x
     name: str

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
+from ..records import record
 
 # Where a tool is installed by a package rather than on PATH (DCGM 4 ships nvbandwidth per CUDA version).
 PACKAGED: dict[str, tuple[str, ...]] = {
@@ -38,7 +39,7 @@ TRUNCATION_MARK = "\n[gpuaccept: output truncated at {limit} bytes of {size}]\n"
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
 
 
-@dataclass(frozen=True)
+@record
 class ToolRun:
     """What one execution of a tool did; `failure` says in one line why it cannot be trusted."""
 
@@ -89,7 +90,7 @@ def slug(argv: list[str] | tuple[str, ...]) -> str:
     return text[:100]
 
 
-@dataclass(frozen=True)
+@record
 class Command:
     """One command of a group run together; `start_after_s` waits before starting it."""
 
@@ -524,7 +525,7 @@ def read_bounded(path: Path, limit: int = MAX_OUTPUT_BYTES) -> str:
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@record
 class Reading(Generic[T]):
     """A tool run and what its parser made of it; `failure` is why there is no value to judge."""
 

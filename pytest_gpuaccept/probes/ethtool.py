@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRun, ToolRunner, parse_run
 
@@ -12,7 +12,7 @@ TOOL = "ethtool"
 _SPEED = re.compile(r"^(\d+)Mb/s$")
 
 
-@dataclass(frozen=True)
+@record
 class LinkSettings:
     """`ethtool IFACE`: speed in Mb/s (None: `Unknown!`), duplex, link detected (None: line absent)."""
 

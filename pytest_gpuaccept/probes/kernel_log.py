@@ -7,16 +7,16 @@ seconds since boot, the GPU's PCI domain:bus:device, the Xid number and the driv
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..records import record
 from ._run import Reading, ToolRunner, parse_run
 
 TOOL = "dmesg"
 _XID = re.compile(r"\[\s*(\d+\.\d+)\]\s*NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\):\s*(\d+),?\s*(.*)")
 
 
-@dataclass(frozen=True)
+@record
 class KernelXid:
     t_s: float  # seconds since boot
     pci: str  # domain:bus:device, lower case

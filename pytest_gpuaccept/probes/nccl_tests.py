@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from ..records import record
 from . import ParseError
 from ._run import ToolRun, ToolRunner, slug
 
@@ -22,7 +22,7 @@ _ERROR_LINE = re.compile(r"NCCL WARN|NCCL failure|NCCL error|Test failure|Out of
 _CHECK_COLUMNS = ("#wrong", "error", "res")
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     size_bytes: int
     oop_busbw_gbyte_s: float
@@ -34,7 +34,7 @@ class Row:
     ip_time_us: float = 0.0
 
 
-@dataclass(frozen=True)
+@record
 class RankLine:
     """`#  Rank  0 Group  0 Pid 291005 on node005 device  0 [0x18] NVIDIA H100 80GB HBM3`: where a rank ran."""
 
@@ -47,7 +47,7 @@ class RankLine:
     slot: int | None = None  # the PCI device number where the line gives it ([0000:00:06]): VMs put GPUs on one bus
 
 
-@dataclass(frozen=True)
+@record
 class NcclResult:
     """One nccl-tests run as printed; `busbw_at_largest` is what a contract is judged on."""
 

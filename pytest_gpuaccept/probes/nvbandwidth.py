@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRunner, parse_run
 
@@ -37,7 +38,7 @@ _FAILURE = re.compile(r"ASSERT|Abort|Segmentation fault|CUDA_ERROR|cudaError|^ER
 _WAIVED = re.compile(r"^(?:Waived|.*\bwaived\b)", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@record
 class Matrix:
     """One printed matrix: cells[row][column], None where nvbandwidth printed N/A (the diagonal)."""
 
@@ -49,7 +50,7 @@ class Matrix:
     coefficient_of_variation: float | None = None
 
 
-@dataclass(frozen=True)
+@record
 class NvBandwidth:
     version: str | None
     driver: str | None

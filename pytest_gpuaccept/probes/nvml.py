@@ -11,14 +11,15 @@ import os
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable
 
+from ..records import record
 from . import ParseError
 from .sysfs import sysfs_bus_id
 
 
-@dataclass(frozen=True)
+@record
 class Gpu:
     index: int
     name: str
@@ -32,14 +33,14 @@ class Gpu:
     nvlink_error: str | None = None  # why NVML gave no per-link state (NotSupported on a PCIe card)
 
 
-@dataclass(frozen=True)
+@record
 class NvLink:
     link: int
     active: bool
     remote_bus_id: str | None  # the PCI function at the other end (a GPU, or an NVSwitch)
 
 
-@dataclass(frozen=True)
+@record
 class CudaDevices:
     """What CUDA itself (the driver library, in a child process with this run's environment) can see."""
 
@@ -49,7 +50,7 @@ class CudaDevices:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Host:
     """The host as NVML saw it; `error` is set (and the rest empty) when NVML could not be read."""
 
@@ -349,7 +350,7 @@ def _health(pynvml: Any, handle: Any) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+@record
 class Sample:
     t_s: float
     util_percent: float | None
@@ -361,7 +362,7 @@ class Sample:
     pcie_width: int | None
 
 
-@dataclass(frozen=True)
+@record
 class GpuSeries:
     index: int
     samples: tuple[Sample, ...]

@@ -8,8 +8,8 @@ refused (ParseError), never guessed: a node that is not read is a node that fail
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from ..records import record
 from . import ParseError
 
 TOOL = "scontrol"
@@ -20,7 +20,7 @@ BAD_STATES = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RE
               "FUTURE", "POWERED_DOWN", "POWERING_DOWN", "UNKNOWN", "INVAL")
 
 
-@dataclass(frozen=True)
+@record
 class SlurmNode:
     name: str
     states: tuple[str, ...]  # IDLE, MIXED, DOWN+NOT_RESPONDING -> ("DOWN", "NOT_RESPONDING")
@@ -65,13 +65,13 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
         for key, value in _FIELD.findall(stripped):
             records[-1].setdefault(key, value)
     nodes = []
-    for record in (r for r in records if "_partition" not in r):
-        if "State" not in record:
-            raise ParseError(TOOL, f"node record {record.get('NodeName')!r} has no State=")
-        gpus = gpu_count(record.get("Gres"))
-        nodes.append(SlurmNode(record["NodeName"], tuple(record["State"].split("+")),
-                               gpus if gpus is not None else tres_gpus(record.get("CfgTRES")),
-                               record.get("NodeAddr"), record.get("Version"), record.get("Reason")))
+    for node in (r for r in records if "_partition" not in r):
+        if "State" not in node:
+            raise ParseError(TOOL, f"node record {node.get('NodeName')!r} has no State=")
+        gpus = gpu_count(node.get("Gres"))
+        nodes.append(SlurmNode(node["NodeName"], tuple(node["State"].split("+")),
+                               gpus if gpus is not None else tres_gpus(node.get("CfgTRES")),
+                               node.get("NodeAddr"), node.get("Version"), node.get("Reason")))
     if not nodes:
         raise ParseError(TOOL, "no NodeName= record in the output")
     return nodes

@@ -7,10 +7,10 @@ replayed; the parsers turn them into typed data.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..records import record
 from . import ParseError
 
 # What a name from the host must look like before it reaches an argv or a file name.
@@ -60,7 +60,7 @@ def _roce_v2_gid(port: Path) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class IbPort:
     device: str
     port: int
@@ -148,7 +148,7 @@ def read_function(sys_root: Path, kind: str, name: str) -> dict[str, Any]:
     return reading
 
 
-@dataclass(frozen=True)
+@record
 class Function:
     """A network interface or RDMA device as sysfs shows it; `not_physical` says why it is not a port."""
 

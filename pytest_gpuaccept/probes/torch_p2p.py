@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRunner, parse_run
 
@@ -19,7 +20,7 @@ MODULE = "pytest_gpuaccept.workloads.p2p"
 _HEADER = re.compile(r"^# pytest-gpuaccept p2p: PyTorch (\S+), device (\w+), (\d+) bytes, (\d+) repeats")
 
 
-@dataclass(frozen=True)
+@record
 class TorchP2p:
     device: str
     one_way: dict[tuple[int, int], float] = field(default_factory=dict)  # GB/s, data i -> j
