@@ -356,8 +356,10 @@ def compact_report(path: Path) -> None:
     """pytest-html writes its rows as JSON in a double-quoted attribute, so every quote of the JSON costs five
     bytes (&#34;), and every < and > four: the escaped blob was 1.7 times the JSON. In a single-quoted
     attribute only & and ' need escaping; < is escaped too, so that no tag, not even an inert one, is in
-    the page's bytes. The browser decodes both to the same JSON, which is checked here before the file is
-    replaced; anything unexpected leaves the report as pytest-html wrote it."""
+    the page's bytes. The blob is decoded by undoing markupsafe's five escapes (pytest-html's template's), and used only where
+    escaping the decoded text again gives back exactly what pytest-html wrote (so the browser decodes
+    both to the same JSON); anything unexpected leaves the report as pytest-html wrote it. (str.replace,
+    not html.unescape: that calls back into Python for each of the blob's tens of thousands of entities.)"""
     try:
         page = path.read_text()
     except (OSError, UnicodeDecodeError):
@@ -365,12 +367,20 @@ def compact_report(path: Path) -> None:
     found = list(_BLOB.finditer(page))
     if len(found) != 1:
         return
-    blob = html.unescape(found[0].group(1))
-    compact = blob.replace("&", "&amp;").replace("'", "&#39;").replace("<", "&lt;")
-    if html.unescape(compact) != blob:
+    written = found[0].group(1)
+    blob = (written.replace("&#34;", '"').replace("&#39;", "'").replace("&lt;", "<").replace("&gt;", ">")
+            .replace("&amp;", "&"))
+    if _escaped(blob) != written:
         return
+    compact = blob.replace("&", "&amp;").replace("'", "&#39;").replace("<", "&lt;")
     match = found[0]
     write_atomic(path, f"{page[:match.start()]}data-jsonblob='{compact}'{page[match.end():]}")
+
+
+def _escaped(text: str) -> str:
+    """markupsafe.escape's five escapes (what pytest-html's template applies to the blob)."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&#34;")
+            .replace("'", "&#39;"))
 
 
 def verdict_line(results: dict[str, Any]) -> str:
@@ -411,6 +421,8 @@ def tools_run(evidence: Evidence) -> list[dict[str, Any]]:
 
     seen: dict[str, dict[str, Any]] = {}
     for path in sorted(evidence.folder.glob("*.json")):
+        if not path.with_suffix(".txt").is_file():
+            continue  # a reading (NVML, sysfs), not a run record: a run keeps its output as <key>.txt
         try:
             raw = evidence.read(path.name)
             record = json.loads(raw) if raw else None

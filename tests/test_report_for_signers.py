@@ -131,3 +131,26 @@ def _print(rejected_8gpu):
     assert '@page { size: A4; margin: 16mm 12mm; @top-center { content: "REJECTED · Example GPU Cloud · SLA-2026-0042"' in page
     assert ".gpuaccept-raw, .controls" in page and ".extras-row" in page
     assert "<th>Buyer</th><td>name</td><td>role</td><td>date</td><td>signature</td>" in page
+
+
+def test_the_report_blob_is_compacted_only_where_it_decodes_to_the_same_json(tmp_path):
+    """The blob pytest-html wrote (markupsafe's escapes in a double-quoted attribute) is rewritten single-quoted
+    only when it decodes to the same JSON; a hostile row's quotes, tags and entity look-alikes survive."""
+    from pytest_gpuaccept.report import compact_report
+
+    rows = {"tests": {"t": [{"log": "</div><script>x('&#34;')</script> \"&amp;\" ' &lt;"}]}}
+    text = json.dumps(rows)
+    escaped = (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&#34;")
+               .replace("'", "&#39;"))
+    page = tmp_path / "report.html"
+    page.write_text(f'<html><div id="data-container" data-jsonblob="{escaped}"></div></html>')
+    compact_report(page)
+    written = page.read_text()
+    blob = re.search(r"data-jsonblob='([^']*)'", written)
+    assert blob is not None and json.loads(html.unescape(blob.group(1))) == rows
+    assert "<script>" not in written and len(blob.group(1)) < len(escaped)
+    # Escaped some other way (&quot;): undoing markupsafe's escapes would not give it back; left as written.
+    other = f'<html><div data-jsonblob="{escaped.replace("&#34;", "&quot;")}"></div></html>'
+    page.write_text(other)
+    compact_report(page)
+    assert page.read_text() == other
