@@ -355,7 +355,6 @@ def gpuaccept_iperf3(gpuaccept_state: State, gpuaccept_contract: Contract) -> Ip
 def _under_load(state: State, command: Command, duration_s: float, count: int, samples_file: str,
                 expected_s: float, models: GpuModels | None = None) -> LoadRun:
     """Run a workload while NVML samples every GPU (or the recording replays its samples); once per run."""
-    import json
     import threading
 
     from .measurements import LoadRun
@@ -364,8 +363,7 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
     def sample(stop: threading.Event) -> dict[str, Any]:
         if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
             stop.wait(duration_s)
-            recording: dict[str, Any] = json.loads(state.nvml_recording.read_text())
-            return recording.get(nvml.RECORDED_SAMPLES, {"error": "the NVML recording has no utilisation samples"})  # type: ignore[no-any-return]
+            return state.recorded_samples()
         def told(elapsed: float, lowest: float | None) -> None:
             if state.runner.progress is not None:
                 busy = f", lowest GPU {lowest:g} %" if lowest is not None else ""

@@ -39,6 +39,7 @@ class State:
     # Judged checks by (clause, subject), as plain dicts: they arrive from xdist workers that way.
     checks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     _parsed_host: tuple[dict[str, Any], nvml.Host] | None = field(default=None, repr=False, compare=False)
+    _recorded_samples: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def host_reading(self) -> dict[str, Any]:
         """The NVML reading of this session (or the recording given with --gpuaccept-nvml)."""
@@ -65,7 +66,24 @@ class State:
             reading = {"hostname": "", "driver": None, "cuda": None, "gpus": [],
                        "error": f"recorded NVML readings {self.nvml_recording} unreadable: {exc}"}
         reading["recorded"] = str(self.nvml_recording)
+        # The sample series are not the host's identity: kept for the load (recorded_samples), and as evidence
+        # in the samples file that load writes, not a second time in the host reading.
+        self._recorded_samples = reading.pop(nvml.RECORDED_SAMPLES, None)
         return reading
+
+    def recorded_samples(self) -> dict[str, Any]:
+        """The NVML recording's utilisation samples (--gpuaccept-nvml): those read with the host reading, or
+        read now where this process took its host reading from the evidence (an xdist worker)."""
+        assert self.nvml_recording is not None
+        samples = self._recorded_samples
+        if samples is None:
+            try:
+                samples = json.loads(self.nvml_recording.read_text()).get(nvml.RECORDED_SAMPLES)
+            except (OSError, ValueError, AttributeError) as exc:
+                return {"error": f"recorded NVML readings {self.nvml_recording} unreadable: {exc}"}
+        if samples is None:
+            return {"error": "the NVML recording has no utilisation samples"}
+        return samples if isinstance(samples, dict) else {"error": "the NVML recording's utilisation is not an object"}
 
     def _pci(self) -> dict[str, Any]:
         host = self.host()
