@@ -329,6 +329,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("gpuaccept_subject", subjects, ids=[s.id for s in subjects])
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A shipped suite none of whose clauses the contract asks for is not collected at all (its tests would be
+    made, parametrized and deselected: a fifth of collecting the benchmark's suites). What the contract asks
+    for is judged from the contract at the end, so a suite skipped here by mistake would leave its checks
+    not measured, never passed."""
+    state = _state(config)
+    if state is None or collection_path.suffix != ".py" or collection_path.parent != suites_dir():
+        return None
+    from .clauses.registry import CLAUSES, present_clauses
+
+    module = "pytest_gpuaccept.clauses." + collection_path.stem.removeprefix("test_")
+    if any(c.judge.__module__ == module for c in CLAUSES) and \
+            not any(c.judge.__module__ == module for c in present_clauses(state.contract)):
+        return True
+    return None
+
+
 def _subject(item: pytest.Item) -> str:
     """The subject a test judges: its parameter (GPU3, GPU0-GPU1, ens1f0, host); one str() everywhere.
 
