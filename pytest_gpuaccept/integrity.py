@@ -19,9 +19,10 @@ from typing import Any, Iterable
 PACKAGE = "pytest_gpuaccept"
 _HOME = Path(__file__).resolve().parent
 _TRUSTED = tuple(Path(p).resolve() for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
-# Methods that @dataclass writes with exec(): their code says "<string>", and their name is the dunder's.
+# Methods that @dataclass writes with exec() (and a NamedTuple's __new__, with eval()): their code says
+# "<string>", and their name is the dunder's.
 _GENERATED = frozenset({"__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__",
-                        "__lt__", "__le__", "__gt__", "__ge__", "__match_args__"})
+                        "__lt__", "__le__", "__gt__", "__ge__", "__match_args__", "__new__"})
 
 
 def is_ours(func: Any, owner: type | None = None, name: str = "") -> bool:

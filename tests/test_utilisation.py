@@ -164,3 +164,11 @@ def test_the_report_draws_the_timeline_with_threshold_and_warmup(accept, workloa
     run = accept(CONTRACT, recording(tmp_path))
     page = run.html
     assert "<svg" in page and "threshold 80 %" in page and "warmup 1 s" in page
+
+
+def test_a_sample_row_is_read_by_the_recording_format_s_field_names():
+    from pytest_gpuaccept.probes import nvml
+
+    assert nvml.Sample._fields == nvml.SAMPLE_FIELDS  # the recording's "fields" and the row's names are one list
+    with pytest.raises(nvml.ParseError, match="samples malformed"):
+        nvml.parse_samples({"fields": list(nvml.SAMPLE_FIELDS), "gpus": [{"index": 0, "samples": [[0.0, 99]]}]})

@@ -168,7 +168,7 @@ def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Cont
     masks = [s.throttle_reasons for s in series.samples if s.throttle_reasons is not None]
     if not masks:
         return v.not_measured("clock event reasons are not supported on this GPU")
-    seen = sorted({name for mask in masks for name in decode_reasons(mask)})
+    seen = sorted({name for mask in set(masks) for name in decode_reasons(mask)})  # each distinct mask once
     bad = [(s.t_s, s.throttle_reasons) for s in series.samples if s.throttle_reasons and s.throttle_reasons & BAD_THROTTLE]
     details: dict[str, Any] = {"throttle_reasons_seen": seen}
     v = v.but(unit="samples")
