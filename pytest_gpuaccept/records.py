@@ -1,14 +1,15 @@
-"""Records: frozen dataclasses whose __eq__, __hash__ and __repr__ are written once, here, not once per class.
+"""Records: frozen dataclasses whose methods are written once, here, not once per class.
 
 @dataclass writes every method of every class with exec() as the module is imported: for this package's
-hundred-odd frozen records that was 0.04 s of each run's start (benchmarks/overhead.py), spent compiling
-the same three methods again and again. `record` lets @dataclass write what differs per class (__init__
-and the frozen guards) and gives every record the same three functions, which read the class's fields
-from a tuple made once at decoration. They behave as @dataclass(frozen=True)'s do: equal when of the
-same class with equal compared fields (compared as tuples, so a field is equal to itself even when NaN),
-hashed on those fields, and shown as `Name(field=value, ...)` with the fields that have repr=True.
+hundred-odd frozen records that was 0.07 s of each run's start (benchmarks/overhead.py), spent compiling
+the same six methods again and again. `record` lets @dataclass write only what differs per class, its
+__init__, and gives every record the same five other functions, which read the class's fields from
+tuples made once at decoration. They behave as @dataclass(frozen=True)'s do: equal when of the same
+class with equal compared fields (compared as tuples, so a field is equal to itself even when NaN),
+hashed on those fields, shown as `Name(field=value, ...)` with the fields that have repr=True, and
+frozen: assigning a field that is set, adding an attribute or deleting one raises FrozenInstanceError.
+The one assignment let through is __init__'s own, of a field not yet set.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -46,6 +47,17 @@ def _hash(self: Any) -> int:
     return hash(self.__record_hashed__(self))
 
 
+def _setattr(self: Any, name: str, value: Any) -> None:
+    """__init__ sets each field once (as a plain dataclass's does, by assignment); nothing sets anything after."""
+    if name in self.__dict__ or name not in self.__record_fields__:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+    object.__setattr__(self, name, value)
+
+
+def _delattr(self: Any, name: str) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
 @reprlib.recursive_repr()
 def _repr(self: Any) -> str:
     shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__record_shown__)
@@ -54,8 +66,8 @@ def _repr(self: Any) -> str:
 
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field))
 def record(cls: T) -> T:
-    """@dataclass(frozen=True), with the comparison, hash and repr shared by every record."""
-    made: Any = dataclasses.dataclass(frozen=True, eq=False, repr=False)(cls)
+    """@dataclass(frozen=True), with every method but __init__ shared by all records."""
+    made: Any = dataclasses.dataclass(eq=False, repr=False)(cls)
     fields = dataclasses.fields(made)
     # staticmethod: a getter made by a lambda would otherwise be bound to the instance that reads it
     made.__record_compared__ = staticmethod(_values(tuple(f.name for f in fields if f.compare)))
@@ -63,5 +75,7 @@ def record(cls: T) -> T:
         _values(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))))
     made.__record_shown__ = tuple(f.name for f in fields if f.repr)
     made.__eq__, made.__hash__, made.__repr__ = _eq, _hash, _repr
+    made.__record_fields__ = frozenset(f.name for f in fields)
+    made.__setattr__, made.__delattr__ = _setattr, _delattr
     result: T = made
     return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import pickle
@@ -49,6 +50,11 @@ def test_frozen_replace_pickle_and_fields() -> None:
     reading = ours("a", 1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         reading.value = 2.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        reading.other = 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del reading.name
+    assert reading.value == 1.0 and copy.copy(reading) == reading and copy.deepcopy(reading) == reading
     assert dataclasses.replace(reading, value=2.0) == ours("a", 2.0)
     assert [f.name for f in dataclasses.fields(reading)] == ["name", "value", "note", "extra"]
     assert dataclasses.asdict(reading) == {"name": "a", "value": 1.0, "note": "", "extra": ()}
