@@ -8,6 +8,7 @@ run of the environment, so it imports the probes only inside the fixtures.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
@@ -75,19 +76,22 @@ def gpuaccept_runner(gpuaccept_state: State) -> ToolRunner:
     return gpuaccept_state.runner
 
 
-@pytest.fixture
-def gpuaccept_judge(request: pytest.FixtureRequest) -> Callable[[Check], None]:
-    """Record a Check for the report and results, and fail the test unless it passed (one line, no traceback)."""
+def judge_check(node: pytest.Item, check: Check) -> None:
+    """Record a Check on its test for the report and results, and fail the test unless it passed (one line,
+    no traceback). The shipped suites call it with their own `request.node`; user tests, through gpuaccept_judge."""
     from .report import junit_properties
     from .verdict import NOT_MEASURED_PREFIX, Outcome
 
-    def judge(check: Check) -> None:
-        request.node.user_properties.extend(junit_properties(check.to_dict()))
-        if check.outcome is not Outcome.PASSED:
-            verdict = "" if check.message.startswith(NOT_MEASURED_PREFIX.rstrip(": ")) else "failed: "
-            pytest.fail(f"{check.clause} {check.subject}: {verdict}{check.message}", pytrace=False)
+    node.user_properties.extend(junit_properties(check.to_dict()))
+    if check.outcome is not Outcome.PASSED:
+        verdict = "" if check.message.startswith(NOT_MEASURED_PREFIX.rstrip(": ")) else "failed: "
+        pytest.fail(f"{check.clause} {check.subject}: {verdict}{check.message}", pytrace=False)
 
-    return judge
+
+@pytest.fixture
+def gpuaccept_judge(request: pytest.FixtureRequest) -> Callable[[Check], None]:
+    """Record a Check for the report and results, and fail the test unless it passed (one line, no traceback)."""
+    return functools.partial(judge_check, request.node)
 
 
 @pytest.fixture(scope="session")

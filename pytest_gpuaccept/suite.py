@@ -14,19 +14,23 @@ import pytest
 
 from .clauses.base import Clause
 from .clauses.registry import CLAUSES
+from .fixtures import judge_check
 from .verdict import Check
 
 
 def _test(clause: Clause) -> Callable[..., None]:
-    judge, measurement, section = clause.judge, clause.measurement, clause.section
+    # Bound here, at import: a plugin that later replaces a module's function changes nothing.
+    judge, measurement, section, record = clause.judge, clause.measurement, clause.section, judge_check
 
     def test(**fixtures: Any) -> None:
         contract, subject = fixtures["gpuaccept_contract"], fixtures["gpuaccept_subject"]
         judged: Check = judge(section.of(contract), subject, fixtures[measurement], contract)
-        fixtures["gpuaccept_judge"](judged)
+        record(fixtures["request"].node, judged)
 
     # The measurement is an argument, so that it is set up (and a crash in it is reported) before the call.
-    names = ("gpuaccept_subject", "gpuaccept_contract", measurement, "gpuaccept_judge")
+    # `request` rather than the gpuaccept_judge fixture: the same judge_check, without a function-scoped
+    # fixture's setup and teardown for each of a run's hundred-odd tests.
+    names = ("gpuaccept_subject", "gpuaccept_contract", measurement, "request")
     test.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
     test.__name__ = test.__qualname__ = clause.test
