@@ -25,7 +25,10 @@ def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     for start in range(0, len(points), size):
         bucket = points[start:start + size]
         low, high = min(bucket, key=_VALUE), max(bucket, key=_VALUE)
-        kept += (low,) if low == high else sorted((low, high))
+        if low == high:
+            kept.append(low)
+        else:
+            kept += (low, high) if low <= high else (high, low)  # time order (what sorted() of the two gave)
     return kept
 
 
@@ -65,8 +68,12 @@ def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence
              f"<text x=2 y={py(y_min)}>{y_min:.4g}</text>",
              f"<text x={PAD} y={HEIGHT - 2}>{_x_tick(x_low, log2_x)}</text>",
              f"<text x={WIDTH - PAD} y={HEIGHT - 2} text-anchor=end>{_x_tick(x_high, log2_x)} {html.escape(x_label)}</text>"]
+    y_base = HEIGHT - PAD / 2
     for label, pts, colour in series:
-        coords = " ".join(f"{px(x)},{py(v)}" for x, v in _thin(pts))
+        # px and py inline (the same arithmetic): a run's timelines are thousands of points
+        thinned = [(math.log2(x), v) for x, v in _thin(pts)] if log2_x else _thin(pts)
+        coords = " ".join([f"{round(PAD + (x - x_min) / x_span * (WIDTH - 2 * PAD))},"
+                           f"{round(y_base - (v - y_min) / y_span * (HEIGHT - PAD))}" for x, v in thinned])
         parts.append(f'<polyline fill=none stroke="{colour}" stroke-width=1.5 points="{coords}">'
                      f"<title>{html.escape(label)}</title></polyline>")
     if threshold is not None:
