@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import os
 import sys
 import sysconfig
 from pathlib import Path
@@ -18,7 +19,12 @@ from typing import Any, Iterable
 
 PACKAGE = "pytest_gpuaccept"
 _HOME = Path(__file__).resolve().parent
-_TRUSTED = tuple(Path(p).resolve() for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
+_PATHS = sysconfig.get_paths()
+_OURS = os.path.join(str(_HOME), "")
+_STDLIB = tuple(os.path.join(os.path.realpath(_PATHS[key]), "") for key in ("stdlib", "platstdlib"))
+# Where pip installs anyone's package: inside a virtual environment, "platstdlib" is the environment's
+# lib/pythonX.Y, and site-packages is under it. Code from there is a plugin's, not the standard library's.
+_INSTALLED = tuple(os.path.join(os.path.realpath(_PATHS[key]), "") for key in ("purelib", "platlib"))
 # Methods that @dataclass writes with exec() (and a NamedTuple's __new__, with eval()): their code says
 # "<string>", and their name is the dunder's.
 _GENERATED = frozenset({"__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__",
@@ -38,8 +44,12 @@ def is_ours(func: Any, owner: type | None = None, name: str = "") -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _trusted_file(filename: str) -> bool:
-    path = Path(filename).resolve()
-    return _HOME in path.parents or any(root in path.parents for root in _TRUSTED)
+    """This package's, or the standard library's but not an installed package's (symbolic links resolved)."""
+    real = os.path.realpath(filename)
+    if real.startswith(_OURS):
+        return True
+    return real.startswith(_STDLIB) and not real.startswith(_INSTALLED) and \
+        not any(part in ("site-packages", "dist-packages") for part in real.split(os.sep))
 
 
 def replaced_code() -> list[str]:

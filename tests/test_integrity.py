@@ -183,6 +183,22 @@ def test_a_plugin_that_replaces_a_judge_is_named_and_rejects_the_run(accept, pyt
     assert len(plugin["sha256"]) == 64 and plugin["sha256"] in run.html
 
 
+def test_code_from_an_installed_package_is_not_taken_for_the_standard_library(monkeypatch):
+    """In a virtual environment the standard library's platform folder (lib/pythonX.Y) holds site-packages:
+    a vendor's plugin installed there with pip replacing a method is foreign code all the same."""
+    import sysconfig
+
+    import pytest_gpuaccept.verdict as verdict
+    from pytest_gpuaccept.integrity import replaced_code
+
+    planted = Path(sysconfig.get_paths()["purelib"]) / "vendor_plugin.py"
+    namespace: dict[str, object] = {}
+    exec(compile("def judged(self, ok, measured, message, details=None):\n    return self.passed(measured, 'x')\n",
+                 str(planted), "exec"), namespace)
+    monkeypatch.setattr(verdict.Verdict, "judged", namespace["judged"])
+    assert f"pytest_gpuaccept.verdict.Verdict.judged was replaced by code from {planted}" in replaced_code()
+
+
 def test_with_their_own_test_paths_the_conftests_are_listed_with_their_digest(accept, pytester, fake_tools):
     suite = pytester.mkdir("mine")
     (suite / "conftest.py").write_text("# the buyer's own helpers\n")
