@@ -369,6 +369,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     present = {clause.key for clause in present_clauses(state.contract)}
     keep, absent = [], []
+    looked: set[int] = set()  # the items of one test function share its fixture info: looked at once
     for item in items:
         marker = item.get_closest_marker("gpuaccept")
         if marker is not None:
@@ -376,7 +377,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             if clause not in present:
                 absent.append(item)  # not in the contract: not checked, and the report says so
                 continue
-            state.foreign_code += _foreign_fixtures(item)
+            info = id(getattr(item, "_fixtureinfo", item))
+            if info not in looked:
+                looked.add(info)
+                state.foreign_code += _foreign_fixtures(item)
             test = f"suites/{item.path.name}::{item.name}"
             item.user_properties.append((ITEM_PROPERTY, json.dumps({"clause": clause, "subject": _subject(item), "test": test})))
         keep.append(item)
