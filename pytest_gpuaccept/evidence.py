@@ -20,6 +20,7 @@ from pathlib import Path
 LEDGER = ".ledger"  # the seals, one file per sealed file; removed once the run is judged
 LOCK = ".lock"
 FOREIGN_SUFFIX = ".foreign"
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def _seal_name(name: str) -> str:
@@ -80,6 +81,17 @@ class Evidence:
     def write(self, name: str, data: bytes) -> None:
         self.claim(name).write_bytes(data)
         self.seal(name)
+
+    def captured_empty(self, name: str) -> bool:
+        """Whether `name` was empty when captured: from this process's seal where it has one (no file system
+        call: the report asks for each stderr of each check), else from the file as it is now."""
+        sha = self._sealed.get(name)
+        if sha is not None:
+            return sha == EMPTY_SHA256
+        try:
+            return (self.folder / name).stat().st_size == 0
+        except OSError:
+            return False
 
     def _seal_of(self, name: str) -> str | None:
         """The sealed SHA-256 of `name`, from this process or a verified ledger entry; None if unsealed."""

@@ -320,3 +320,13 @@ def test_a_pytest_gpuaccept_planted_in_the_working_directory_never_runs_as_a_wor
                  nvml_recording("h100_sxm5_4gpu.json"))
     assert not marker.exists()
     assert {c["outcome"] for c in run.checks("memory_bandwidth")} != {"passed"}
+
+
+def test_each_plugin_s_distribution_is_named_as_importlib_metadata_names_it():
+    """The plugins list reads Name and Version from the metadata's head itself: the same as the email parse."""
+    import importlib.metadata
+
+    from pytest_gpuaccept.report import _name_version
+
+    for dist in importlib.metadata.distributions():
+        assert _name_version(dist) == f"{dist.metadata['Name']}=={dist.metadata['Version']}"
