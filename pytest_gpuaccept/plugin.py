@@ -335,7 +335,11 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     for is judged from the contract at the end, so a suite skipped here by mistake would leave its checks
     not measured, never passed."""
     state = _state(config)
-    if state is None or collection_path.suffix != ".py" or collection_path.parent != suites_dir():
+    if state is None or collection_path.parent != suites_dir():
+        return None
+    if collection_path.name == "__pycache__":
+        return True  # pytest would look at each compiled file in it (not in its default norecursedirs)
+    if collection_path.suffix != ".py":
         return None
     from .clauses.registry import CLAUSES, present_clauses
 
