@@ -1,7 +1,7 @@
 """Records: frozen dataclasses whose methods are written once, here, not once per class.
 
 @dataclass writes every method of every class with exec() as the module is imported: for this package's
-hundred-odd frozen records that was 0.07 s of each run's start (benchmarks/overhead.py), spent compiling
+hundred-odd frozen records that was 0.05 to 0.1 s of each run's start (benchmarks/overhead.py), spent compiling
 the same six methods again and again. `record` lets @dataclass write only what differs per class, its
 __init__, and gives every record the same five other functions, which read the class's fields from
 tuples made once at decoration. They behave as @dataclass(frozen=True)'s do: equal when of the same
