@@ -331,9 +331,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """A shipped suite none of whose clauses the contract asks for is not collected at all (its tests would be
-    made, parametrized and deselected: a fifth of collecting the benchmark's suites). What the contract asks
-    for is judged from the contract at the end, so a suite skipped here by mistake would leave its checks
-    not measured, never passed."""
+    made, parametrized and deselected: six of the ten suites for the benchmark's contract). What the
+    contract asks for is judged from the contract at the end, so a suite skipped here by mistake would
+    leave its checks not measured, never passed."""
     state = _state(config)
     if state is None or collection_path.parent != suites_dir():
         return None
@@ -342,8 +342,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path.suffix != ".py":
         return None
     from .clauses.registry import CLAUSES, present_clauses
+    from .suite import clauses_module
 
-    module = "pytest_gpuaccept.clauses." + collection_path.stem.removeprefix("test_")
+    module = clauses_module(collection_path)
     if any(c.judge.__module__ == module for c in CLAUSES) and \
             not any(c.judge.__module__ == module for c in present_clauses(state.contract)):
         return True

@@ -39,9 +39,14 @@ def _test(clause: Clause) -> Callable[..., None]:
     return marked
 
 
+def clauses_module(suite_file: str | Path) -> str:
+    """The clause module whose clauses `suites/test_<module>.py` tests."""
+    return "pytest_gpuaccept.clauses." + Path(suite_file).stem.removeprefix("test_")
+
+
 def clause_tests(suite_file: str) -> dict[str, Callable[..., None]]:
     """The tests of `suites/test_<module>.py`: one per clause declared in `clauses/<module>.py`."""
-    module = "pytest_gpuaccept.clauses." + Path(suite_file).stem.removeprefix("test_")
+    module = clauses_module(suite_file)
     tests = {clause.test: _test(clause) for clause in CLAUSES if clause.judge.__module__ == module}
     if not tests:
         raise LookupError(f"{suite_file}: no clause module {module} in the registry")
