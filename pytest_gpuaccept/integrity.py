@@ -52,15 +52,49 @@ def _trusted_file(filename: str) -> bool:
         not any(part in ("site-packages", "dist-packages") for part in real.split(os.sep))
 
 
+# Libraries whose classes and callables this package's modules name (packaging's SpecifierSet, pytest's
+# fixture definitions): an attribute of ours may be one of theirs, never anybody else's.
+_LIBRARIES = frozenset({"builtins", "typing_extensions", "pytest", "_pytest", "pluggy", "yaml", "packaging",
+                        "pytest_html", "pynvml", "jinja2", "markupsafe"})
+
+
+def _library(module: str) -> bool:
+    top = module.split(".")[0]
+    return top in _LIBRARIES or top in sys.stdlib_module_names
+
+
+def _replaced_attribute(name: str, attr: str, value: Any) -> str | None:
+    """Why a module-level name of this package now holds someone else's code, whatever module that code claims:
+    a function defined in a plugin keeps its plugin's __module__, so a check that only looked at names
+    whose __module__ is ours missed `helpers._sampled = lambda ...`."""
+    if inspect.ismodule(value):
+        return None
+    if inspect.isclass(value):
+        owner = str(getattr(value, "__module__", ""))
+        if owner == PACKAGE or owner.startswith(PACKAGE + ".") or _library(owner):
+            return None  # ours (their methods are looked at in the module that defines them), or a library's
+        return f"{name}.{attr} was replaced by the class {owner}.{value.__qualname__}"
+    func = value.func if isinstance(value, functools.partial) else value
+    if inspect.isfunction(func) or (callable(func) and hasattr(func, "__wrapped__")):
+        unwrapped = inspect.unwrap(func)
+        if inspect.isfunction(unwrapped) and not is_ours(unwrapped):
+            return f"{name}.{attr} was replaced by code from {unwrapped.__code__.co_filename}"
+        return None
+    if callable(func) and not inspect.isbuiltin(func) and not _library(type(func).__module__):
+        return f"{name}.{attr} was replaced by a {type(func).__module__}.{type(func).__qualname__} object"
+    return None
+
+
 def replaced_code() -> list[str]:
-    """Functions and methods of this package (and the clause records' judges) whose code lives elsewhere."""
+    """Functions, classes and methods of this package (and the clause records' judges) whose code lives elsewhere."""
     problems = []
     for name, module in sorted(sys.modules.items()):
         if module is None or not (name == PACKAGE or name.startswith(PACKAGE + ".")) or name.endswith("__main__"):
             continue
         for attr, value in list(vars(module).items()):
-            if inspect.isfunction(value) and getattr(value, "__module__", "") == name and not is_ours(value):
-                problems.append(f"{name}.{attr} was replaced by code from {inspect.unwrap(value).__code__.co_filename}")
+            replaced = _replaced_attribute(name, attr, value)
+            if replaced:
+                problems.append(replaced)
             if inspect.isclass(value) and value.__module__ == name:
                 for method, member in list(vars(value).items()):
                     func = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member

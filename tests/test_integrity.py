@@ -199,6 +199,30 @@ def test_code_from_an_installed_package_is_not_taken_for_the_standard_library(mo
     assert f"pytest_gpuaccept.verdict.Verdict.judged was replaced by code from {planted}" in replaced_code()
 
 
+class _Anything:
+    """A vendor's stand-in: a class, and callable."""
+
+    def __call__(self, *args: object) -> None:
+        return None
+
+
+def test_a_module_name_given_someone_else_s_function_class_or_callable_is_named(monkeypatch):
+    """A judge looks its helpers up in its module when it runs: a plugin's lambda put there keeps the plugin's
+    __module__, and is foreign code all the same (as are a plugin's class and a callable object)."""
+    from pytest_gpuaccept import charts, verdict
+    from pytest_gpuaccept.clauses import utilisation
+    from pytest_gpuaccept.integrity import replaced_code
+
+    monkeypatch.setattr(utilisation, "_sampled", lambda *args: None)
+    monkeypatch.setattr(verdict, "Verdict", _Anything)
+    monkeypatch.setattr(charts, "_VALUE", _Anything())
+    found = replaced_code()
+    assert f"pytest_gpuaccept.clauses.utilisation._sampled was replaced by code from {__file__}" in found
+    assert f"pytest_gpuaccept.verdict.Verdict was replaced by the class {__name__}._Anything" in found
+    assert f"pytest_gpuaccept.charts._VALUE was replaced by a {__name__}._Anything object" in found
+    assert len(found) == 3
+
+
 def test_with_their_own_test_paths_the_conftests_are_listed_with_their_digest(accept, pytester, fake_tools):
     suite = pytester.mkdir("mine")
     (suite / "conftest.py").write_text("# the buyer's own helpers\n")
