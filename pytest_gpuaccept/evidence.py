@@ -70,8 +70,10 @@ class Evidence:
         return path
 
     def seal(self, name: str) -> str:
-        """Seal a file as it is now (after its tool exited, or once written); returns its SHA-256."""
-        sha = sha256_bytes((self.folder / name).read_bytes())
+        """Seal a file as it is now (after its tool exited); returns its SHA-256."""
+        return self._seal_digest(name, sha256_bytes((self.folder / name).read_bytes()))
+
+    def _seal_digest(self, name: str, sha: str) -> str:
         ledger = self.folder / LEDGER
         ledger.mkdir(exist_ok=True)
         (ledger / _seal_name(name)).write_text(json.dumps({"name": name, "sha256": sha, "mac": self._mac(name, sha)}))
@@ -79,8 +81,10 @@ class Evidence:
         return sha
 
     def write(self, name: str, data: bytes) -> None:
+        """Write and seal what this run means to keep: the digest of `data` itself, not of the file read back
+        (a change made between the write and a read would otherwise be sealed as this run's)."""
         self.claim(name).write_bytes(data)
-        self.seal(name)
+        self._seal_digest(name, sha256_bytes(data))
 
     def captured_empty(self, name: str) -> bool:
         """Whether `name` was empty when captured: from this process's seal where it has one (no file system
