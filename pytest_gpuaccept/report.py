@@ -356,10 +356,11 @@ def compact_report(path: Path) -> None:
     """pytest-html writes its rows as JSON in a double-quoted attribute, so every quote of the JSON costs five
     bytes (&#34;), and every < and > four: the escaped blob was 1.7 times the JSON. In a single-quoted
     attribute only & and ' need escaping; < is escaped too, so that no tag, not even an inert one, is in
-    the page's bytes. The blob is decoded by undoing markupsafe's five escapes (pytest-html's template's), and used only where
-    escaping the decoded text again gives back exactly what pytest-html wrote (so the browser decodes
-    both to the same JSON); anything unexpected leaves the report as pytest-html wrote it. (str.replace,
-    not html.unescape: that calls back into Python for each of the blob's tens of thousands of entities.)"""
+    the page's bytes. The blob is decoded by undoing markupsafe's five escapes (pytest-html's template's),
+    and used only where escaping the decoded text again gives back exactly what pytest-html wrote (so the
+    browser decodes both to the same JSON); anything unexpected leaves the report as pytest-html wrote it.
+    (str.replace, not html.unescape: that calls back into Python for each of the blob's tens of thousands
+    of entities.)"""
     try:
         page = path.read_text()
     except (OSError, UnicodeDecodeError):
