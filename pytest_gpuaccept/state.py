@@ -57,14 +57,23 @@ class State:
         self._parsed_host = (reading, host)
         return host
 
+    def _recording(self) -> tuple[dict[str, Any] | None, str]:
+        """The --gpuaccept-nvml file as a JSON object, or None and why it is not one."""
+        assert self.nvml_recording is not None
+        try:
+            data = json.loads(self.nvml_recording.read_text())
+        except (OSError, ValueError) as exc:
+            return None, f"recorded NVML readings {self.nvml_recording} unreadable: {exc}"
+        if not isinstance(data, dict):
+            return None, f"recorded NVML readings {self.nvml_recording} unreadable: not a JSON object"
+        return data, ""
+
     def _take_nvml(self) -> dict[str, Any]:
         if self.nvml_recording is None:
             return nvml.read_host()
-        try:
-            reading: dict[str, Any] = json.loads(self.nvml_recording.read_text())
-        except (OSError, ValueError) as exc:
-            reading = {"hostname": "", "driver": None, "cuda": None, "gpus": [],
-                       "error": f"recorded NVML readings {self.nvml_recording} unreadable: {exc}"}
+        data, problem = self._recording()
+        reading = data if data is not None else {"hostname": "", "driver": None, "cuda": None, "gpus": [],
+                                                 "error": problem}
         reading["recorded"] = str(self.nvml_recording)
         # The sample series are not the host's identity: kept for the load (recorded_samples), and as evidence
         # in the samples file that load writes, not a second time in the host reading.
@@ -74,13 +83,12 @@ class State:
     def recorded_samples(self) -> dict[str, Any]:
         """The NVML recording's utilisation samples (--gpuaccept-nvml): those read with the host reading, or
         read now where this process took its host reading from the evidence (an xdist worker)."""
-        assert self.nvml_recording is not None
         samples = self._recorded_samples
         if samples is None:
-            try:
-                samples = json.loads(self.nvml_recording.read_text()).get(nvml.RECORDED_SAMPLES)
-            except (OSError, ValueError, AttributeError) as exc:
-                return {"error": f"recorded NVML readings {self.nvml_recording} unreadable: {exc}"}
+            data, problem = self._recording()
+            if data is None:
+                return {"error": problem}
+            samples = data.get(nvml.RECORDED_SAMPLES)
         if samples is None:
             return {"error": "the NVML recording has no utilisation samples"}
         return samples if isinstance(samples, dict) else {"error": "the NVML recording's utilisation is not an object"}

@@ -254,3 +254,13 @@ def test_disabling_pytest_html_is_a_usage_error(accept, fake_tools):
     assert run.result.ret == 4
     run.result.stderr.fnmatch_lines(["*writes its report with pytest-html*"])
     assert fake_tools.calls() == []
+
+
+def test_an_nvml_recording_that_is_not_a_json_object_rejects_and_says_so(accept, fake_tools, tmp_path):
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    recording = tmp_path / "list.json"
+    recording.write_text("[1, 2, 3]")
+    run = accept(H100_8, f"--gpuaccept-nvml={recording}", f"--gpuaccept-sysfs={tmp_path / 'sys'}")
+    assert run.json["verdict"] == "rejected"
+    assert run.checks() and all(c["outcome"] != "passed" for c in run.checks("gpus.count"))
+    assert any("not a JSON object" in c["message"] for c in run.checks("gpus.count"))
