@@ -68,3 +68,70 @@ def test_records_of_the_package_pickle_and_pass_the_integrity_scan() -> None:
     assert hash(pickle.loads(pickle.dumps(size))) == hash(size)
     assert repr(size).startswith("Size(")
     assert replaced_code() == []
+
+
+def test_a_record_is_made_when_first_used_and_its_fields_read_before() -> None:
+    """@dataclass's work waits for the first instance or the first read of the fields; both give the same."""
+    _, ours = _pair({})
+    assert ours.__dict__["__init__"].__name__ == "_first_init"
+    assert [f.name for f in dataclasses.fields(ours)] == ["name", "value", "note", "extra"]
+    assert dataclasses.is_dataclass(ours) and ours("a", 1.0).extra == ()
+    _, later = _pair({})
+    assert later("a", 1.0, note="x") == later("a", 1.0) and repr(later("b", 2.0)) == "Reading(name='b', value=2.0, note='')"
+    with pytest.raises(TypeError):
+        later("a")  # the __init__ @dataclass wrote: `value` is required
+    with pytest.raises(TypeError, match="__init__"):
+        record(type("Own", (), {"__init__": lambda self: None}))
+
+
+def test_a_record_made_by_many_threads_at_once_is_made_once() -> None:
+    import threading
+
+    _, ours = _pair({})
+    start, made, failed = threading.Barrier(8), [], []
+
+    def make(n: int) -> None:
+        start.wait()
+        try:
+            made.append(ours(str(n), float(n)))
+        except Exception as error:  # noqa: BLE001 - the test reports it below
+            failed.append(error)
+
+    threads = [threading.Thread(target=make, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failed == [] and sorted(r.value for r in made) == [float(n) for n in range(8)]
+    assert all(r.extra == () and r.note == "" for r in made)  # default_factory kept: made once, not twice
+
+
+def test_a_record_unpickled_where_its_class_was_never_made_compares_hashes_and_shows() -> None:
+    """Unpickling makes no __init__ call: a process that only unpickles must still compare, hash and show."""
+    import subprocess
+    import sys
+
+    from pytest_gpuaccept.units import Size
+
+    data = pickle.dumps(Size(8 * 2**30, "8 GiB"))
+    code = ("import pickle, sys; from pytest_gpuaccept.units import Size; "
+            "assert Size.__dict__['__init__'].__name__ == '_first_init', 'made at import'; "
+            "s = pickle.loads(sys.stdin.buffer.read()); h, r = hash(s), repr(s); "
+            "print(h == hash(Size(8 * 2**30, '8 GiB')), s == Size(8 * 2**30, '8 GiB'), r)")
+    shown = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, text=False)
+    assert shown.returncode == 0, shown.stderr.decode()
+    assert shown.stdout.decode().split(" ", 2) == ["True", "True", "Size(nbytes=8589934592, text='8 GiB')\n"]
+
+
+def test_a_record_whose_module_left_sys_modules_is_still_made() -> None:
+    """pytester drops the modules an in-process run imported; their records may be made only afterwards."""
+    import sys
+    import types
+
+    module = types.ModuleType("gpuaccept_records_gone")
+    sys.modules[module.__name__] = module
+    try:
+        made = record(type("Gone", (), {"__annotations__": {"value": "int"}, "__module__": module.__name__}))
+    finally:
+        del sys.modules[module.__name__]
+    assert made(3).value == 3 and module.__name__ not in sys.modules
