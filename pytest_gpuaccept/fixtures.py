@@ -9,6 +9,7 @@ run of the environment, so it imports the probes only inside the fixtures.
 from __future__ import annotations
 
 import functools
+import types
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
@@ -57,11 +58,26 @@ def _state(config: pytest.Config) -> State:
 
 @pytest.fixture(scope="session")
 def gpuaccept_state(pytestconfig: pytest.Config) -> State:
-    """This run's state: the contract, the tool runner, the evidence folder. The other session fixtures start
-    from it rather than from `request`: pytest makes a new `request` fixture definition, with an
-    inspect.signature, each time a test looks one up (925 in the 8-GPU benchmark run, 0.06 s of its profile);
-    this fixture is looked up once per test."""
+    """This run's state: the contract, the tool runner, the evidence folder. (Without --contract: a clear
+    failure. With one, the gpuaccept_state of run_fixtures below, registered for the run, takes its place.)"""
     return _state(pytestconfig)
+
+
+def run_fixtures(state: State) -> types.ModuleType:
+    """The fixtures of one run with a contract, a plugin registered by pytest_configure: gpuaccept_state, from
+    which the other session fixtures start. It takes no argument, neither `request` nor `pytestconfig` (which
+    takes `request`): pytest makes a new `request` fixture definition, with an inspect.signature, each time a
+    test's closure reaches one (925 in the 8-GPU benchmark run, 0.06 s of its profile). A module, as pytest
+    reads fixtures from a plugin's type (a method of an instance would be a deprecated instance fixture)."""
+    plugin = types.ModuleType(f"{__name__}.run")
+
+    @pytest.fixture(scope="session", name="gpuaccept_state")
+    def run_state() -> State:
+        """This run's state: the contract, the tool runner, the evidence folder, the checks judged so far."""
+        return state
+
+    plugin.gpuaccept_state = run_state  # type: ignore[attr-defined]
+    return plugin
 
 
 @pytest.fixture(scope="session")
@@ -76,9 +92,12 @@ def gpuaccept_runner(gpuaccept_state: State) -> ToolRunner:
     return gpuaccept_state.runner
 
 
+CLAUSE_TEST_ARGUMENTS = "gpuaccept_arguments"  # on a shipped clause test: the fixtures it is called with
+
+
 def judge_check(node: pytest.Item, check: Check) -> None:
     """Record a Check on its test for the report and results, and fail the test unless it passed (one line,
-    no traceback). The shipped suites call it with their own `request.node`; user tests, through gpuaccept_judge."""
+    no traceback). The shipped suites' tests through plugin.pytest_pyfunc_call; user tests, through gpuaccept_judge."""
     from .report import junit_properties
     from .verdict import NOT_MEASURED_PREFIX, Outcome
 

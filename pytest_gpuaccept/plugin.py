@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .fixtures import CLAUSE_TEST_ARGUMENTS
+
 if TYPE_CHECKING:
     from .state import State
 
@@ -94,6 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .clauses.advice import advise
     from .contract import ContractError, load_contract
     from .evidence import new_key
+    from .fixtures import run_fixtures
     from .presets import presets, resolve
     from .probes._run import ToolRunner
     from .state import State
@@ -167,6 +170,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                 is_controller=workerinput is None,
                                 sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode,
                                 advice=advise(contract))
+    config.pluginmanager.register(run_fixtures(config.stash[STATE]), "gpuaccept-run-fixtures")
     if judging:
         config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")
     else:
@@ -361,6 +365,20 @@ def _subject(item: pytest.Item) -> str:
         return str(params["gpuaccept_subject"])
     marker = item.get_closest_marker("gpuaccept")
     return str(marker.kwargs.get("subject", "host")) if marker is not None else "host"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A shipped clause test returns its check: recorded here on the test's own item (suite.call). Any other
+    test is pytest's to call. A plugin that called a clause test before us would record nothing: its clause
+    would be not measured, never passed."""
+    arguments = getattr(pyfuncitem.obj, CLAUSE_TEST_ARGUMENTS, None)
+    if arguments is None:
+        return None
+    from .suite import call
+
+    call(pyfuncitem, arguments)
+    return True
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -14,29 +14,35 @@ import pytest
 
 from .clauses.base import Clause
 from .clauses.registry import CLAUSES
-from .fixtures import judge_check
+from .fixtures import CLAUSE_TEST_ARGUMENTS, judge_check
 from .verdict import Check
 
 
-def _test(clause: Clause) -> Callable[..., None]:
+def _test(clause: Clause) -> Callable[..., Check]:
     # Bound here, at import: a plugin that later replaces a module's function changes nothing.
-    judge, measurement, section, record = clause.judge, clause.measurement, clause.section, judge_check
+    judge, section = clause.judge, clause.section
 
-    def test(**fixtures: Any) -> None:
-        contract, subject = fixtures["gpuaccept_contract"], fixtures["gpuaccept_subject"]
-        judged: Check = judge(section.of(contract), subject, fixtures[measurement], contract)
-        record(fixtures["request"].node, judged)
+    def test(gpuaccept_subject: Any, gpuaccept_contract: Any, measured: Any) -> Check:
+        judged: Check = judge(section.of(gpuaccept_contract), gpuaccept_subject, measured, gpuaccept_contract)
+        return judged
 
     # The measurement is an argument, so that it is set up (and a crash in it is reported) before the call.
-    # `request` rather than the gpuaccept_judge fixture: the same judge_check, without a function-scoped
-    # fixture's setup and teardown for each of a run's hundred-odd tests.
-    names = ("gpuaccept_subject", "gpuaccept_contract", measurement, "request")
+    # The test returns its check, and plugin.pytest_pyfunc_call records it on the test's own item: no
+    # `request` (pytest makes a new fixture definition, with an inspect.signature, each time one is asked for).
+    names = ("gpuaccept_subject", "gpuaccept_contract", clause.measurement)
     test.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
+    setattr(test, CLAUSE_TEST_ARGUMENTS, names)
     test.__name__ = test.__qualname__ = clause.test
     test.__doc__ = f"{clause.key}: {clause.doc}"
-    marked: Callable[..., None] = pytest.mark.gpuaccept(clause.key)(test)
+    marked: Callable[..., Check] = pytest.mark.gpuaccept(clause.key)(test)
     return marked
+
+
+def call(item: pytest.Function, arguments: tuple[str, ...]) -> None:
+    """Run a clause test with its fixtures and record the check it returns on its item."""
+    funcargs = item.funcargs
+    judge_check(item, item.obj(*(funcargs[name] for name in arguments)))
 
 
 def clauses_module(suite_file: str | Path) -> str:
@@ -44,7 +50,7 @@ def clauses_module(suite_file: str | Path) -> str:
     return "pytest_gpuaccept.clauses." + Path(suite_file).stem.removeprefix("test_")
 
 
-def clause_tests(suite_file: str) -> dict[str, Callable[..., None]]:
+def clause_tests(suite_file: str) -> dict[str, Callable[..., Check]]:
     """The tests of `suites/test_<module>.py`: one per clause declared in `clauses/<module>.py`."""
     module = clauses_module(suite_file)
     tests = {clause.test: _test(clause) for clause in CLAUSES if clause.judge.__module__ == module}
