@@ -20,16 +20,17 @@ from .verdict import Check
 
 def _test(clause: Clause) -> Callable[..., Check]:
     # Bound here, at import: a plugin that later replaces a module's function changes nothing.
-    judge, section = clause.judge, clause.section
+    judge, section, measurement = clause.judge, clause.section, clause.measurement
 
-    def test(gpuaccept_subject: Any, gpuaccept_contract: Any, measured: Any) -> Check:
-        judged: Check = judge(section.of(gpuaccept_contract), gpuaccept_subject, measured, gpuaccept_contract)
+    def test(**fixtures: Any) -> Check:
+        contract = fixtures["gpuaccept_contract"]
+        judged: Check = judge(section.of(contract), fixtures["gpuaccept_subject"], fixtures[measurement], contract)
         return judged
 
     # The measurement is an argument, so that it is set up (and a crash in it is reported) before the call.
     # The test returns its check, and plugin.pytest_pyfunc_call records it on the test's own item: no
     # `request` (pytest makes a new fixture definition, with an inspect.signature, each time one is asked for).
-    names = ("gpuaccept_subject", "gpuaccept_contract", clause.measurement)
+    names = ("gpuaccept_subject", "gpuaccept_contract", measurement)
     test.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
     setattr(test, CLAUSE_TEST_ARGUMENTS, names)
@@ -42,7 +43,7 @@ def _test(clause: Clause) -> Callable[..., Check]:
 def call(item: pytest.Function, arguments: tuple[str, ...]) -> None:
     """Run a clause test with its fixtures and record the check it returns on its item."""
     funcargs = item.funcargs
-    judge_check(item, item.obj(*(funcargs[name] for name in arguments)))
+    judge_check(item, item.obj(**{name: funcargs[name] for name in arguments}))
 
 
 def clauses_module(suite_file: str | Path) -> str:

@@ -183,6 +183,35 @@ def test_a_plugin_that_replaces_a_judge_is_named_and_rejects_the_run(accept, pyt
     assert len(plugin["sha256"]) == 64 and plugin["sha256"] in run.html
 
 
+SWALLOWER = """\
+import pytest
+
+
+class Swallower:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem):
+        pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames})
+        return True  # called, and the check it returned thrown away: the test passes
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Swallower(), "swallower")  # registered last: called first
+"""
+
+
+def test_a_plugin_that_calls_the_clause_tests_itself_leaves_them_not_measured(accept, pytester, fake_tools):
+    """A clause test returns its check and the plugin records it: a vendor's plugin that calls the tests first
+    and drops what they return has tests that pass, and checks that were never recorded."""
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    fake_tools.add_nccl(p5_log(), iters=1)
+    pytester.makepyfile(vendorplugin=SWALLOWER)
+    pytester.syspathinsert()
+    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "-p", "vendorplugin", subprocess=True)
+    assert run.json["verdict"] == "rejected"
+    assert run.checks() and {c["outcome"] for c in run.checks()} == {"not_measured"}
+    assert all("without judging a measurement" in c["message"] for c in run.checks())
+
+
 def test_code_from_an_installed_package_is_not_taken_for_the_standard_library(monkeypatch):
     """In a virtual environment the standard library's platform folder (lib/pythonX.Y) holds site-packages:
     a vendor's plugin installed there with pip replacing a method is foreign code all the same."""
@@ -215,11 +244,11 @@ def test_a_module_name_given_someone_else_s_function_class_or_callable_is_named(
 
     monkeypatch.setattr(utilisation, "_sampled", lambda *args: None)
     monkeypatch.setattr(verdict, "Verdict", _Anything)
-    monkeypatch.setattr(charts, "_VALUE", _Anything())
+    monkeypatch.setattr(charts, "PALETTE", _Anything())
     found = replaced_code()
     assert f"pytest_gpuaccept.clauses.utilisation._sampled was replaced by code from {__file__}" in found
     assert f"pytest_gpuaccept.verdict.Verdict was replaced by the class {__name__}._Anything" in found
-    assert f"pytest_gpuaccept.charts._VALUE was replaced by a {__name__}._Anything object" in found
+    assert f"pytest_gpuaccept.charts.PALETTE was replaced by a {__name__}._Anything object" in found
     assert len(found) == 3
 
 
