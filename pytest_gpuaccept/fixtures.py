@@ -401,7 +401,7 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
     ended = kernel_log.uptime()
     evidence = (*run.evidence, samples_file)
     if run.error:
-        return LoadRun(run, {}, run.error, None, run.evidence)
+        return LoadRun(run, {}, run.error, None, run.evidence, samples_file=samples_file)
     # The kernel log is this machine's: beside a live load (or its replay), never beside an NVML recording.
     kernel, window = None, None
     if state.nvml_recording is None:
@@ -413,7 +413,8 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
     buses = {g.index: g.pci_bus_id for g in state.host().gpus}
 
     def load(series: dict[int, nvml.GpuSeries], failure: str | None, workload_failure: str | None) -> LoadRun:
-        return LoadRun(run, series, failure, workload_failure, evidence, kernel, window, buses, models)
+        return LoadRun(run, series, failure, workload_failure, evidence, kernel, window, buses, models,
+                       samples_file)
     recording = state.runner.reading(samples_file, lambda: {"error": "no NVML samples were recorded"})
     try:
         series = {s.index: s for s in nvml.parse_samples(recording)}

@@ -110,6 +110,7 @@ class LoadRun:
     window: tuple[float, float] | None = None  # the load, in seconds since boot (the kernel log's clock)
     buses: dict[int, str] = field(default_factory=dict)  # GPU index -> NVML bus ID, to match kernel lines
     models: GpuModels | None = None  # published TDP beside the power limits
+    samples_file: str = ""  # the sealed evidence file of the NVML samples (the charts read it)
 
     def lost(self, index: int) -> str | None:
         """Why a GPU cannot be judged on its samples: it stopped answering NVML, or has far fewer than the rest."""

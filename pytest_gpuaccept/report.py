@@ -530,7 +530,35 @@ def measurement_anchor(check: dict[str, Any]) -> str:
     return "m-" + re.sub(r"[^A-Za-z0-9_.-]", "_", f"{check['clause']}-{check['subject']}")
 
 
-def measurements(checks: list[dict[str, Any]]) -> str:
+def _timelines(group: list[dict[str, Any]], evidence: Evidence | None, samples: dict[str, dict[int, Any] | str]
+               ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """Each check's timeline with its rows, read from the sealed samples file it names (each file read once), and
+    a line for each that could not be drawn."""
+    from .clauses.utilisation import timeline_rows
+    from .probes import nvml
+
+    drawn, unread = [], []
+    for check in group:
+        timeline = check["details"]["timeline"]
+        name = str(timeline.get("samples") or "")
+        if name not in samples:
+            try:
+                raw = evidence.read(name) if evidence is not None and name else None
+                samples[name] = {s.index: s for s in nvml.parse_samples(json.loads(raw))} if raw is not None else \
+                    f"{name or 'the samples file'} is not in the evidence"
+            except (ForeignEvidence, ValueError) as exc:
+                samples[name] = f"{name} cannot be read: {exc}"
+        found = samples[name]
+        series = found.get(timeline.get("gpu")) if isinstance(found, dict) else None
+        if series is None:
+            unread.append(f"{check['subject']}: no timeline drawn: "
+                          + (found if isinstance(found, str) else f"GPU{timeline.get('gpu')} is not in {name}"))
+            continue
+        drawn.append((str(check["subject"]), {**timeline, "rows": timeline_rows(series)}))
+    return drawn, unread
+
+
+def measurements(checks: list[dict[str, Any]], evidence: Evidence | None) -> str:
     """Charts and tables, once, printed: every timeline of a clause in one set of charts (a line per subject),
     then each check's own tables (the all_reduce sweep with its chart, the per-subject results of a check)."""
     parts = []
@@ -539,10 +567,12 @@ def measurements(checks: list[dict[str, Any]]) -> str:
     for check in checks:
         if "timeline" in (check.get("details") or {}):
             by_clause.setdefault(check["clause"], []).append(check)
+    samples: dict[str, dict[int, Any] | str] = {}
     for clause, group in by_clause.items():
         anchors = "".join(f"<span id={measurement_anchor(c)}></span>" for c in group)
-        parts.append(f"<h4>{anchors}{safe_text(clause)}: {len(group)} timelines</h4>"
-                     + charts.timeline_charts([(str(c["subject"]), c["details"]["timeline"]) for c in group]))
+        drawn, unread = _timelines(group, evidence, samples)
+        parts.append(f"<h4>{anchors}{safe_text(clause)}: {len(group)} timelines</h4>" + charts.timeline_charts(drawn)
+                     + "".join(f"<p>{safe_text(line)}</p>" for line in unread))
     for check in checks:
         details = check.get("details") or {}
         if not (details.get("each") or details.get("tables")):
@@ -801,7 +831,7 @@ def banner(results: dict[str, Any], evidence: Evidence | None, digest: str,
         f'<h3>Signatures</h3><table class="gpuaccept-sign">{sign}</table>'
         f"{'' if results.get('hosts') is not None else f'<h3>GPUs</h3><ul>{gpu_ids}</ul>'}"
         f"<h3>Tools run (provenance)</h3>{_table(tools) if len(tools) > 1 else '<p>none</p>'}"
-        f"{measurements(checks)}"
+        f"{measurements(checks, evidence)}"
         f"{raw_outputs(evidence, checks) if evidence is not None else ''}"
         f'<div class="gpuaccept-env"><h3>The auditor\'s environment</h3>{_table(env) if len(env) > 1 else ""}'
         f"<h4>Other plugins and conftest files loaded</h4>{_table(plugins) if len(plugins) > 1 else '<p>none</p>'}</div>"

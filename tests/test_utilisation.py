@@ -166,6 +166,27 @@ def test_the_report_draws_the_timeline_with_threshold_and_warmup(accept, workloa
     assert "<svg" in page and "threshold 80 %" in page and "warmup 1 s" in page
 
 
+def test_each_sample_is_kept_once_the_checks_name_where(accept, workload, tmp_path):
+    """The timeline of a check is where its GPU's samples are, in the sealed samples file: not a copy of every
+    sample in the results and in each JUnit testcase (a megabyte for a ten-minute 8-GPU load)."""
+    run = accept(CONTRACT, recording(tmp_path), "--junitxml=junit.xml")
+    timelines = {c["subject"]: c["details"]["timeline"] for c in run.checks("utilisation")}
+    assert timelines["GPU1"] == {"samples": "nvml-samples.json", "gpu": 1, "threshold": 80.0, "warmup_s": 1.0}
+    assert '"rows"' not in (run.path / "gpuaccept-results.json").read_text()
+    assert '"samples": "nvml-samples.json"' in (run.path / "junit.xml").read_text().replace("&quot;", '"')
+    assert (run.path / "gpuaccept-evidence" / "nvml-samples.json").is_file()
+    assert run.html.count("<polyline") >= 4 * len(timelines)  # utilisation, SM clock, power, temperature
+
+
+def test_a_chart_whose_samples_file_is_gone_says_so_and_draws_the_others():
+    from pytest_gpuaccept.report import measurements
+
+    check = {"clause": "utilisation", "subject": "GPU0", "outcome": "passed",
+             "details": {"timeline": {"samples": "nvml-samples.json", "gpu": 0, "threshold": 80.0, "warmup_s": 1.0}}}
+    page = measurements([check], None)
+    assert "GPU0: no timeline drawn: nvml-samples.json is not in the evidence" in page and "<svg" not in page
+
+
 def test_a_sample_row_is_read_by_the_recording_format_s_field_names():
     from pytest_gpuaccept.probes import nvml
 

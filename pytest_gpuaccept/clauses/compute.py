@@ -97,7 +97,7 @@ def judge(section: Compute, subject: Subject, m: GemmLoad, contract: Contract) -
     if run is None:
         return v.failed(None, f"GPU{index} did not run the GEMM (ran: {sorted(result.runs)})")
     series, _failure = m.load.of(index)
-    details: dict[str, Any] = timeline_details(series, None, 0.0) if series is not None else {}
+    details: dict[str, Any] = timeline_details(series, None, 0.0, m.load.samples_file) if series is not None else {}
     details["burst_tflops"] = round(run.burst, 2)
     ended = run.windows[-1][0]
     if not run.done or ended < 0.9 * result.duration_s:

@@ -74,10 +74,20 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def timeline_details(series: GpuSeries, min_percent: float | None, warmup_s: float) -> dict[str, Any]:
-    rows = [[s.t_s, s.util_percent, s.sm_clock_mhz, s.power_w, s.temp_c] for s in series.samples]
-    return {"timeline": {"fields": ["t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c"], "rows": rows,
-                         "threshold": min_percent, "warmup_s": warmup_s}}
+TIMELINE_FIELDS = ("t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c")
+
+
+def timeline_details(series: GpuSeries, min_percent: float | None, warmup_s: float, samples_file: str) -> dict[str, Any]:
+    """Where the GPU's timeline is: its NVML samples, kept once, in the sealed samples file of the load (the
+    report charts them from there). A copy in every check was every sample twice more in the results and in
+    the JUnit file: 0.1 MB for a minute's 8-GPU load, a megabyte for ten minutes."""
+    return {"timeline": {"samples": samples_file, "gpu": series.index, "threshold": min_percent,
+                         "warmup_s": warmup_s}}
+
+
+def timeline_rows(series: GpuSeries) -> list[list[Any]]:
+    """The charted columns of each sample (TIMELINE_FIELDS)."""
+    return [[s.t_s, s.util_percent, s.sm_clock_mhz, s.power_w, s.temp_c] for s in series.samples]
 
 
 def _gpu(subject: Subject) -> int:
@@ -96,7 +106,7 @@ def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contra
         return v.failed(None, lost)
     if series is None:
         return v.not_measured(failure or f"GPU{index} was not sampled")
-    details = timeline_details(series, minimum, warmup_s)
+    details = timeline_details(series, minimum, warmup_s, m.samples_file)
     steady = [(s.t_s, s.util_percent) for s in series.samples if s.t_s >= warmup_s and s.util_percent is not None]
     if not steady:
         return v.not_measured(failure or f"no utilisation sample after the {fmt(warmup_s)} s warmup", details)
