@@ -2,7 +2,11 @@
 pytest running the same number of trivial tests with a self-contained pytest-html report.
 
 Not a test: run it by hand and copy its last line into README.md.
-    python benchmarks/overhead.py [--repeat 5]
+    python benchmarks/overhead.py [--repeat 5] [--instructions]
+
+--instructions also runs each side once under valgrind's callgrind and counts the instructions of the pytest
+process (not of the fake tools it starts): a figure that does not drift with the machine's load, for telling
+what a change is worth (a wall-clock ratio on a shared 2-core VM moves by 0.1 within minutes).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -85,10 +90,23 @@ def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
     return time.perf_counter() - start, done.stdout
 
 
+def instructions(argv: list[str], cwd: Path, env: dict[str, str]) -> int:
+    """Instructions the process ran (callgrind's `I refs`), its children not followed."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"no instruction count from valgrind: {done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--instructions", action="store_true", help="also count instructions under callgrind")
     args = parser.parse_args()
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind (apt-get install valgrind)")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         fake_bin(root / "bin")
@@ -107,23 +125,26 @@ def main() -> int:
         assert verdict["verdict"] == "accepted", out[-3000:]
         (plain_dir / "test_plain.py").write_text(
             f"import pytest\n\n@pytest.mark.parametrize('n', range({n_checks}))\ndef test_trivial(n):\n    assert n >= 0\n")
+        accept = [sys.executable, "-m", "pytest", "--contract", str(root / "vendor.yaml"),
+                  f"--gpuaccept-nvml={root / 'nvml.json'}", f"--gpuaccept-sysfs={root / 'sys'}", "-q", "-p", "no:cacheprovider"]
+        # The baseline runs without pytest-gpuaccept (-p no:...): everything the plugin costs, its import
+        # included, is overhead. (Before 2026-11-30 the baseline loaded the plugin too, so an import the
+        # plugin made in every pytest run was hidden from the figure.)
+        plain = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:gpuaccept",
+                 "-p", "no:gpuaccept_fixtures", "--html=report.html", "--self-contained-html"]
         accept_times, plain_times = [], []
         for _ in range(args.repeat):
-            accept_times.append(timed([sys.executable, "-m", "pytest", "--contract", str(root / "vendor.yaml"),
-                                       f"--gpuaccept-nvml={root / 'nvml.json'}", f"--gpuaccept-sysfs={root / 'sys'}",
-                                       "-q", "-p", "no:cacheprovider"],
-                                      accept_dir, env)[0])
-            # The baseline runs without pytest-gpuaccept (-p no:...): everything the plugin costs, its import
-            # included, is overhead. (Before 2026-11-30 the baseline loaded the plugin too, so an import the
-            # plugin made in every pytest run was hidden from the figure.)
-            plain_times.append(timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                      "-p", "no:gpuaccept", "-p", "no:gpuaccept_fixtures",
-                                      "--html=report.html", "--self-contained-html"], plain_dir, env)[0])
+            accept_times.append(timed(accept, accept_dir, env)[0])
+            plain_times.append(timed(plain, plain_dir, env)[0])
         a, p = statistics.median(accept_times), statistics.median(plain_times)
         workload = 0.02  # the contract's utilisation duration: measuring time, not overhead
         print(f"{n_checks} checks; median of {args.repeat}: gpuaccept {a:.2f} s (of which {workload} s is the "
               f"workload's duration), plain pytest + pytest-html {p:.2f} s; ratio {a / p:.2f}; "
               f"overhead {a - p - workload:.2f} s")
+        if args.instructions:
+            ai, pi = instructions(accept, accept_dir, env), instructions(plain, plain_dir, env)
+            print(f"instructions of the pytest process (callgrind): gpuaccept {ai / 1e9:.3f} G, plain pytest + "
+                  f"pytest-html {pi / 1e9:.3f} G; ratio {ai / pi:.2f}")
     return 0
 
 
