@@ -170,12 +170,17 @@ def test_a_conftest_in_the_working_directory_does_not_judge(accept, pytester, fa
     assert not any(p["file"].endswith("conftest.py") for p in run.json["plugins"])  # never even loaded
 
 
-def test_a_plugin_that_replaces_a_judge_is_named_and_rejects_the_run(accept, pytester, fake_tools):
+def _with_vendor_plugin(accept, pytester, fake_tools, source: str):
+    """A healthy H100 host whose run loads the vendor's plugin `vendorplugin` (-p), in a subprocess."""
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     fake_tools.add_nccl(p5_log(), iters=1)
-    pytester.makepyfile(vendorplugin=PATCHES)
+    pytester.makepyfile(vendorplugin=source)
     pytester.syspathinsert()
-    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "-p", "vendorplugin", subprocess=True)
+    return accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "-p", "vendorplugin", subprocess=True)
+
+
+def test_a_plugin_that_replaces_a_judge_is_named_and_rejects_the_run(accept, pytester, fake_tools):
+    run = _with_vendor_plugin(accept, pytester, fake_tools, PATCHES)
     assert run.json["verdict"] == "rejected"
     assert any(line.startswith("pytest_gpuaccept.verdict.Verdict.judged was replaced by code from")
                and line.endswith("vendorplugin.py") for line in run.json["foreign_code"])
@@ -202,11 +207,7 @@ def pytest_configure(config):
 def test_a_plugin_that_calls_the_clause_tests_itself_leaves_them_not_measured(accept, pytester, fake_tools):
     """A clause test returns its check and the plugin records it: a vendor's plugin that calls the tests first
     and drops what they return has tests that pass, and checks that were never recorded."""
-    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
-    fake_tools.add_nccl(p5_log(), iters=1)
-    pytester.makepyfile(vendorplugin=SWALLOWER)
-    pytester.syspathinsert()
-    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "-p", "vendorplugin", subprocess=True)
+    run = _with_vendor_plugin(accept, pytester, fake_tools, SWALLOWER)
     assert run.json["verdict"] == "rejected"
     assert run.checks() and {c["outcome"] for c in run.checks()} == {"not_measured"}
     assert all("without judging a measurement" in c["message"] for c in run.checks())
