@@ -1,7 +1,8 @@
 """pytest glue: options, configuration, parametrization from the registry, collection, verdict.
 
 Loaded in every pytest run of the environment: without --contract it registers options and a marker
-and imports nothing else (the contract, schema, probes and YAML are imported only when asked).
+and imports nothing but the fixtures module, the other plugin pytest loads anyway (the contract, schema,
+probes and YAML are imported only when asked).
 """
 
 from __future__ import annotations
