@@ -47,33 +47,32 @@ SAMPLES_FILE = "nvml-samples.json"
 SAMPLE_INTERVAL_S = 0.15  # NVML utilisation is a rolling fraction; 100-200 ms sampling resolves dips
 
 
+NO_CONTRACT = "pytest-gpuaccept fixtures need --contract=PATH"
+
+
 def _state(config: pytest.Config) -> State:
     from .state import STATE
 
     state = config.stash.get(STATE, None)
     if state is None:
-        pytest.fail("pytest-gpuaccept fixtures need --contract=PATH", pytrace=False)
+        pytest.fail(NO_CONTRACT, pytrace=False)
     return state
 
 
-@pytest.fixture(scope="session")
-def gpuaccept_state(pytestconfig: pytest.Config) -> State:
-    """This run's state: the contract, the tool runner, the evidence folder. (Without --contract: a clear
-    failure. With one, the gpuaccept_state of run_fixtures below, registered for the run, takes its place.)"""
-    return _state(pytestconfig)
-
-
-def run_fixtures(state: State) -> types.ModuleType:
-    """The fixtures of one run with a contract, a plugin registered by pytest_configure: gpuaccept_state, from
-    which the other session fixtures start. It takes no argument, neither `request` nor `pytestconfig` (which
-    takes `request`): pytest makes a new `request` fixture definition, with an inspect.signature, each time a
-    test's closure reaches one (925 in the 8-GPU benchmark run, 0.06 s of its profile). A module, as pytest
-    reads fixtures from a plugin's type (a method of an instance would be a deprecated instance fixture)."""
+def run_fixtures(state: State | None) -> types.ModuleType:
+    """The fixtures of one run, a plugin registered by pytest_configure: gpuaccept_state, from which the other
+    session fixtures start (without --contract, a clear failure). It takes no argument, neither `request` nor
+    `pytestconfig` (which takes `request`): pytest makes a new `request` fixture definition, with an
+    inspect.signature, each time a test's closure reaches one (925 in the 8-GPU benchmark run, 0.06 s of its
+    profile). A module, as pytest reads fixtures from a plugin's type (a method of an instance would be a
+    deprecated instance fixture)."""
     plugin = types.ModuleType(f"{__name__}.run")
 
     @pytest.fixture(scope="session", name="gpuaccept_state")
     def run_state() -> State:
         """This run's state: the contract, the tool runner, the evidence folder, the checks judged so far."""
+        if state is None:
+            pytest.fail(NO_CONTRACT, pytrace=False)
         return state
 
     plugin.gpuaccept_state = run_state  # type: ignore[attr-defined]

@@ -93,6 +93,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpuaccept(clause): an acceptance test judging this contract clause")
     contract_path = _option(config, "gpuaccept_contract")
     if contract_path is None:
+        from .fixtures import run_fixtures
+
+        config.pluginmanager.register(run_fixtures(None), "gpuaccept-run-fixtures")  # a user's test is told why
         return  # loaded in every pytest run of the environment: do nothing unless asked
     from . import report
     from .bundle import evidence_folder, verify

@@ -212,6 +212,18 @@ def test_without_contract_the_plugin_does_nothing(pytester):
     assert not (pytester.path / "gpuaccept-results.json").exists()
 
 
+def test_a_user_test_asking_for_a_gpuaccept_fixture_without_a_contract_is_told_why(pytester):
+    pytester.makepyfile("def test_mine(gpuaccept_contract):\n    assert gpuaccept_contract\n")
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*pytest-gpuaccept fixtures need --contract=PATH*"])
+
+
+def test_the_fixture_list_names_the_state_fixture_once(accept, fake_tools):
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "--fixtures")
+    assert run.result.stdout.str().count("gpuaccept_state [session scope]") == 1
+
+
 def test_deselecting_a_check_leaves_the_run_incomplete_and_rejected(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "-k", "not GPU0-GPU1")
