@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .fixtures import CLAUSE_TEST_ARGUMENTS
+from .fixtures import CLAUSE_TEST_ARGUMENTS, run_fixtures
 
 if TYPE_CHECKING:
     from .state import State
@@ -93,8 +93,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpuaccept(clause): an acceptance test judging this contract clause")
     contract_path = _option(config, "gpuaccept_contract")
     if contract_path is None:
-        from .fixtures import run_fixtures
-
         config.pluginmanager.register(run_fixtures(None), "gpuaccept-run-fixtures")  # a user's test is told why
         return  # loaded in every pytest run of the environment: do nothing unless asked
     from . import report
@@ -102,7 +100,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from .clauses.advice import advise
     from .contract import ContractError, load_contract
     from .evidence import new_key
-    from .fixtures import run_fixtures
     from .presets import presets, resolve
     from .probes._run import ToolRunner
     from .state import State

@@ -74,9 +74,6 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-TIMELINE_FIELDS = ("t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c")
-
-
 def timeline_details(series: GpuSeries, min_percent: float | None, warmup_s: float, samples_file: str) -> dict[str, Any]:
     """Where the GPU's timeline is: its NVML samples, kept once, in the sealed samples file of the load (the
     report charts them from there). A copy in every check was every sample twice more in the results and in
@@ -86,7 +83,7 @@ def timeline_details(series: GpuSeries, min_percent: float | None, warmup_s: flo
 
 
 def timeline_rows(series: GpuSeries) -> list[list[Any]]:
-    """The charted columns of each sample (TIMELINE_FIELDS)."""
+    """The charted columns of each sample: t_s, util_percent, sm_clock_mhz, power_w, temp_c."""
     return [[s.t_s, s.util_percent, s.sm_clock_mhz, s.power_w, s.temp_c] for s in series.samples]
 
 
