@@ -276,3 +276,28 @@ def test_an_nvml_recording_that_is_not_a_json_object_rejects_and_says_so(accept,
     assert run.json["verdict"] == "rejected"
     assert run.checks() and all(c["outcome"] != "passed" for c in run.checks("gpus.count"))
     assert any("not a JSON object" in c["message"] for c in run.checks("gpus.count"))
+
+
+EXIT_OBSERVER = """\
+import atexit, gc, os
+
+def _seen():  # registered at import, before the run's own handler: atexit runs it after that one
+    with open(os.environ["EXIT_SEEN"], "w") as out:
+        out.write(str(gc.get_freeze_count()))
+
+atexit.register(_seen)
+"""
+
+
+def test_the_process_ends_without_walking_the_heap_and_with_everything_written(accept, pytester, fake_tools,
+                                                                                monkeypatch, tmp_path):
+    # The interpreter's teardown collects every object it can still see (0.1 s of an 8-GPU run's end):
+    # by the last atexit handler the run's objects are out of its sight, and the verdict is already on disk.
+    seen = tmp_path / "seen.txt"
+    monkeypatch.setenv("EXIT_SEEN", str(seen))
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    pytester.makepyfile(exitobserver=EXIT_OBSERVER)
+    pytester.syspathinsert()
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "-p", "exitobserver", subprocess=True)
+    assert run.result.ret == 0 and run.json["verdict"] == "accepted" and run.json["complete"] is True
+    assert int(seen.read_text()) > 10_000
