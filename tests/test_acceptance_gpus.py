@@ -285,6 +285,10 @@ def _seen():  # registered at import, before the run's own handler: atexit runs 
     with open(os.environ["EXIT_SEEN"], "w") as out:
         out.write(str(gc.get_freeze_count()))
 
+def pytest_sessionfinish(session):
+    with open(os.environ["EXIT_SEEN"] + ".threshold", "w") as out:
+        out.write(str(gc.get_threshold()[0]))
+
 atexit.register(_seen)
 """
 
@@ -301,3 +305,14 @@ def test_the_process_ends_without_walking_the_heap_and_with_everything_written(a
     run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "-p", "exitobserver", subprocess=True)
     assert run.result.ret == 0 and run.json["verdict"] == "accepted" and run.json["complete"] is True
     assert int(seen.read_text()) > 10_000
+    assert int((tmp_path / "seen.txt.threshold").read_text()) == 50_000  # young objects walked less often
+
+
+def test_an_inline_run_leaves_the_garbage_collector_as_it_found_it(accept, fake_tools):
+    import gc
+
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    before = gc.get_threshold(), gc.get_freeze_count()
+    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"))
+    assert run.json["verdict"] == "accepted"
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
