@@ -384,3 +384,52 @@ def test_each_plugin_s_distribution_is_named_as_importlib_metadata_names_it():
 
     for dist in importlib.metadata.distributions():
         assert _name_version(dist) == f"{dist.metadata['Name']}=={dist.metadata['Version']}"
+
+
+# ------------------------------------------------------------------ the ledger of seals, between processes
+
+def test_seals_cross_processes_and_a_forged_or_broken_ledger_vouches_for_nothing(tmp_path):
+    """Two processes of one run (an xdist worker and the controller: the same folder and key) read each
+    other's seals from the ledger; a line written without the key, a torn line, a ledger deleted, and a file
+    that another process rewrote put back as it first was, are each caught."""
+    from pytest_gpuaccept.evidence import LEDGER, Evidence, ForeignEvidence, new_key
+
+    key = new_key()
+    worker, controller = Evidence(tmp_path, key), Evidence(tmp_path, key)
+    worker.write("host.json", b'{"gpus": 8}')
+    (tmp_path / "topo.txt").write_bytes(b"GPU0 X NV18")
+    worker.seal("topo.txt")
+    assert controller.read("host.json") == b'{"gpus": 8}' and controller.foreign() == []
+
+    # a tool writes a file and a ledger line for it, with a MAC made without the run's key
+    (tmp_path / "planted.txt").write_text("NV18 everywhere")
+    forger = Evidence(tmp_path, new_key())
+    forger.seal("planted.txt")
+    with pytest.raises(ForeignEvidence, match="not written by this run"):
+        controller.read("planted.txt")
+    assert controller.foreign() == ["planted.txt: not written by this run"]
+    (tmp_path / "planted.txt").unlink()
+
+    # a torn last line (a write cut short) and a line of garbage in every ledger file: skipped, the whole
+    # lines still count, and a seal written after the torn line is a line of its own
+    for ledger_file in (tmp_path / LEDGER).glob("*.seals"):
+        with open(ledger_file, "a") as ledger:
+            ledger.write('not json\n{"name": "host.json", "sha256": "00", "ma')
+    assert controller.read("host.json") == b'{"gpus": 8}' and controller.foreign() == []
+
+    # the worker rewrites topo.txt and seals it again; the first content put back is not its seal any more
+    (tmp_path / "topo.txt").write_bytes(b"GPU0 X SYS")
+    worker.seal("topo.txt")
+    assert controller.read("topo.txt") == b"GPU0 X SYS"
+    (tmp_path / "topo.txt").write_bytes(b"GPU0 X NV18")
+    assert controller.foreign() == ["topo.txt: changed after it was captured"]
+    with pytest.raises(ForeignEvidence, match="changed after it was captured"):
+        worker.read("topo.txt")
+
+    # the ledger deleted: what only another process sealed is vouched for by nothing
+    (tmp_path / "topo.txt").write_bytes(b"GPU0 X SYS")
+    shutil.rmtree(tmp_path / LEDGER)
+    assert controller.foreign() == ["host.json: not written by this run", "topo.txt: not written by this run"]
+    assert worker.foreign() == []  # its own seals are in its memory, not on disk
+    worker.write("results.json", b"{}")  # and it can seal again (the ledger's folder made anew)
+    assert controller.read("results.json") == b"{}"
