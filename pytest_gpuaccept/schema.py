@@ -26,7 +26,21 @@ class Loader(yaml.SafeLoader):
     """A safe loader whose nodes keep their marks; duplicate keys are found while walking."""
 
 
+# libyaml's parser, where PyYAML was built with it (its wheels are): a contract composed in 0.3 ms, not the pure-
+# Python scanner's 5. The nodes are the same classes, resolved by the same resolver, with the same 0-based marks.
+_LIBYAML: Any = getattr(yaml, "CSafeLoader", None)
+
+
 def compose(text: str) -> yaml.Node | None:
+    """The contract's YAML as nodes with their marks. Where libyaml finds a syntax error, the pure-Python loader
+    composes the text again: the error, its wording and its line, is the one it always gave (and where only
+    libyaml objects, the pure-Python loader's reading stands)."""
+    if _LIBYAML is not None:
+        try:
+            node: yaml.Node | None = yaml.compose(text, Loader=_LIBYAML)
+            return node
+        except yaml.YAMLError:
+            pass
     return yaml.compose(text, Loader=Loader)
 
 
