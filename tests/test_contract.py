@@ -137,3 +137,24 @@ def test_the_readme_example_contract_is_valid():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     example = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
     assert parse_contract(example, "README.md").sections()
+
+
+def _tree(node):
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return ("map", node.tag, node.start_mark.line, tuple((_tree(k), _tree(v)) for k, v in node.value))
+    if isinstance(node, yaml.SequenceNode):
+        return ("seq", node.tag, node.start_mark.line, tuple(_tree(v) for v in node.value))
+    return ("scalar", node.tag, node.value, node.start_mark.line, node.start_mark.column)
+
+
+@pytest.mark.parametrize("contract", sorted((Path(__file__).parent.parent / "contracts").glob("*.yaml")), ids=lambda p: p.name)
+def test_libyaml_composes_each_shipped_contract_as_the_pure_python_loader_does(contract):
+    import yaml
+
+    from pytest_gpuaccept import schema
+
+    text = contract.read_text()
+    assert schema._LIBYAML is not None  # PyYAML's wheels carry libyaml: the fast path is the one taken
+    assert _tree(schema.compose(text)) == _tree(yaml.compose(text, Loader=schema.Loader))
