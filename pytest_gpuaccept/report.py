@@ -543,8 +543,8 @@ def _timelines(group: list[dict[str, Any]], evidence: Evidence | None, samples: 
         name = str(timeline.get("samples") or "")
         if name not in samples:
             try:
-                raw = evidence.read(name) if evidence is not None and name else None
-                samples[name] = {s.index: s for s in nvml.parse_samples(json.loads(raw))} if raw is not None else \
+                recording = evidence.read_json(name) if evidence is not None and name else None
+                samples[name] = {s.index: s for s in nvml.parse_samples(recording)} if recording is not None else \
                     f"{name or 'the samples file'} is not in the evidence"
             except (ForeignEvidence, ValueError) as exc:
                 samples[name] = f"{name} cannot be read: {exc}"

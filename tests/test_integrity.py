@@ -433,3 +433,22 @@ def test_seals_cross_processes_and_a_forged_or_broken_ledger_vouches_for_nothing
     assert worker.foreign() == []  # its own seals are in its memory, not on disk
     worker.write("results.json", b"{}")  # and it can seal again (the ledger's folder made anew)
     assert controller.read("results.json") == b"{}"
+
+
+def test_json_evidence_is_given_back_only_while_the_file_is_what_was_sealed(tmp_path):
+    """write_json keeps the object it wrote; read_json checks the file against the seal before giving it back,
+    and another process of the run (same folder and key) decodes the file itself."""
+    from pytest_gpuaccept.evidence import Evidence, ForeignEvidence, new_key
+
+    key = new_key()
+    loop, report_of_controller = Evidence(tmp_path, key), Evidence(tmp_path, key)
+    samples = {"gpus": [{"index": 0, "samples": [[0.0, 99, 1980, 690.0, 70, 0, 5, 16]]}]}
+    loop.write_json("nvml-samples.json", samples)
+    assert loop.read_json("nvml-samples.json") is samples
+    assert report_of_controller.read_json("nvml-samples.json") == samples
+    (tmp_path / "nvml-samples.json").write_text('{"gpus": []}')  # the load's samples swapped after sealing
+    for reader in (loop, report_of_controller):
+        with pytest.raises(ForeignEvidence, match="changed after it was captured"):
+            reader.read_json("nvml-samples.json")
+    loop.write("nvml-samples.json", b'{"gpus": [1]}')  # written again, not by write_json: decoded from the file
+    assert loop.read_json("nvml-samples.json") == {"gpus": [1]}
