@@ -67,8 +67,8 @@ def _replaced_attribute(name: str, attr: str, value: Any) -> str | None:
     """Why a module-level name of this package now holds someone else's code, whatever module that code claims:
     a function defined in a plugin keeps its plugin's __module__, so a check that only looked at names
     whose __module__ is ours missed `helpers._sampled = lambda ...`."""
-    if inspect.ismodule(value):
-        return None
+    if not callable(value):
+        return None  # a module, a constant, a record: nothing below can name it (each asks for a callable)
     if inspect.isclass(value):
         owner = str(getattr(value, "__module__", ""))
         if owner == PACKAGE or owner.startswith(PACKAGE + ".") or _library(owner):
@@ -88,8 +88,10 @@ def _replaced_attribute(name: str, attr: str, value: Any) -> str | None:
 def replaced_code() -> list[str]:
     """Functions, classes and methods of this package (and the clause records' judges) whose code lives elsewhere."""
     problems = []
-    for name, module in sorted(sys.modules.items()):
-        if module is None or not (name == PACKAGE or name.startswith(PACKAGE + ".")) or name.endswith("__main__"):
+    ours = sorted((name, module) for name, module in list(sys.modules.items())
+                  if name == PACKAGE or name.startswith(PACKAGE + "."))
+    for name, module in ours:
+        if module is None or name.endswith("__main__"):
             continue
         for attr, value in list(vars(module).items()):
             replaced = _replaced_attribute(name, attr, value)
