@@ -6,6 +6,7 @@ replayed; the parsers turn them into typed data.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,7 @@ def parse_ib_device(reading: dict[str, Any]) -> list[IbPort]:
     return ports
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of a string, asked some 1,300 times by an 8-GPU run's judges
 def sysfs_bus_id(nvml_bus_id: str) -> str:
     """NVML's `00000000:18:00.0` as sysfs names it: `0000:18:00.0` (4-digit domain, lower case)."""
     domain, _, rest = nvml_bus_id.strip().lower().partition(":")
