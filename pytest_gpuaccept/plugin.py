@@ -95,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if contract_path is None:
         config.pluginmanager.register(run_fixtures(None), "gpuaccept-run-fixtures")  # a user's test is told why
         return  # loaded in every pytest run of the environment: do nothing unless asked
+    _collect_young_objects_less(config)  # before the imports below, which make tens of thousands
     from . import report
     from .bundle import evidence_folder, verify
     from .clauses.advice import advise
@@ -184,9 +185,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _spare_the_collector(config: pytest.Config) -> None:
     """Move what is alive now (modules, classes, the contract: some 40,000 objects that live until exit) out of
     the garbage collector's sight for the run: every full collection during the run, and the two pytest makes
-    at its end, then walk only what the run itself made; and collect young objects less often (YOUNG_OBJECTS).
-    Both undone at the very end (cleanups registered here run after pytest's own), so that a process that goes
-    on (pytester's inline runs) collects as before.
+    at its end, then walk only what the run itself made. Undone at the very end (a cleanup registered here runs
+    after pytest's own), so that a process that goes on (pytester's inline runs) collects as before.
 
     And at the process's exit, everything alive is moved out of sight again (atexit, once a process): the
     interpreter's teardown then frees the run's objects by their reference counts without its full collections
@@ -198,14 +198,20 @@ def _spare_the_collector(config: pytest.Config) -> None:
 
     gc.freeze()
     config.add_cleanup(gc.unfreeze)
-    before = gc.get_threshold()
-    gc.set_threshold(YOUNG_OBJECTS, *before[1:])
-    config.add_cleanup(lambda: gc.set_threshold(*before))
     if not _FROZEN_AT_EXIT:
         import atexit
 
         atexit.register(gc.freeze)
         _FROZEN_AT_EXIT.append(True)
+
+
+def _collect_young_objects_less(config: pytest.Config) -> None:
+    """YOUNG_OBJECTS for the run, from the start of configure; Python's own threshold again at the very end."""
+    import gc
+
+    before = gc.get_threshold()
+    gc.set_threshold(YOUNG_OBJECTS, *before[1:])
+    config.add_cleanup(lambda: gc.set_threshold(*before))
 
 
 # The run's young objects are walked once this many are made, not once 700 are (Python's default): the run's

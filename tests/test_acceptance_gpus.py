@@ -316,3 +316,6 @@ def test_an_inline_run_leaves_the_garbage_collector_as_it_found_it(accept, fake_
     run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"))
     assert run.json["verdict"] == "accepted"
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    refused = accept(H100_8.replace("count: 8", "count: eight"), nvml_recording("h100_sxm5_8gpu.json"))
+    assert refused.result.ret == 4  # a usage error in configure, after the threshold was set
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
