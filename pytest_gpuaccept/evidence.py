@@ -46,6 +46,9 @@ class Evidence:
         # This Evidence's seals are lines appended to one file of the ledger (xdist workers each have theirs): a
         # file created for each seal cost 0.3 ms, some thirty a run, where appending a line costs 0.03.
         self._ledger_file = folder / LEDGER / (secrets.token_hex(8) + SEALS)
+        # Other processes' ledger files as last parsed, with the size and mtime they had then: an xdist worker
+        # asks for the seals of a file another process wrote some twenty times a run (10 ms parsing them anew)
+        self._parsed: dict[Path, tuple[tuple[int, int], dict[str, str]]] = {}
 
     def _mac(self, name: str, sha: str) -> str:
         return hmac.new(self._key, f"{name}\0{sha}".encode(), hashlib.sha256).hexdigest()
@@ -126,28 +129,32 @@ class Evidence:
         return frozenset(seals[name] for seals in self._ledger() if name in seals)
 
     def _ledger(self) -> list[dict[str, str]]:
-        """The verified seals of each other ledger file (name -> its last sealed SHA-256 there)."""
+        """The verified seals of each other ledger file (name -> its last sealed SHA-256 there). A file is parsed
+        again whenever its size or mtime changed (a seal appended, a line cut); one that is gone counts no more."""
         files = []
-        try:
-            paths = sorted(p for p in (self.folder / LEDGER).glob("*" + SEALS) if p != self._ledger_file)
-        except OSError:
-            return []
-        for path in paths:
-            seals: dict[str, str] = {}
+        for path in sorted(p for p in (self.folder / LEDGER).glob("*" + SEALS) if p != self._ledger_file):
             try:
-                lines = path.read_text(encoding="utf-8").splitlines()
+                stat = path.stat()
+                seen = (stat.st_size, stat.st_mtime_ns)
+                if path not in self._parsed or self._parsed[path][0] != seen:
+                    self._parsed[path] = (seen, self._verified(path.read_text(encoding="utf-8")))
             except (OSError, ValueError):
                 continue
-            for line in filter(None, lines):
-                try:
-                    entry = json.loads(line)
-                    name, sha = str(entry["name"]), str(entry["sha256"])
-                    if hmac.compare_digest(str(entry["mac"]), self._mac(name, sha)):
-                        seals[name] = sha
-                except (ValueError, KeyError, TypeError):
-                    continue
-            files.append(seals)
+            files.append(self._parsed[path][1])
         return files
+
+    def _verified(self, text: str) -> dict[str, str]:
+        """The seals of one ledger file whose MAC verifies (name -> its last such seal); other lines are none."""
+        seals: dict[str, str] = {}
+        for line in filter(None, text.splitlines()):
+            try:
+                entry = json.loads(line)
+                name, sha = str(entry["name"]), str(entry["sha256"])
+                if hmac.compare_digest(str(entry["mac"]), self._mac(name, sha)):
+                    seals[name] = sha
+            except (ValueError, KeyError, TypeError):
+                continue
+        return seals
 
     def read(self, name: str) -> bytes | None:
         """The bytes of a sealed file; None if there is none; ForeignEvidence if it is unsealed or changed."""
