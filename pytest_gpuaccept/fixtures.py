@@ -378,14 +378,18 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
                 expected_s: float, models: GpuModels | None = None) -> LoadRun:
     """Run a workload while NVML samples every GPU (or the recording replays its samples); once per run."""
     import threading
+    import time
 
     from .measurements import LoadRun
     from .probes import nvml
 
     def sample(stop: threading.Event) -> dict[str, Any]:
         if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
-            stop.wait(duration_s)
-            return state.recorded_samples()
+            ends = time.monotonic() + duration_s
+            samples = state.recorded_samples()
+            state.runner.keep_during(samples_file, samples)  # while the window runs: it would wait idle
+            stop.wait(max(0.0, ends - time.monotonic()))
+            return samples
         def told(elapsed: float, lowest: float | None) -> None:
             if state.runner.progress is not None:
                 busy = f", lowest GPU {lowest:g} %" if lowest is not None else ""
