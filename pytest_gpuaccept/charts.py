@@ -14,25 +14,32 @@ MAX_POINTS = 240  # per line: a bucket keeps its lowest and highest value, so a 
 PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#d1242f", "#57606a")
 
 
-def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def _thin(xs: Sequence[float], values: list[float]) -> tuple[Sequence[float], list[float]]:
     """At most MAX_POINTS points: consecutive buckets, each its lowest and its highest point in time order.
 
-    min() and max() of each bucket's values, then their first places: the points min() and max() with a
-    key would pick, at a third of the cost (a run's report thins 32 lines of 400 points and more)."""
-    if len(points) <= MAX_POINTS:
-        return points
-    size = math.ceil(len(points) / (MAX_POINTS // 2))
-    values = [v for _x, v in points]
-    kept: list[tuple[float, float]] = []
-    for start in range(0, len(points), size):
-        bucket = values[start:start + size]
-        low = points[start + bucket.index(min(bucket))]
-        high = points[start + bucket.index(max(bucket))]
-        if low == high:
-            kept.append(low)
+    A dip of one sample among thousands stays drawn. Each bucket's min() and max(), then their first places,
+    each over all buckets at once (map): the points min() and max() with a key would pick, at a third of the
+    cost (a run's report thins 32 lines of 400 points and more)."""
+    count = len(values)
+    if count <= MAX_POINTS:
+        return xs, values
+    size = math.ceil(count / (MAX_POINTS // 2))
+    buckets = [values[start:start + size] for start in range(0, count, size)]
+    lows, highs = list(map(min, buckets)), list(map(max, buckets))
+    kept_x: list[float] = []
+    kept_v: list[float] = []
+    for start, low, high, at_low, at_high in zip(range(0, count, size), lows, highs, map(list.index, buckets, lows),
+                                                 map(list.index, buckets, highs)):
+        if at_low == at_high:
+            kept_x.append(xs[start + at_low])
+            kept_v.append(low)
+        elif at_low < at_high:
+            kept_x += (xs[start + at_low], xs[start + at_high])
+            kept_v += (low, high)
         else:
-            kept += (low, high) if low <= high else (high, low)  # time order (what sorted() of the two gave)
-    return kept
+            kept_x += (xs[start + at_high], xs[start + at_low])
+            kept_v += (high, low)
+    return kept_x, kept_v
 
 
 def line_chart(title: str, xs: Sequence[float], lines: Sequence[tuple[str, Sequence[float | None], str]],
@@ -47,16 +54,22 @@ def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence
                 threshold: float | None = None, threshold_label: str = "", vline: float | None = None,
                 vline_label: str = "", x_label: str = "t (s)", log2_x: bool = False) -> str:
     """Lines with their own x values (label, xs, values, colour): e.g. one GPU each, sampled at its own times."""
-    series = [(label, [(x, v) for x, v in zip(xs, values) if v is not None], colour) for label, xs, values, colour in lines]
-    points = [p for _label, pts, _c in series for p in pts]
-    if not points:
+    series: list[tuple[str, Sequence[float], list[float], str]] = []
+    for label, xs, values, colour in lines:
+        known = [v for v in values if v is not None]  # a sample NVML did not answer: no point, neighbours joined
+        series.append((label, xs if len(known) == len(values) else [x for x, v in zip(xs, values) if v is not None],
+                       known, colour))
+    drawn = [(xs, values) for _label, xs, values, _c in series if values]
+    if not drawn:
         return f"<p>{html.escape(title)}: no data</p>"
     tx = (lambda x: math.log2(x)) if log2_x else (lambda x: x)
-    x_values = [x for x, _v in points]
-    x_low, x_high = min(x_values), max(x_values)
+    x_low, x_high = min(min(xs) for xs, _v in drawn), max(max(xs) for xs, _v in drawn)
     x_min, x_max = tx(x_low), tx(x_high)  # both transforms (log2, identity) keep the order
-    y_values = [v for _x, v in points] + ([threshold] if threshold is not None else [])
-    y_min, y_max = min(0.0, min(y_values)), max(y_values) * 1.08 or 1.0
+    y_low = min(min(values) for _x, values in drawn)
+    y_high = max(max(values) for _x, values in drawn)
+    if threshold is not None:
+        y_low, y_high = min(y_low, threshold), max(y_high, threshold)
+    y_min, y_max = min(0.0, y_low), y_high * 1.08 or 1.0
     x_span, y_span = (x_max - x_min) or 1.0, (y_max - y_min) or 1.0
 
     def px(x: float) -> int:
@@ -72,11 +85,14 @@ def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence
              f"<text x={PAD} y={HEIGHT - 2}>{_x_tick(x_low, log2_x)}</text>",
              f"<text x={WIDTH - PAD} y={HEIGHT - 2} text-anchor=end>{_x_tick(x_high, log2_x)} {html.escape(x_label)}</text>"]
     y_base = HEIGHT - PAD / 2
-    for label, pts, colour in series:
-        # px and py inline (the same arithmetic): a run's timelines are thousands of points
-        thinned = [(math.log2(x), v) for x, v in _thin(pts)] if log2_x else _thin(pts)
-        coords = " ".join([f"{round(PAD + (x - x_min) / x_span * (WIDTH - 2 * PAD))},"
-                           f"{round(y_base - (v - y_min) / y_span * (HEIGHT - PAD))}" for x, v in thinned])
+    # px and py with their factors taken once: a run's timelines are thousands of points
+    x_scale, y_scale = (WIDTH - 2 * PAD) / x_span, (HEIGHT - PAD) / y_span
+    for label, xs, values, colour in series:
+        kept_x, kept_v = _thin(xs, values)
+        if log2_x:
+            kept_x = [math.log2(x) for x in kept_x]
+        coords = " ".join(map("{},{}".format, [round(PAD + (x - x_min) * x_scale) for x in kept_x],
+                              [round(y_base - (v - y_min) * y_scale) for v in kept_v]))
         parts.append(f'<polyline fill=none stroke="{colour}" stroke-width=1.5 points="{coords}">'
                      f"<title>{html.escape(label)}</title></polyline>")
     if threshold is not None:
@@ -88,7 +104,7 @@ def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence
         parts.append(f'<line x1={x} x2={x} y1={PAD // 2} y2={HEIGHT - PAD // 2} stroke="#888" stroke-dasharray="2,2"/>'
                      f'<text x={x + 3} y={PAD // 2 + 8} fill="#555">{html.escape(vline_label)}</text>')
     if len(series) > 1:
-        keys = "".join(f'<tspan fill="{colour}"> {html.escape(label)}</tspan>' for label, _pts, colour in series)
+        keys = "".join(f'<tspan fill="{colour}"> {html.escape(label)}</tspan>' for label, _xs, _v, colour in series)
         parts.append(f"<text x={WIDTH - PAD} y=12 text-anchor=end>{keys}</text>")
     parts.append("</svg>")
     return "".join(parts)
@@ -108,9 +124,11 @@ def timeline_charts(timelines: Sequence[tuple[str, dict[str, Any]]]) -> str:
     warmup, threshold = first.get("warmup_s"), first.get("threshold")
     colours = [PALETTE[n % len(PALETTE)] for n in range(len(timelines))]
 
+    times = [[r[0] for r in t["rows"]] for _label, t in timelines]  # each GPU's, shared by its four lines
+
     def lines(column: int) -> list[tuple[str, list[float], list[float | None], str]]:
-        return [(label, [r[0] for r in t["rows"]], [r[column] for r in t["rows"]], colour)
-                for (label, t), colour in zip(timelines, colours)]
+        return [(label, xs, [r[column] for r in t["rows"]], colour)
+                for (label, t), xs, colour in zip(timelines, times, colours)]
 
     charts = [multi_chart("GPU utilisation", lines(1), "%", threshold,
                           f"threshold {threshold:g} %" if threshold is not None else "",

@@ -229,3 +229,26 @@ def test_samples_kept_during_the_window_are_written_once_and_the_window_is_not_l
 
     other.run_during(Command("sleep", ("30",), key="workload"), 0.05, returns_another, "nvml-samples.json")
     assert json.loads((tmp_path / "other" / "nvml-samples.json").read_text()) == changed
+
+
+def test_a_thinned_timeline_still_draws_a_one_sample_dip_and_stays_small():
+    """A ten-minute load is 4,000 samples a GPU: each line keeps at most MAX_POINTS points, each bucket its lowest
+    and highest, so a GPU that dropped to 3 % for one sample is still seen to (a mean would hide it)."""
+    import re
+
+    from pytest_gpuaccept import charts
+
+    times = [n * 0.15 for n in range(4000)]
+    steady = [99.0] * 4000
+    dipped = [99.0] * 4000
+    dipped[2345] = 3.0
+    missing = [None if n % 7 == 0 else 97.0 for n in range(4000)]  # NVML did not answer some samples
+    svg = charts.multi_chart("GPU utilisation", [("GPU0", times, steady, "#000"), ("GPU1", times, dipped, "#111"),
+                                                 ("GPU2", times, missing, "#222")], "%", 80.0, "threshold 80 %")
+    lines = [[tuple(map(int, p.split(","))) for p in points.split()] for points in re.findall(r'points="([^"]*)"', svg)]
+    assert all(0 < len(line) <= charts.MAX_POINTS for line in lines)
+    floor = max(y for line in lines for _x, y in line)  # SVG y grows downwards: the lowest value drawn
+    assert [max(y for _x, y in line) for line in lines].index(floor) == 1  # GPU1's dip, and only GPU1's
+    bottom, top = charts.HEIGHT - charts.PAD / 2, charts.PAD / 2
+    assert floor > bottom - (bottom - top) * 0.1  # near 0 % on the axis, not near 99 %
+    assert lines[1][0][0] == lines[0][0][0] and lines[1][-1][0] == lines[0][-1][0]  # same span of time
