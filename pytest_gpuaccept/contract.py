@@ -12,9 +12,8 @@ from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import schema
+from ._pyyaml import yaml
 from .clauses import registry
 from .records import record
 from .units import Duration
@@ -93,7 +92,8 @@ def parse_contract(text: str, path: str = "<contract>", sha256: str = "") -> Con
         root = schema.compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
+        position = getattr(exc, "position", None)  # a ReaderError (a control character) has a position, no mark
+        line = mark.line + 1 if mark is not None else text.count("\n", 0, position) + 1 if isinstance(position, int) else 1
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ContractError([f"{path}:{line}: contract: expected valid YAML, got a syntax error: {problem}"]) from None
     if root is None:

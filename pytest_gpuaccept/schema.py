@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from ._pyyaml import yaml
 from .records import record
 from .units import UnitError, parse_bandwidth, parse_duration, parse_size
 

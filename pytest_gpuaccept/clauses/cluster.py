@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import yaml
-
 from .. import schema
+from .._pyyaml import yaml
 from ..records import record
 from ..schema import Key
 from ..subjects import Subject
