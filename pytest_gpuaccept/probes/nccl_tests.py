@@ -20,6 +20,11 @@ _PARAMS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxB
 _ERROR_LINE = re.compile(r"NCCL WARN|NCCL failure|NCCL error|Test failure|Out of bounds values\s*:\s*\d+\s+FAILED"
                          r"|Cuda failure|CUDA failure|unhandled .* error", re.IGNORECASE)
 _CHECK_COLUMNS = ("#wrong", "error", "res")
+_TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
+_NCCL_VERSION = re.compile(r"^#?\s*NCCL version\s+(\S+)")
+_COMPILED_WITH = re.compile(r"^#\s*NCCL Tests compiled with NCCL\s+(\S+)")
+_STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+_AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 
 
 @record
@@ -108,12 +113,15 @@ def parse_all_reduce(text: str) -> NcclResult:
     tests_version = nccl_version = collective = None
     avg = None
     validation_off = False
-    for raw in text.replace("\r\n", "\n").split("\n"):
+    text = text.replace("\r\n", "\n")
+    # A line can only match where the whole text does (the pattern has no anchor): most logs are looked at once.
+    may_have_errors = _ERROR_LINE.search(text) is not None
+    for raw in text.split("\n"):
         line = _PREFIX.sub("", raw, count=1).rstrip()
         stripped = line.strip()
         if not stripped:
             continue
-        if _ERROR_LINE.search(stripped):
+        if may_have_errors and _ERROR_LINE.search(stripped):
             errors.append(stripped)
             continue
         if match := _RANK.match(stripped):
@@ -123,25 +131,25 @@ def parse_all_reduce(text: str) -> NcclResult:
                 rank_lines.append(RankLine(int(placed.group(1)), int(placed.group(2)), placed.group(3),
                                            int(placed.group(4)), bus, placed.group(6).strip(), slot))
             continue
-        if match := _PARAMS.search(stripped):
+        if "nThread" in stripped and (match := _PARAMS.search(stripped)):
             n_gpus, max_bytes = int(match.group(2)), int(match.group(4))
             validation_off = "validation: 0" in stripped
             if counted := _ITERS.search(stripped):
                 iters = (int(counted.group(1)), int(counted.group(2)))
             continue
-        if match := re.match(r"^#\s*nccl-tests version\s+(\S+)", stripped):
+        if match := _TESTS_VERSION.match(stripped):
             tests_version = match.group(1)
             continue
-        if match := re.match(r"^#?\s*NCCL version\s+(\S+)", stripped):
+        if match := _NCCL_VERSION.match(stripped):
             nccl_version = match.group(1)
             continue
-        if match := re.match(r"^#\s*NCCL Tests compiled with NCCL\s+(\S+)", stripped):
+        if match := _COMPILED_WITH.match(stripped):
             nccl_version = match.group(1)
             continue
-        if match := re.match(r"^#\s*Collective test starting:\s*(\S+)", stripped):
+        if match := _STARTING.match(stripped):
             collective = re.sub(r"_perf(_mpi)?$", "", match.group(1))
             continue
-        if match := re.match(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)", stripped):
+        if match := _AVERAGE.match(stripped):
             avg = float(match.group(1))
             continue
         if stripped.startswith("#"):
