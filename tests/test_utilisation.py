@@ -233,7 +233,8 @@ def test_samples_kept_during_the_window_are_written_once_and_the_window_is_not_l
 
 def test_a_thinned_timeline_still_draws_a_one_sample_dip_and_stays_small():
     """A ten-minute load is 4,000 samples a GPU: each line keeps at most MAX_POINTS points, each bucket its lowest
-    and highest, so a GPU that dropped to 3 % for one sample is still seen to (a mean would hide it)."""
+    and highest, so a GPU that dropped to 3 % for one sample is still seen to (a mean would hide it); and a level
+    stretch is drawn as one segment (its inner points would draw the same line)."""
     import re
 
     from pytest_gpuaccept import charts
@@ -252,3 +253,7 @@ def test_a_thinned_timeline_still_draws_a_one_sample_dip_and_stays_small():
     bottom, top = charts.HEIGHT - charts.PAD / 2, charts.PAD / 2
     assert floor > bottom - (bottom - top) * 0.1  # near 0 % on the axis, not near 99 %
     assert lines[1][0][0] == lines[0][0][0] and lines[1][-1][0] == lines[0][-1][0]  # same span of time
+    # A level stretch is one segment: the steady GPU's 4,000 samples are drawn by their two ends, the dip by the
+    # level run to it, down, up, and the level run after it.
+    assert len(lines[0]) == 2 and len({y for _x, y in lines[0]}) == 1
+    assert len(lines[1]) <= 6 and [y for _x, y in lines[1]].count(floor) >= 1
