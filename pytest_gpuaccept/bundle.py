@@ -18,6 +18,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from .evidence import files_under
 from .records import record
 from .verdict import verdict_of
 
@@ -41,9 +42,8 @@ def sha256_file(path: Path) -> str:
 
 def _listed(folder: Path) -> list[dict[str, str]]:
     """Every evidence file but the manifest and the signatures added after it."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.relative_to(folder).as_posix() != MANIFEST
-                   and p.relative_to(folder).parts[0] != SIGNATURES)
-    return [{"path": p.relative_to(folder).as_posix(), "sha256": sha256_file(p)} for p in files]
+    return [{"path": relative, "sha256": sha256_file(folder / relative)} for relative in files_under(folder)
+            if relative != MANIFEST and relative.split("/")[0] != SIGNATURES]
 
 
 def _digest(entries: list[dict[str, str]]) -> str:
@@ -118,7 +118,7 @@ def verify(path: Path, report: Path | None = None, evidence_only: bool = False) 
             problems.append(f"missing: {relative}")
         elif sha256_file(file) != expected:
             problems.append(f"changed: {relative}")
-    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    present = set(files_under(folder))
     for extra in sorted(present - set(listed) - {MANIFEST}):
         if not extra.startswith(SIGNATURES + "/"):
             problems.append(f"added: {extra} (not in the manifest)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import shutil
 from pathlib import Path
@@ -35,6 +36,37 @@ def new_key() -> bytes:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def files_under(folder: Path) -> list[str]:
+    """The files under `folder` as relative POSIX paths, in the order sorted(folder.rglob("*")) lists them (by
+    their parts), each one that Path.is_file() is true of: a link to a file counts, a link to a folder is not
+    entered. os.scandir, not pathlib: the three walks of a run's end (foreign, digest, manifest) took 3 ms each."""
+    found: list[str] = []
+
+    def walk(directory: str, prefix: str) -> None:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()  # follows a link, as Path.is_dir does
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if not entry.is_symlink():
+                    walk(entry.path, prefix + entry.name + "/")
+                continue
+            try:
+                if entry.is_file():  # follows a link too: what Path.is_file() says
+                    found.append(prefix + entry.name)
+            except OSError:
+                continue
+
+    walk(os.fspath(folder), "")
+    found.sort(key=lambda relative: relative.split("/"))
+    return found
 
 
 class Evidence:
@@ -182,13 +214,12 @@ class Evidence:
         """Files in the folder that no seal vouches for, or that changed after capture: one line each."""
         sealed = self.sealed_files()
         problems = []
-        for path in sorted(p for p in self.folder.rglob("*") if p.is_file()):
-            relative = path.relative_to(self.folder).as_posix()
+        for relative in files_under(self.folder):
             if relative == LOCK or relative.startswith(LEDGER + "/"):
                 continue
             if relative not in sealed:
                 problems.append(f"{relative}: not written by this run")
-            elif sha256_bytes(path.read_bytes()) not in sealed[relative]:
+            elif sha256_bytes((self.folder / relative).read_bytes()) not in sealed[relative]:
                 problems.append(f"{relative}: changed after it was captured")
         problems += [f"{name}: removed after it was captured" for name in sorted(sealed)
                      if not (self.folder / name).is_file()]

@@ -125,3 +125,33 @@ def test_a_contract_asking_what_the_bundle_lacks_is_not_measured(live, accept, t
     nics = [c for c in result["checks"] if c["clause"] == "nics"]
     assert nics and all(c["outcome"] != "passed" for c in nics)
     assert result["verdict"] == "rejected"
+
+
+def test_the_evidence_walk_lists_what_pathlib_s_rglob_and_is_file_list_in_their_order(tmp_path):
+    """files_under (os.scandir) replaced sorted(rglob("*")) + is_file() in the digest, the manifest, verify and the
+    seals' check: the same files in the same order, or every bundle's digest would change. Tried on what a tool
+    could leave: links to files and to folders, a broken link, a FIFO, dot files, names that sort differently
+    as strings than as parts ("a-c" before "a/b" as text, after it by parts)."""
+    import os
+
+    from pytest_gpuaccept.evidence import files_under
+
+    root = tmp_path / "evidence"
+    for name in ("a/b", "a-c", "a/.hidden", "a/z/deep.txt", "b c", "ü.txt", ".ledger/x.seals", "nodes/n1/r.json"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(name)
+    (root / "empty").mkdir()
+    outside = tmp_path / "outside"
+    (outside / "inner").mkdir(parents=True)
+    (outside / "inner" / "f.txt").write_text("x")
+    (outside / "file.txt").write_text("y")
+    os.symlink(outside / "file.txt", root / "link-to-file")
+    os.symlink(outside / "inner", root / "link-to-folder")
+    os.symlink(tmp_path / "nowhere", root / "broken-link")
+    os.mkfifo(root / "a" / "fifo")
+    expected = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*")) if p.is_file()]
+    assert files_under(root) == expected
+    assert expected.index("a/b") < expected.index("a-c") and "link-to-file" in expected
+    assert not any(name.startswith(("link-to-folder", "broken-link", "empty")) or name.endswith("fifo")
+                   for name in expected)
+    assert files_under(tmp_path / "missing") == []
