@@ -101,9 +101,10 @@ class Evidence:
             path.rename(aside)
         return path
 
-    def seal(self, name: str) -> str:
-        """Seal a file as it is now (after its tool exited); returns its SHA-256."""
-        return self._seal_digest(name, sha256_bytes((self.folder / name).read_bytes()))
+    def seal(self, name: str, data: bytes | None = None) -> str:
+        """Seal a file as it is now (after its tool exited), or as `data`, the bytes just read from it; returns its
+        SHA-256. Sealed as read, a file a process goes on writing to is a file changed after capture."""
+        return self._seal_digest(name, sha256_bytes((self.folder / name).read_bytes() if data is None else data))
 
     def _seal_digest(self, name: str, sha: str) -> str:
         # A line of its own even after a torn one (a write cut short, or anyone's bytes): a newline before it too.

@@ -452,3 +452,25 @@ def test_json_evidence_is_given_back_only_while_the_file_is_what_was_sealed(tmp_
             reader.read_json("nvml-samples.json")
     loop.write("nvml-samples.json", b'{"gpus": [1]}')  # written again, not by write_json: decoded from the file
     assert loop.read_json("nvml-samples.json") == {"gpus": [1]}
+
+
+def test_a_tool_s_output_is_sealed_as_read_and_a_process_it_left_writing_is_caught(tmp_path):
+    """The runner reads a tool's output once: the text it parses is the bytes it seals. A process the tool left
+    behind that goes on writing into that output makes the file one that changed after capture."""
+    import time
+
+    from pytest_gpuaccept.evidence import sha256_bytes
+    from pytest_gpuaccept.probes._run import ToolRunner
+
+    tool = tmp_path / "bin" / "quick-exit"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho measured 450\n(sleep 0.4; echo 'measured 9999') &\n")
+    tool.chmod(0o755)
+    runner = ToolRunner(tmp_path / "evidence", tool_paths={"quick-exit": str(tool)})
+    run = runner.run("quick-exit", [], key="quick")
+    assert run.stdout == "measured 450\n" and run.returncode == 0
+    assert runner.evidence.sealed_files()["quick.txt"] == frozenset({sha256_bytes(b"measured 450\n")})
+    deadline = time.monotonic() + 5
+    while "9999" not in (tmp_path / "evidence" / "quick.txt").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert runner.evidence.foreign() == ["quick.txt: changed after it was captured"]

@@ -335,11 +335,12 @@ class ToolRunner:
         for name in (out_name, err_name):
             if self.keep and not (self.evidence_dir / name).exists():
                 self.evidence.claim(name).write_bytes(b"")  # interrupted before the tool started
-        stdout, cut_out = bound_file(self.evidence_dir / out_name)
-        stderr, cut_err = bound_file(self.evidence_dir / err_name)
-        if self.keep:
-            self.evidence.seal(out_name)
-            self.evidence.seal(err_name)
+        out, cut_out = bound_file(self.evidence_dir / out_name)
+        err, cut_err = bound_file(self.evidence_dir / err_name)
+        if self.keep:  # the bytes read once: what is parsed is what is sealed (a later append is a change)
+            self.evidence.seal(out_name, out)
+            self.evidence.seal(err_name, err)
+        stdout, stderr = out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
         run = ToolRun(key, tuple(argv), returncode, round(time.monotonic() - started, 3), stdout, stderr,
                       timed_out, error, cut_out or cut_err, (out_name, err_name, f"{key}.json"), timeout,
                       stopped_after_s=stopped_after_s, pid=pid, provenance=provenance)
@@ -510,15 +511,20 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def bound_file(path: Path, limit: int = MAX_OUTPUT_BYTES) -> tuple[str, bool]:
-    """Cut a captured output file to `limit` bytes, marking the cut; return its text and whether it was cut."""
-    size = path.stat().st_size if path.exists() else 0
+def bound_file(path: Path, limit: int = MAX_OUTPUT_BYTES) -> tuple[bytes, bool]:
+    """Cut a captured output file to `limit` bytes, marking the cut; return what it then holds (at most the limit
+    and the mark: read once, the run's text and its seal are of the same bytes) and whether it was cut."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return b"", False
     if size > limit:
         with open(path, "r+b") as handle:
             handle.truncate(limit)
             handle.seek(limit)
             handle.write(TRUNCATION_MARK.format(limit=limit, size=size).encode())
-    return read_bounded(path, limit), size > limit
+    with open(path, "rb") as handle:
+        return handle.read(limit + 200), size > limit
 
 
 def read_bounded(path: Path, limit: int = MAX_OUTPUT_BYTES) -> str:
