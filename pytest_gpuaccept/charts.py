@@ -69,8 +69,11 @@ def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence
     series: list[tuple[str, Sequence[float], list[float], str]] = []
     for label, xs, values, colour in lines:
         known = [v for v in values if v is not None]  # a sample NVML did not answer: no point, neighbours joined
-        series.append((label, xs if len(known) == len(values) else [x for x, v in zip(xs, values) if v is not None],
-                       known, colour))
+        if len(known) == len(values) == len(xs):
+            series.append((label, xs, known, colour))
+        else:  # what zip pairs: a value without its time (or a time without its value) is no point
+            pairs = [(x, v) for x, v in zip(xs, values) if v is not None]
+            series.append((label, [x for x, _v in pairs], [v for _x, v in pairs], colour))
     drawn = [(xs, values) for _label, xs, values, _c in series if values]
     if not drawn:
         return f"<p>{html.escape(title)}: no data</p>"
