@@ -523,17 +523,20 @@ def bound_file(path: Path, limit: int = MAX_OUTPUT_BYTES) -> tuple[bytes, bool]:
             handle.truncate(limit)
             handle.seek(limit)
             handle.write(TRUNCATION_MARK.format(limit=limit, size=size).encode())
-    with open(path, "rb") as handle:
-        return handle.read(limit + 200), size > limit
+    return _head(path, limit), size > limit
 
 
 def read_bounded(path: Path, limit: int = MAX_OUTPUT_BYTES) -> str:
     """Read at most `limit` bytes (plus the mark) as text; bytes that are not UTF-8 become U+FFFD."""
     if not path.exists():
         return ""
+    return _head(path, limit).decode("utf-8", errors="replace")
+
+
+def _head(path: Path, limit: int) -> bytes:
+    """A bounded output's bytes: at most `limit` and the truncation mark after them."""
     with open(path, "rb") as handle:
-        data = handle.read(limit + 200)
-    return data.decode("utf-8", errors="replace")
+        return handle.read(limit + 200)
 
 
 T = TypeVar("T")
