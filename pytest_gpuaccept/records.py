@@ -2,21 +2,27 @@
 
 @dataclass writes every method of every class with exec() as the module is imported: for this package's
 hundred-odd frozen records that was 0.05 to 0.1 s of each run's start (benchmarks/overhead.py), spent compiling
-the same six methods again and again. `record` lets @dataclass write only what differs per class, its
-__init__, and gives every record the same five other functions, which read the class's fields from
-tuples made once at decoration. They behave as @dataclass(frozen=True)'s do: equal when of the same
+the same six methods again and again. `record` gives every record the same six functions, which read
+the class's fields from tuples made once per class. They behave as @dataclass(frozen=True)'s do: equal when of the same
 class with equal compared fields (compared as tuples, so a field is equal to itself even when NaN),
 hashed on those fields, shown as `Name(field=value, ...)` with the fields that have repr=True, and
-frozen: assigning a field that is set, adding an attribute or deleting one raises FrozenInstanceError.
-The one assignment let through is __init__'s own, of a field not yet set.
+frozen: assigning a field, adding an attribute or deleting one raises FrozenInstanceError.
 
-@dataclass's own work, the fields and the exec() of __init__, waits until a record is first made or its
-fields are first read: a run makes a third of the package's records (an 8-GPU contract without a cluster
-never makes a cluster's), and that work was 0.02 to 0.035 s of every run's start.
+@dataclass's own work, its fields, waits until a record is first made or its fields are first read: a run
+makes a third of the package's records (an 8-GPU contract without a cluster never makes a cluster's), and
+that work was 0.02 to 0.035 s of every run's start.
+
+Nor is __init__ written per class: @dataclass's exec() of it was half of what making a record cost (28 ms
+for the 41 records and 9 classes an 8-GPU run makes, 2026-12-01). Every record shares one __init__ that
+sets the fields from a tuple of their names and defaults made once per class: the arguments @dataclass's
+would take (positional in field order, or by name, defaults and default factories filled in), the same
+TypeErrors for a missing, an unexpected or a repeated argument. It writes the instance's dictionary at once,
+where @dataclass's assigned each field through the frozen __setattr__ (one Python call per field).
 """
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import operator
 import reprlib
 import sys
@@ -54,14 +60,60 @@ def _hash(self: Any) -> int:
 
 
 def _setattr(self: Any, name: str, value: Any) -> None:
-    """__init__ sets each field once (as a plain dataclass's does, by assignment); nothing sets anything after."""
-    if name in self.__dict__ or name not in self.__record_fields__:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-    object.__setattr__(self, name, value)
+    """__init__ writes the fields into the instance's dictionary; nothing assigns anything, before or after."""
+    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
 
 
 def _delattr(self: Any, name: str) -> None:
     raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+class _Factory:
+    """A field's default_factory, told apart from a default value in a record's defaults."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+_REQUIRED = object()  # a field without a default
+
+
+def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """@dataclass's __init__ for every record: the fields in order from the arguments, else their defaults."""
+    names, defaults, known = self.__record_init__
+    values = self.__dict__
+    if not kwargs and len(args) == len(names):
+        values.update(zip(names, args))
+        return
+    where = f"{self.__class__.__qualname__}.__init__()"
+    if len(args) > len(names):
+        least = 1 + sum(default is _REQUIRED for default in defaults)
+        takes = f"{len(names) + 1}" if least == len(names) + 1 else f"from {least} to {len(names) + 1}"
+        raise TypeError(f"{where} takes {takes} positional arguments but {len(args) + 1} were given")
+    given = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name not in known:
+            raise TypeError(f"{where} got an unexpected keyword argument {name!r}")
+        if name in given:
+            raise TypeError(f"{where} got multiple values for argument {name!r}")
+        given[name] = value
+    missing = []
+    for name, default in zip(names, defaults):
+        if name in given:
+            values[name] = given[name]
+        elif default is _REQUIRED:
+            missing.append(repr(name))
+        elif default.__class__ is _Factory:
+            values[name] = default.make()
+        else:
+            values[name] = default
+    if missing:
+        listed = (missing[0] if len(missing) == 1 else " and ".join(missing) if len(missing) == 2
+                  else ", ".join(missing[:-1]) + ", and " + missing[-1])
+        raise TypeError(f"{where} missing {len(missing)} required positional argument"
+                        f"{'s' if len(missing) > 1 else ''}: {listed}")
 
 
 @reprlib.recursive_repr()
@@ -71,7 +123,7 @@ def _repr(self: Any) -> str:
 
 
 _MADE_LATER = ("__dataclass_fields__", "__record_compared__", "__record_hashed__", "__record_shown__",
-               "__record_fields__")
+               "__record_init__")
 _MAKING = threading.RLock()  # the sampling and output threads make records too
 
 
@@ -86,18 +138,26 @@ class _Later:
         return getattr(owner if instance is None else instance, self.name)
 
 
+def _parameter(field: dataclasses.Field[Any]) -> str:
+    """A field as inspect.signature shows the parameter of @dataclass's __init__."""
+    shown = f"{field.name}: {inspect.formatannotation(field.type)}"
+    if field.default is not dataclasses.MISSING:
+        return f"{shown} = {field.default!r}"
+    return shown if field.default_factory is dataclasses.MISSING else f"{shown} = <factory>"
+
+
 def _first_init(self: Any, *args: Any, **kwargs: Any) -> None:
-    """The __init__ of a record not made yet: make it, then run the __init__ @dataclass wrote."""
+    """The __init__ of a record not made yet: make it, then run the records' __init__."""
     _made(type(self)).__init__(self, *args, **kwargs)
 
 
 def _made(cls: Any) -> Any:
-    """Let @dataclass write the record's __init__ and fields, once, then the tuples the shared methods read."""
+    """Let @dataclass make the record's fields, once, then the tuples the shared methods read."""
     with _MAKING:
         if cls.__dict__.get("__init__") is not _first_init:
             return cls
         module = cls.__dict__["__record_module__"]
-        for name in ("__init__", "__record_module__", *_MADE_LATER):
+        for name in ("__record_module__", *_MADE_LATER):
             delattr(cls, name)  # @dataclass writes only what the class does not define
         # @dataclass reads the class's module in sys.modules (for string annotations naming ClassVar): a
         # module dropped from there since (pytester restores sys.modules after an in-process run) is put back
@@ -105,18 +165,30 @@ def _made(cls: Any) -> Any:
         dropped = module is not None and cls.__module__ not in sys.modules
         if dropped:
             sys.modules[cls.__module__] = module
+        undocumented = not cls.__dict__.get("__doc__")
+        if undocumented:  # else @dataclass writes one from inspect.signature: of the shared __init__, slowly
+            cls.__doc__ = cls.__name__
         try:
-            dataclasses.dataclass(eq=False, repr=False)(cls)
+            dataclasses.dataclass(init=False, eq=False, repr=False)(cls)
         finally:
             if dropped and sys.modules.get(cls.__module__) is module:
                 del sys.modules[cls.__module__]
         fields = dataclasses.fields(cls)
+        init = [f for f in fields if f.init]
+        cls.__record_init__ = (
+            tuple(f.name for f in init),
+            tuple(f.default if f.default is not dataclasses.MISSING
+                  else _REQUIRED if f.default_factory is dataclasses.MISSING else _Factory(f.default_factory)
+                  for f in init),
+            frozenset(f.name for f in init))
+        if undocumented:  # what @dataclass would have written: the class's name and its fields
+            cls.__doc__ = f"{cls.__name__}({', '.join(map(_parameter, init))})"
         # staticmethod: a getter made by a lambda would otherwise be bound to the instance that reads it
         cls.__record_compared__ = staticmethod(_values(tuple(f.name for f in fields if f.compare)))
         cls.__record_hashed__ = staticmethod(
             _values(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))))
         cls.__record_shown__ = tuple(f.name for f in fields if f.repr)
-        cls.__record_fields__ = frozenset(f.name for f in fields)
+        cls.__init__ = _init  # last: until now, a record made by another thread waits in _first_init
     return cls
 
 

@@ -135,3 +135,46 @@ def test_a_record_whose_module_left_sys_modules_is_still_made() -> None:
     finally:
         del sys.modules[module.__name__]
     assert made(3).value == 3 and module.__name__ not in sys.modules
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((), {}), (("a",), {}), (("a", 1.0, "n", (1,), "too many"), {}), (("a", 1.0), {"name": "b"}),
+    (("a", 1.0), {"unknown": 1}), ((), {"value": 1.0}), (("a", 1.0, "n", (1,), 5, 6), {}),
+])
+def test_the_shared_init_refuses_what_the_dataclass_init_refuses_and_says_so_alike(
+        args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    plain, ours = _pair({})
+    with pytest.raises(TypeError) as theirs:
+        plain(*args, **kwargs)
+    with pytest.raises(TypeError) as mine:
+        ours(*args, **kwargs)
+    assert str(mine.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    (("a", 1.0), {}), (("a",), {"value": 1.0}), ((), {"value": 1.0, "name": "a", "extra": (2,)}),
+    (("a", 1.0, "n", (1,)), {}), (("a", 1.0), {"extra": (3,), "note": "x"}),
+])
+def test_the_shared_init_sets_what_the_dataclass_init_sets(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    plain, ours = _pair({})
+    made, expected = ours(*args, **kwargs), plain(*args, **kwargs)
+    assert dataclasses.asdict(made) == dataclasses.asdict(expected)
+    assert list(vars(made)) == [f.name for f in dataclasses.fields(ours)]  # in field order, as @dataclass's
+
+
+def test_a_default_factory_makes_a_new_value_for_each_record() -> None:
+    made = record(type("Bag", (), {"__annotations__": {"items": "list[int]"}, "__module__": __name__,
+                                   "items": field(default_factory=list)}))
+    first, second = made(), made()
+    assert first.items == [] and first.items is not second.items
+
+
+def test_an_undocumented_record_is_documented_by_its_fields_as_dataclass_would() -> None:
+    plain, ours = _pair({})
+    ours("a", 1.0)
+    assert ours.__doc__ == plain.__doc__ == \
+        "Reading(name: 'str', value: 'float', note: 'str' = '', extra: 'tuple[int, ...]' = <factory>)"
+    typed = record(type("Typed", (), {"__annotations__": {"count": int, "names": list[str]}, "__module__": __name__}))
+    typed(1, [])
+    assert typed.__doc__ == dataclass(frozen=True)(
+        type("Typed", (), {"__annotations__": {"count": int, "names": list[str]}, "__module__": __name__})).__doc__
