@@ -27,7 +27,7 @@ import operator
 import reprlib
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar, overload
 
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform  # the checkers' view; typing has it from 3.11 only
@@ -192,13 +192,47 @@ def _made(cls: Any) -> Any:
     return cls
 
 
+def _ordering(compare: Callable[[tuple[Any, ...], tuple[Any, ...]], bool]) -> Callable[[Any, object], Any]:
+    """An order=True comparison: of the compared fields as tuples, between records of the same class."""
+    def ordered(self: Any, other: Any) -> Any:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return compare(self.__record_compared__(self), self.__record_compared__(other))
+    return ordered
+
+
+_ORDER = {"__lt__": _ordering(operator.lt), "__le__": _ordering(operator.le), "__gt__": _ordering(operator.gt),
+          "__ge__": _ordering(operator.ge)}
+
+
+@overload
+def record(cls: T, /) -> T: ...
+@overload
+def record(*, eq: bool = True, order: bool = False) -> Callable[[T], T]: ...
+
+
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field))
-def record(cls: T) -> T:
-    """@dataclass(frozen=True), with every method but __init__ shared by all records, made when first used."""
+def record(cls: T | None = None, /, *, eq: bool = True, order: bool = False) -> T | Callable[[T], T]:
+    """@dataclass(frozen=True, eq=..., order=...), with every method shared by all records, made when first used.
+
+    eq=False: compared and hashed by identity (a record that stands for one thing, such as a clause).
+    """
+    if cls is None:
+        return lambda decorated: _record(decorated, eq, order)
+    return _record(cls, eq, order)
+
+
+def _record(cls: T, eq: bool, order: bool) -> T:
     if "__init__" in cls.__dict__:
         raise TypeError(f"{cls.__qualname__}: a record's __init__ is the one @dataclass writes")
+    if order and not eq:
+        raise ValueError("eq must be true if order is true")  # as @dataclass says
     made: Any = cls
-    made.__eq__, made.__hash__, made.__repr__ = _eq, _hash, _repr
+    if eq:
+        made.__eq__, made.__hash__ = _eq, _hash
+    for name, method in _ORDER.items() if order else ():
+        setattr(made, name, method)
+    made.__repr__ = _repr
     made.__setattr__, made.__delattr__ = _setattr, _delattr
     made.__init__ = _first_init
     made.__record_module__ = sys.modules.get(cls.__module__)

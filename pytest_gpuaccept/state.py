@@ -22,7 +22,7 @@ NAMES_FILE = "host-names.json"
 PCI_FILE = "sysfs-pci-gpus.json"
 
 
-@dataclass
+@dataclass(eq=False)  # one per session: compared and hashed by identity
 class State:
     contract: Contract
     runner: ToolRunner

@@ -8,7 +8,7 @@ cluster prefixes it (`node07/GPU3`) without any clause knowing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum
 
 from .records import record
@@ -29,7 +29,7 @@ class Kind(str, Enum):
     NAME = "name"  # a name the host lists (interface, RDMA device), or the pattern that matched none
 
 
-@dataclass(frozen=True, order=True)
+@record(order=True)
 class Host:
     """Where a subject lives: '' is the host this run is on; a node name in a cluster run."""
 

@@ -178,3 +178,29 @@ def test_an_undocumented_record_is_documented_by_its_fields_as_dataclass_would()
     typed(1, [])
     assert typed.__doc__ == dataclass(frozen=True)(
         type("Typed", (), {"__annotations__": {"count": int, "names": list[str]}, "__module__": __name__})).__doc__
+
+
+def test_an_ordered_record_sorts_as_an_ordered_dataclass() -> None:
+    def made(decorate: object) -> type:
+        namespace = {"__annotations__": {"name": "str", "rank": "int", "note": "str"}, "__module__": __name__,
+                     "note": field(default="", compare=False)}
+        return decorate(type("Ranked", (), namespace))  # type: ignore[operator, no-any-return]
+
+    plain, ours = made(dataclass(frozen=True, order=True)), made(record(order=True))
+    rows = [("b", 1, "x"), ("a", 2, "y"), ("a", 1, "z"), ("b", 1, "w")]
+    assert [(r.name, r.rank, r.note) for r in sorted(ours(*row) for row in rows)] == \
+        [(r.name, r.rank, r.note) for r in sorted(plain(*row) for row in rows)]
+    assert ours("a", 1) <= ours("a", 1, "other") and not ours("a", 1) < ours("a", 1) and ours("b", 0) > ours("a", 9)
+    with pytest.raises(TypeError):
+        ours("a", 1) < plain("a", 1)  # noqa: B015 - another class: not ordered, as between two dataclasses
+    with pytest.raises(ValueError, match="eq must be true"):
+        record(eq=False, order=True)(type("Bad", (), {"__annotations__": {"x": "int"}, "__module__": __name__}))
+
+
+def test_a_record_without_eq_is_itself_only() -> None:
+    made = record(eq=False)(type("One", (), {"__annotations__": {"name": "str"}, "__module__": __name__}))
+    first, second = made("a"), made("a")
+    assert first == first and first != second and hash(first) == object.__hash__(first)
+    assert {first: 1, second: 2}[second] == 2 and repr(first) == "One(name='a')"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.name = "b"

@@ -7,7 +7,6 @@ records that say which one each clause uses. Nothing here knows a particular cla
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
 
 from ..records import record
@@ -27,7 +26,7 @@ CrossCheck = Callable[[Any, Mapping[str, Any]], "list[tuple[str, str]]"]
 HostNames = Mapping[str, "list[str]"]  # what the host lists: {"net": [...], "infiniband": [...]}
 
 
-@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one record per section
+@record(eq=False)  # compared and hashed by identity: one record per section
 class Section(Generic[S]):
     """A contract section: its keys (types, defaults), the dataclass they build, and its rules across keys."""
 
@@ -162,7 +161,7 @@ SUBJECT_RULES: dict[str, type] = {"host": HostWide, "gpu": PerGpu, "pair": GpuPa
 Judge = Callable[[Any, Subject, Any, "Contract"], Check]
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)  # compared and hashed by identity: one record per clause
 class Clause:
     """One clause, declared once: everything else (plan, parametrization, ids, docs, completeness) reads it."""
 

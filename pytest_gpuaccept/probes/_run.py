@@ -113,7 +113,7 @@ def find_tool(tool: str, paths: dict[str, str]) -> str | None:
     return found
 
 
-@dataclass
+@dataclass(eq=False)  # one per session: compared and hashed by identity
 class ToolRunner:
     """Runs tools for one acceptance session and keeps the evidence of each run.
 
