@@ -1,12 +1,12 @@
 """Records: frozen dataclasses whose methods are written once, here, not once per class.
 
 @dataclass writes every method of every class with exec() as the module is imported: for this package's
-hundred-odd frozen records that was 0.05 to 0.1 s of each run's start (benchmarks/overhead.py), spent compiling
-the same six methods again and again. `record` gives every record the same six functions, which read
-the class's fields from tuples made once per class. They behave as @dataclass(frozen=True)'s do: equal when of the same
-class with equal compared fields (compared as tuples, so a field is equal to itself even when NaN),
-hashed on those fields, shown as `Name(field=value, ...)` with the fields that have repr=True, and
-frozen: assigning a field, adding an attribute or deleting one raises FrozenInstanceError.
+hundred-odd frozen records that was 0.05 to 0.1 s of each run's start (benchmarks/overhead.py), spent
+compiling the same six methods again and again. `record` gives every record the same six functions, which read
+the class's fields from tuples made once per class. They behave as @dataclass(frozen=True)'s do: equal when of
+the same class with equal compared fields (compared as tuples, so a field is equal to itself even when NaN),
+hashed on those fields, shown as `Name(field=value, ...)` with the fields that have repr=True, and frozen:
+assigning a field, adding an attribute or deleting one raises FrozenInstanceError.
 
 @dataclass's own work, its fields, waits until a record is first made or its fields are first read: a run
 makes a third of the package's records (an 8-GPU contract without a cluster never makes a cluster's), and
