@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
+# ECMA-48 control sequences (CSI: ESC [ ... final byte, e.g. the underline `\x1b[4m` current drivers put
+# around `nvidia-smi topo -m`'s header even when piped), OSC strings (ESC ] ... BEL or ESC \\), the other
+# escapes (ESC, intermediates 0x20-0x2F, a final byte: charset designations such as ESC ( B) and the 8-bit CSI.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[ -/]*[0-~]|\x9b[0-?]*[ -/]*[@-~]")
+
+
+def strip_escapes(text: str) -> str:
+    """The text a person sees: terminal escape sequences removed (the raw bytes stay as evidence)."""
+    return _ESCAPES.sub("", text) if "\x1b" in text or "\x9b" in text else text
+
 
 class ParseError(ValueError):
     """Output a parser cannot read with certainty; names the tool and quotes the line."""

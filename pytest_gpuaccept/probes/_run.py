@@ -27,6 +27,7 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
 from ..records import record
+from . import strip_escapes
 
 # Where a tool is installed by a package rather than on PATH (DCGM 4 ships nvbandwidth per CUDA version).
 PACKAGED: dict[str, tuple[str, ...]] = {
@@ -562,6 +563,6 @@ def parse_run(run: ToolRun, parser: Callable[[str], T]) -> Reading[T]:
     if run.truncated:
         return Reading(run, None, f"output of `{run.command}` exceeded {MAX_OUTPUT_BYTES} bytes and was cut: not read")
     try:
-        return Reading(run, parser(run.stdout), None)
+        return Reading(run, parser(strip_escapes(run.stdout)), None)
     except ValueError as exc:  # ParseError is a ValueError
         return Reading(run, None, f"cannot read the output of `{run.command}`: {exc}")
