@@ -6,7 +6,7 @@ import re
 from typing import Iterator
 
 from ..records import record
-from . import ParseError
+from . import ParseError, strip_escapes
 from ._run import Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "nvidia-smi"
@@ -32,38 +32,75 @@ class Topology:
 
 
 def parse_topo(text: str) -> Topology:
-    """Read the matrix of `nvidia-smi topo -m`.
+    """Read the matrix of `nvidia-smi topo -m`, as every driver in service (R470 to R610) prints it.
 
-    Accepts the header line `\\tGPU0\\tGPU1 ... NIC0 ... CPU Affinity ...` (tabs or spaces, any indent),
-    one row per GPU `GPU0\\t X \\tNV18\\t...` in any order, NIC/HCA rows, blank lines, and the Legend
-    after the matrix. Refuses (ParseError, quoting the line) a label it does not know, a row of the
-    wrong length, a missing or repeated GPU row, or a matrix that is not symmetric.
+    Accepts the header line `\\tGPU0\\tGPU1 ... NIC0 ... CPU Affinity\\tNUMA Affinity\\tGPU NUMA ID` (tabs or
+    spaces, any indent, or none), one row per GPU `GPU0\\t X \\tNV18\\t...` in any order, NIC/HCA rows with or
+    without their trailing tabs, empty affinity cells, blank lines, the Legend and the NIC Legend after the
+    matrix, and 1-GPU matrices (a header and one `X` row).
+
+    Current drivers underline the header with ANSI escapes even when piped (`\\x1b[4mGPU0 ... ID\\x1b[0m`);
+    parse_run strips them before this parser runs, and the parser strips them again so that it reads raw
+    output too. A pasted copy often lost the ESC byte and left a literal SGR remnant on the header (`[4mGPU0`,
+    `GPU NUMA ID[0m`), or shows the ESC in caret notation (`^[[4m`): such a remnant at the start or end of a
+    token of the header is read as the escape it was and removed (never in a row: `NV1[8m` is refused, not read
+    as NV1). A header whose first column is glued to anything else is refused, quoting the line.
+
+    Refuses (ParseError, quoting the line) a label it does not know, a row of the wrong length, a missing or
+    repeated GPU row, or a matrix that is not symmetric.
     """
-    lines = text.replace("\r\n", "\n").split("\n")
-    header_at = None
-    columns: list[str] = []
+    lines = strip_escapes(text).replace("\r\n", "\n").split("\n")
+    header_at, gpu_count, nic_count = _read_header(lines)
+    rows = _read_rows(lines[header_at + 1:], gpu_count)
+    missing = [f"GPU{i}" for i in range(gpu_count) if i not in rows]
+    if missing:
+        raise ParseError(TOOL, f"matrix rows missing for {', '.join(missing)} (header has {gpu_count} GPUs)")
+    labels = {}
+    for i in range(gpu_count):
+        for j in range(i + 1, gpu_count):
+            if rows[i][j] != rows[j][i]:
+                raise ParseError(TOOL, f"matrix not symmetric: GPU{i}-GPU{j} is {rows[i][j]} but GPU{j}-GPU{i} is {rows[j][i]}")
+            labels[(i, j)] = rows[i][j]
+    return Topology(gpu_count, labels, nic_count)
+
+
+# What is left of an SGR escape (`ESC[4m`, `ESC[0m`, `ESC[1;4m`) that lost its ESC byte, or shows it in caret
+# notation `^[`, at the start or the end of a token of the header line.
+_SGR_REMNANT = re.compile(r"(?:^|(?<=\s))(?:\^\[)?\[[0-9;]*m|(?:\^\[)?\[[0-9;]*m(?=\s|$)")
+
+
+def _read_header(lines: list[str]) -> tuple[int, int, int]:
+    """(line index, GPU count, NIC count) of the header `GPU0 GPU1 ... NIC0 ... CPU Affinity ...`."""
     for index, line in enumerate(lines):
-        tokens = line.split()
-        if tokens and tokens[0] == "GPU0" and (len(tokens) == 1 or (tokens[1] != "X" and not _is_label(tokens[1]))):
-            header_at, columns = index, tokens
-            break
-    if header_at is None:
-        raise ParseError(TOOL, "no matrix header starting with GPU0 in `topo -m` output")
+        tokens = _SGR_REMNANT.sub("", line).split()
+        if not tokens or (len(tokens) > 1 and (tokens[1] == "X" or _is_label(tokens[1]))):
+            continue  # a matrix row, not a header
+        if tokens[0] == "GPU0":
+            return index, *_count_columns(tokens, line)
+        if tokens[0].endswith("GPU0") and len(tokens) > 1 and tokens[1] in ("GPU1", "NIC0", "CPU"):
+            raise ParseError(TOOL, "the header's first column is glued to text that is not a terminal escape", line)
+    raise ParseError(TOOL, "no matrix header starting with GPU0 in `topo -m` output")
+
+
+def _count_columns(columns: list[str], line: str) -> tuple[int, int]:
     gpu_count = 0
     while gpu_count < len(columns) and columns[gpu_count] == f"GPU{gpu_count}":
         gpu_count += 1
     if gpu_count < len(columns) and _GPU.match(columns[gpu_count]):
-        raise ParseError(TOOL, "GPU columns out of order in the header", lines[header_at])
+        raise ParseError(TOOL, "GPU columns out of order in the header", line)
     # Device columns (GPUs, then NICs or HCAs) end where the affinity columns begin.
     device_columns: list[str] = []
     for token in columns:
         if token in ("CPU", "NUMA", "GPU") and device_columns and device_columns[-1] != token:
             break
         device_columns.append(token)
-    nic_count = len(device_columns) - gpu_count
+    return gpu_count, len(device_columns) - gpu_count
 
+
+def _read_rows(lines: list[str], gpu_count: int) -> dict[int, list[str]]:
+    """The GPU rows after the header: their GPU cells by GPU index, each checked."""
     rows: dict[int, list[str]] = {}
-    for line in lines[header_at + 1:]:
+    for line in lines:
         tokens = line.split()
         if not tokens:
             continue
@@ -86,16 +123,7 @@ def parse_topo(text: str) -> Topology:
             if column != index and not _is_label(cell):
                 raise ParseError(TOOL, f"unknown connection label {cell!r} in row GPU{index}", line)
         rows[index] = cells
-    missing = [f"GPU{i}" for i in range(gpu_count) if i not in rows]
-    if missing:
-        raise ParseError(TOOL, f"matrix rows missing for {', '.join(missing)} (header has {gpu_count} GPUs)")
-    labels = {}
-    for i in range(gpu_count):
-        for j in range(i + 1, gpu_count):
-            if rows[i][j] != rows[j][i]:
-                raise ParseError(TOOL, f"matrix not symmetric: GPU{i}-GPU{j} is {rows[i][j]} but GPU{j}-GPU{i} is {rows[j][i]}")
-            labels[(i, j)] = rows[i][j]
-    return Topology(gpu_count, labels, nic_count)
+    return rows
 
 
 def _is_label(token: str) -> bool:
