@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..bundle import verify
+from ..probes import strip_escapes
 from ..probes._run import Command, ToolRun
 from .bundles import decode, members
 from .engine import ClusterError, Engine, NodeState
@@ -39,7 +40,7 @@ def expand(state: State, engine: Engine, section: ClusterSection) -> list[str]:
         run = state.runner.run(argv[0], argv[1:], key="cluster-hostnames")
         if run.failure:
             raise ClusterError(f"the node names could not be listed: {run.failure}")
-        output = run.stdout
+        output = strip_escapes(run.stdout)
     return engine.expand(section.nodes, output)
 
 
@@ -70,7 +71,7 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
         evidence += list(run.evidence)
         if run.failure:
             return ClusterRun(engine.name, {}, tuple(evidence), f"the scheduler could not list the nodes: {run.failure}")
-        inventory_output = run.stdout
+        inventory_output = strip_escapes(run.stdout)
     try:
         states = engine.inventory(names, inventory_output)
     except ClusterError as exc:
@@ -210,7 +211,7 @@ def _pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float],
     if run.failure:
         return PairResult(number, None, "", run.failure, evidence)
     try:
-        parsed = nccl_tests.parse_all_reduce(run.stdout)
+        parsed = nccl_tests.parse_all_reduce(strip_escapes(run.stdout))
     except ParseError as exc:
         return PairResult(number, None, "", str(exc), evidence)
     largest = parsed.largest
@@ -251,7 +252,7 @@ def run_links(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     addresses: dict[tuple[str, str], str | None] = {}
     for (n, d), run in zip(wanted, looked):
         try:
-            addresses[(n, d)] = None if run.failure else iproute.parse_addresses(run.stdout)[0]
+            addresses[(n, d)] = None if run.failure else iproute.parse_addresses(strip_escapes(run.stdout))[0]
         except ParseError:
             addresses[(n, d)] = None
     seconds = str(max(1, round(links.duration.seconds)))
@@ -287,7 +288,7 @@ def run_links(state: State, engine: Engine, section: ClusterSection, cluster: Cl
                     evidence = (*asked.evidence, *served.evidence)
                     problem = asked.failure
                     try:
-                        rate = iperf3.parse_iperf3_json(asked.stdout).received_bits_per_s if problem is None else 0.0
+                        rate = iperf3.parse_iperf3_json(strip_escapes(asked.stdout)).received_bits_per_s if problem is None else 0.0
                     except ParseError as exc:
                         problem = str(exc)
                     results[name] = LinkResult(number, None if problem else round(rate / 1e9, 3), route, problem,

@@ -6,7 +6,7 @@ import json
 import re
 
 from ..records import record
-from . import ParseError
+from . import ParseError, strip_escapes
 from ._run import Command, Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "iperf3"
@@ -80,7 +80,7 @@ class Iperf3Runs:
 def run_iperf3(runner: ToolRunner, server: str, port: int, streams: int, duration_s: float) -> Iperf3Runs:
     """Detect the version, then run the clients together: one per port before 3.16 (single-threaded)."""
     version_run = run_version(runner)
-    version = None if version_run.failure else parse_version(version_run.stdout + version_run.stderr)
+    version = None if version_run.failure else parse_version(strip_escapes(version_run.stdout + version_run.stderr))
     commands = client_commands(server, port, streams, duration_s, version)
     runs = runner.run_together(commands, timeout_s=duration_s + 60.0) if not version_run.failure else [version_run]
     shown = ".".join(map(str, version)) if version else "unknown"
