@@ -97,7 +97,9 @@ def test_one_gpu_presented_eight_times_fails_on_every_source(accept, tmp_path):
     assert "NVML gives GPU1 the same UUID 'GPU-h100-00aaaaaaa-0000-0000-0000-000000000000' as GPU0, GPU2" in message
     assert "the same serial '1652322000000'" in message and "the same PCI bus ID '00000000:18:00.0'" in message
     assert "NVML lists 8 GPUs, the PCI bus in sysfs has 4 NVIDIA GPU functions" in message
-    assert run.checks("gpus.count")[0]["outcome"] == "passed"  # NVML's count alone would have passed
+    count = run.checks("gpus.count")[0]  # NVML's count alone would have passed; CUDA sees one
+    assert (count["outcome"], count["message"]) == ("failed", "8 GPUs found, contract says 8; but NVML lists 8 and CUDA "
+                                                              "in this run sees 1")
 
 
 def test_an_h100_pcie_named_like_an_sxm5_fails_on_its_device_id(accept, tmp_path):

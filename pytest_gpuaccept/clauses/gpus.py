@@ -54,12 +54,36 @@ def _per_gpu(v: Verdict, m: HostReading, subject: Subject) -> Check | None:
 
 
 def judge_count(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
+    """The GPUs this run can use: NVML's list, and CUDA's count where it was read (the two must agree). NVIDIA
+    GPU functions sysfs lists beyond NVML's (a container or VM given 4 of a node's 8) are information only."""
     assert section.count is not None
-    v = Verdict(COUNT.key, subject, f"== {section.count}", "GPUs", m.evidence)
+    v = Verdict(COUNT.key, subject, f"== {section.count}", "GPUs",
+                m.evidence + (m.models.evidence if m.models else ()))
     if m.host.error:
         return v.not_measured(m.host.error)
     found = len(m.host.gpus)
-    return v.judged(found == section.count, found, f"{found} GPUs found, contract says {section.count}")
+    cuda = m.host.cuda_devices
+    seen = f"{found} GPUs found, contract says {section.count}"
+    if cuda is not None and cuda.error is None and cuda.count is not None and cuda.count != found:
+        visible = "" if cuda.visible_devices is None else f" (CUDA_VISIBLE_DEVICES={cuda.visible_devices!r})"
+        return v.failed(found, f"{seen}; but NVML lists {found} and CUDA in this run sees {cuda.count}{visible}")
+    others = _beyond_nvml(m)
+    return v.judged(found == section.count, found, seen + (f"; {others}" if others else ""),
+                    {"sysfs_gpus_not_in_nvml": others} if others else None)
+
+
+def _beyond_nvml(m: HostReading) -> str:
+    """The NVIDIA GPU functions the PCI bus in sysfs lists that NVML does not: a slice's neighbours, said, not judged."""
+    listed = m.models.sysfs_gpus if m.models else None
+    if not listed:
+        return ""
+    ours = {sysfs_bus_id(g.pci_bus_id) for g in m.host.gpus if g.pci_bus_id}
+    others = [bus for bus in listed if bus not in ours]
+    if not others:
+        return ""
+    shown = ", ".join(others[:16]) + (f" and {len(others) - 16} more" if len(others) > 16 else "")
+    return (f"the PCI bus in sysfs also lists {len(others)} NVIDIA GPU function(s) NVML does not ({shown}): "
+            f"GPUs of this machine given to others (a slice), information, not judged")
 
 
 def judge_model(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
@@ -152,7 +176,7 @@ def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: C
     if device is None:
         return v.not_measured(f"GPU{index}'s PCI function in sysfs is not an NVIDIA display controller, or unreadable")
     if model is None:
-        return v.not_measured(f"GPU{index}'s PCI device ID 0x{device} is not in the model table")
+        return v.not_measured(f"{m.missing(index)}; its form factor is known only from there ({m.pci_name(index)})")
     ok = model.form_factor == section.form_factor
     return v.judged(ok, model.form_factor, f"GPU{index} is PCI device 0x{model.device_id}, a {model.name} "
                     f"({model.form_factor})" + ("" if ok else f", not {section.form_factor} as contracted"))
@@ -161,7 +185,8 @@ def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: C
 def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
     """Who a GPU is, from two sources: NVML's name and device ID against the PCI function sysfs lists at the
     bus ID NVML gives; unique UUID, serial and bus ID; as many GPUs as NVIDIA GPU functions on the PCI bus;
-    visible to CUDA in this run; MIG off. Measured: the PCI device ID."""
+    visible to CUDA in this run; MIG off. Measured: the PCI device ID. A device ID the model table lacks is judged
+    all the same (only the name's check against the table is left out, said); pci.ids' name is reported beside."""
     v = Verdict(IDENTITY.key, subject, "NVML, sysfs and CUDA agree; MIG off", None, m.evidence +
                 (m.models.evidence if m.models else ()))
     host, models = m.host, m.models
@@ -187,7 +212,7 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
         twins = [g.index for g in host.gpus if value and g.index != gpu.index and getattr(g, _FIELD[what]) == value]
         if twins:
             problems.append(f"NVML gives {subject} the same {what} {value!r} as " + ", ".join(f"GPU{t}" for t in twins))
-    if models.sysfs_gpus is not None and len(models.sysfs_gpus) != len(host.gpus):
+    if models.sysfs_gpus is not None and len(models.sysfs_gpus) < len(host.gpus):  # more in sysfs: a slice (gpus.count)
         problems.append(f"NVML lists {len(host.gpus)} GPUs, the PCI bus in sysfs has {len(models.sysfs_gpus)} NVIDIA "
                         f"GPU functions ({', '.join(models.sysfs_gpus[:16]) or 'none'})")
     cuda = host.cuda_devices
@@ -200,23 +225,26 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
     if gpu.mig_mode:
         problems.append(f"MIG mode is on for {subject}: it is partitioned into instances, not one whole GPU")
     measured = f"0x{device}" if device else None
+    second = {"pci_ids": models.pci_name(gpu.index)}  # the second source of the device's name, reported only
     if problems:
-        return v.failed(measured, "; ".join(problems))
+        return v.failed(measured, "; ".join(problems), second)
     unread = [what for what, missing in (("the PCI bus listing in sysfs", models.sysfs_gpus is None),
                                          ("CUDA's device list", cuda is None)) if missing]
     if unread:
         return v.not_measured(f"{subject}: {' and '.join(unread)} could not be read, so NVML's word stands alone")
-    if model is None:
-        return v.not_measured(f"{subject}'s PCI device ID 0x{device} is not in the model table: NVML's name "
-                              f"{gpu.name!r} cannot be checked against it")
-    return v.passed(measured, f"{subject}: NVML {gpu.name!r} at {bus}, sysfs PCI device 0x{device} ({model.name}), "
-                    f"visible to CUDA, MIG {'off' if gpu.mig_mode == 0 else 'not supported'}")
+    # A device ID the table lacks: who the GPU is stands on NVML, sysfs and CUDA agreeing; only the name's
+    # check against the table's is left out, said, with pci.ids' name for a person to compare.
+    known = model.name if model is not None else (f"{second['pci_ids']}; {models.missing(gpu.index)}, so NVML's "
+                                                  "name is not checked against it")
+    return v.passed(measured, f"{subject}: NVML {gpu.name!r} at {bus}, sysfs PCI device 0x{device} ({known}), "
+                    f"visible to CUDA, MIG {'off' if gpu.mig_mode == 0 else 'not supported'}", second)
 
 
 _FIELD = {"UUID": "uuid", "serial": "serial", "PCI bus ID": "pci_bus_id"}
 
-COUNT = Clause("gpus.count", SECTION, "test_gpu_count", HostWide(), "gpuaccept_host", judge_count,
-               "exactly `count` GPUs (NVML)", "GPUs", lambda s: s.count is not None)
+COUNT = Clause("gpus.count", SECTION, "test_gpu_count", HostWide(), "gpuaccept_host_identity", judge_count,
+               "exactly `count` GPUs (NVML and CUDA; more in sysfs: a slice, said)", "GPUs",
+               lambda s: s.count is not None)
 MODEL = Clause("gpus.model", SECTION, "test_gpu_model", PerGpu(), "gpuaccept_host_identity", judge_model,
                "case-insensitive substring of each GPU's name, or the marketing name of its PCI device ID", None,
                lambda s: s.model is not None)

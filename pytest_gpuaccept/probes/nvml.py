@@ -339,9 +339,15 @@ def _health(pynvml: Any, handle: Any) -> dict[str, Any]:
         retired_double_bit = len(pages) if pages is not None else None
     enforced = _or_none(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
     default = _or_none(pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
+    limits = _or_none(pynvml.nvmlDeviceGetPowerManagementLimitConstraints, handle)  # [min, max] in mW
+    ecc = _or_none(pynvml.nvmlDeviceGetEccMode, handle)  # [current, pending]: 1 enabled, 0 disabled
     return {
         "power_limit_enforced_w": round(enforced / 1000.0, 1) if enforced is not None else None,
         "power_limit_default_w": round(default / 1000.0, 1) if default is not None else None,
+        "power_limit_min_w": round(limits[0] / 1000.0, 1) if limits is not None else None,
+        "power_limit_max_w": round(limits[1] / 1000.0, 1) if limits is not None else None,
+        "ecc_mode_current": int(ecc[0]) if ecc is not None else None,
+        "ecc_mode_pending": int(ecc[1]) if ecc is not None else None,
         "retired_pages_double_bit": retired_double_bit,
         "ecc_volatile_uncorrected": _or_none(pynvml.nvmlDeviceGetTotalEccErrors, handle,
                                              pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
