@@ -95,8 +95,8 @@ class Slurm:
             if record is None:
                 found[name] = NodeState(name, False, False, "not known to the scheduler", None)
             else:
-                found[name] = NodeState(name, True, record.schedulable, "+".join(record.states), record.gpus,
-                                        record.reason)
+                why = "; ".join(r for r in (record.reason, record.why_unschedulable) if r) or None
+                found[name] = NodeState(name, True, record.schedulable, "+".join(record.states), record.gpus, why)
         return found
 
     def _where(self) -> list[str]:

@@ -16,8 +16,92 @@ TOOL = "scontrol"
 _FIELD = re.compile(r"(\w+)=(\S*)")
 _GRES_GPU = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
 _TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
-BAD_STATES = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "MAINT", "REBOOT",
-              "FUTURE", "POWERED_DOWN", "POWERING_DOWN", "UNKNOWN", "INVAL")
+# What a node's state words mean for a run, decided flag by flag from the Slurm 22.05-24.11 man pages (scontrol(1)
+# "State", sinfo(1) "NODE STATE CODES") and the code that prints them (src/common/slurm_protocol_defs.c:
+# scontrol prints BASE+FLAG+FLAG, node_state_string_complete; sinfo prints one lower-case word, long or compact,
+# with at most one suffix character). A node whose state carries any word of UNUSABLE, or a word in neither
+# table, is never run on; the reason names the word.
+USABLE = {
+    "IDLE": "not allocated to any jobs and available for use",
+    "MIXED": "some of its CPUs allocated, others idle",
+    "ALLOCATED": "allocated to jobs: an exclusive step waits for them to end",
+    "COMPLETING": "its jobs are completing: an exclusive step waits for them to end",
+    "PLANNED": "earmarked by the backfill scheduler for a later job: an exclusive step waits its turn",
+    "RESERVED": "in an advanced reservation (a maintenance one also carries MAINTENANCE, which is refused)",
+    "CLOUD": "a cloud node; whether it is up is said by POWERED_DOWN / POWERING_UP / POWER_*, which are refused",
+    "DYNAMIC_NORM": "a dynamic node registered by its slurmd (slurmd -Z)",
+}
+UNUSABLE = {
+    "DOWN": "unavailable for use",
+    "ERROR": "in an error state",
+    "FUTURE": "not fully configured, expected at some point in the future",
+    "UNKNOWN": "its state has not been determined yet",
+    "INVALID": "a base state the scheduler itself cannot name",
+    "DRAIN": "drained or draining: accepts no new jobs",
+    "FAIL": "expected to fail soon, unavailable per administrator request",
+    "INVALID_REG": "did not register correctly with the controller (fewer resources than configured)",
+    "MAINTENANCE": "in a reservation with the maintenance flag",
+    "NOT_RESPONDING": "not responding",
+    "POWER_DOWN": "pending power down",
+    "POWER_UP": "a power up was requested: not up yet",
+    "POWERED_DOWN": "powered down and not capable of running any jobs",
+    "POWERING_DOWN": "powering down and not capable of running any jobs",
+    "POWERING_UP": "being powered up or configured",
+    "REBOOT_REQUESTED": "a reboot was requested",
+    "REBOOT_ISSUED": "a reboot was issued",
+    "BLOCKED": "blocked by an exclusive topology job",
+    "PERFCTRS": "its network performance counters are in use, not usable for any other jobs",
+    "DYNAMIC_FUTURE": "a dynamic future node that has not registered",
+    "RESUME": "a resume request not yet carried out",
+    "?": "carries a flag the scheduler itself cannot name",
+}
+# sinfo's suffix characters (sinfo(1) NODE STATE CODES); `+` after ALLOCATED/ALLOC is COMPLETING.
+SUFFIXES = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "!": "POWER_DOWN", "%": "POWERING_DOWN",
+            "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED", "-": "PLANNED"}
+# sinfo's words (node_state_string and node_state_string_compact) that are not scontrol's names.
+_SINFO_WORDS: dict[str, tuple[str, ...]] = {
+    "ALLOC": ("ALLOCATED",), "MIX": ("MIXED",), "COMP": ("COMPLETING",), "FUTR": ("FUTURE",), "UNK": ("UNKNOWN",),
+    "RESV": ("IDLE", "RESERVED"), "PLND": ("IDLE", "PLANNED"), "BLOCK": ("IDLE", "BLOCKED"),
+    "DRAINED": ("DRAIN",), "DRAINING": ("DRAIN",), "DRNG": ("DRAIN",), "FAILING": ("FAIL",), "FAILG": ("FAIL",),
+    "MAINT": ("MAINTENANCE",), "INVAL": ("INVALID_REG",), "REBOOT": ("REBOOT_REQUESTED",),
+    "BOOT": ("REBOOT_REQUESTED",), "POW_DN": ("POWER_DOWN",), "POW_UP": ("POWER_UP",),
+    "POWRING_DN": ("POWERING_DOWN",), "POWERED_DN": ("POWERED_DOWN",), "NPC": ("PERFCTRS",), "RESM": ("RESUME",),
+}
+# Words that are scontrol flags but, printed alone by sinfo, name a base state with that flag (node_state_string:
+# RESERVED, BLOCKED, PLANNED are IDLE nodes; CLOUD alone has no base, i.e. UNKNOWN).
+_SINFO_ALONE = {"RESERVED": ("IDLE", "RESERVED"), "PLANNED": ("IDLE", "PLANNED"), "BLOCKED": ("IDLE", "BLOCKED"),
+                "CLOUD": ("UNKNOWN", "CLOUD")}
+_BASES = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING")
+
+
+def state_flags(state: str) -> tuple[str, ...]:
+    """Every word a state carries, in scontrol's names: `IDLE+MAINTENANCE+RESERVED` -> the three; sinfo's
+    `maint` -> MAINTENANCE, `idle~` -> IDLE POWERED_DOWN, `alloc+` -> ALLOCATED COMPLETING, `drng*` -> DRAIN
+    NOT_RESPONDING. An empty state or word stays as an unknown word."""
+    text, words = state.strip(), []
+    if text.endswith("+"):
+        text, words = text[:-1], ["COMPLETING"]
+    tokens = text.split("+")
+    for token in tokens:
+        suffixes = []
+        while len(token) > 1 and token[-1] in SUFFIXES:
+            token, suffixes = token[:-1], [SUFFIXES[token[-1]], *suffixes]
+        name = token.upper()
+        alone = _SINFO_ALONE.get(name) if len(tokens) == 1 else None
+        words += [*(alone or _SINFO_WORDS.get(name, (name,))), *suffixes]
+    return tuple(dict.fromkeys(words))
+
+
+def unusable_flags(state: str) -> tuple[tuple[str, str], ...]:
+    """The words of a state that forbid running on the node, each with the man page's reason; a word in neither
+    table, or a state with no base the node could run in, is refused too (fail closed)."""
+    flags = state_flags(state)
+    found = [(f, UNUSABLE[f]) for f in flags if f in UNUSABLE]
+    found += [(f, "a state word the Slurm 22.05-24.11 man pages do not define") for f in flags
+              if f not in UNUSABLE and f not in USABLE]
+    if not found and not any(f in _BASES for f in flags):
+        found.append((state, "no base state a job could run in (IDLE, MIXED, ALLOCATED, COMPLETING)"))
+    return tuple(found)
 
 
 @record
@@ -31,7 +115,13 @@ class SlurmNode:
 
     @property
     def schedulable(self) -> bool:
-        return not any(state.rstrip("*~#!%$@^-") in BAD_STATES for state in self.states)
+        return not unusable_flags("+".join(self.states))
+
+    @property
+    def why_unschedulable(self) -> str | None:
+        """`MAINTENANCE: in a reservation with the maintenance flag`, one clause per word; None when usable."""
+        found = unusable_flags("+".join(self.states))
+        return "; ".join(f"{flag}: {why}" for flag, why in found) or None
 
 
 def gpu_count(gres: str | None) -> int | None:
@@ -78,7 +168,8 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
 
 
 def parse_sinfo_nodes(text: str) -> dict[str, str]:
-    """`sinfo -N -l` (or `sinfo -N`): node -> state, from the table under its NODELIST header."""
+    """`sinfo -N -l` (or `sinfo -N`): node -> state as printed (`idle`, `down~`; read it with state_flags), from
+    the table under its NODELIST header; the table ends at a row whose NODES is not a count (a prompt line)."""
     states: dict[str, str] = {}
     columns: list[str] | None = None
     for line in text.splitlines():
@@ -88,7 +179,8 @@ def parse_sinfo_nodes(text: str) -> dict[str, str]:
         if tokens[0] == "NODELIST":
             columns = tokens
             continue
-        if columns is not None and len(tokens) >= columns.index("STATE") + 1 and not tokens[0].startswith("$"):
+        if columns is not None and len(tokens) >= columns.index("STATE") + 1 and not tokens[0].startswith("$") \
+                and ("NODES" not in columns or tokens[columns.index("NODES")].isdigit()):
             states[tokens[0]] = tokens[columns.index("STATE")]
         elif columns is not None:
             columns = None  # the table ended (another command's output follows)
