@@ -186,9 +186,10 @@ def test_a_real_log_replayed_unchanged_is_not_this_runs(accept, fake_tools):
     problems = check["message"].split("; ")
     assert re.fullmatch(r"run: ranks ran as PID 27238, not as the process gpuaccept started \(PID \d+\): "
                         r"this output is not this run's", problems[0])
-    assert problems[1] == ("run: ranks on GPUs NVML does not list here: rank 0 on bus 0x01:00, rank 1 on bus 0x11:00, "
-                           "rank 2 on bus 0x61:00, rank 3 on bus 0x71:00 (NVML: GPU0 0x18:00, GPU1 0x28:00, GPU2 0x38:00, "
-                           "GPU3 0x48:00, GPU4 0x58:00, GPU5 0x68:00, GPU6 0x78:00, GPU7 0x88:00)")
+    assert problems[1] == ("run: ranks on GPUs NVML does not list here: rank 0 at 0000:01:00, rank 1 at 0000:11:00, "
+                           "rank 2 at 0000:61:00, rank 3 at 0000:71:00 (NVML: GPU0 0000:18:00, GPU1 0000:28:00, "
+                           "GPU2 0000:38:00, GPU3 0000:48:00, GPU4 0000:58:00, GPU5 0000:68:00, GPU6 0000:78:00, "
+                           "GPU7 0000:88:00)")
     assert re.fullmatch(r"run: the table reports 0.44 s of timed all_reduce work \(20 iterations per size\), "
                         r"but the run took 0\.\d\d s: not a measurement", problems[2])
 
@@ -197,7 +198,7 @@ def test_all_ranks_on_one_gpu_fail(accept, fake_tools, tmp_path):
     one_gpu = re.sub(rb"\[0x[0-9a-f]+\]", b"[0x18]", log_with_ranks(P5))
     fake_tools.add_nccl(one_gpu, iters=1)
     run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
-    assert run.checks("allreduce")[0]["message"] == "run: ranks share a GPU: ranks 0, 1, 2, 3, 4, 5, 6, 7 all on bus 0x18 (GPU0)"
+    assert run.checks("allreduce")[0]["message"] == "run: ranks share a GPU: ranks 0, 1, 2, 3, 4, 5, 6, 7 all on 0000:18:00 (GPU0)"
 
 
 def test_a_busbw_edited_without_its_time_does_not_add_up(accept, fake_tools):
@@ -270,4 +271,4 @@ def test_the_real_h200_torch_rank_line_is_placed_on_its_gpu_by_bus_and_device():
     moved = json.loads((DATA / "h200" / "nvml-h200.json").read_text())
     moved["gpus"][0]["pci_bus_id"] = "00000000:00:07.0"  # another slot on the same bus: not this GPU
     assert not_this_run(result, run, parse_host(moved), 1) == [
-        "ranks on GPUs NVML does not list here: rank 0 on bus 0x00:06 (NVML: GPU0 0x00:07)"]
+        "ranks on GPUs NVML does not list here: rank 0 at 0000:00:06 (NVML: GPU0 0000:00:07)"]

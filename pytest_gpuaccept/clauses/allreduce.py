@@ -8,7 +8,7 @@ from .. import schema
 from ..measurements import AllReduceRuns
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
-from ..probes.sysfs import sysfs_bus_id
+from ..probes.sysfs import pci_address, pci_name
 from ..records import record
 from ..schema import Key
 from ..subjects import Subject
@@ -85,6 +85,7 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
     v = Verdict(CLAUSE.key, subject, f">= {fmt(minimum)}", "GB/s", evidence, minimum)
     tables = []
     problems: list[str] = []
+    unknown: list[str] = []  # runs whose ranks cannot be placed on GPUs: not measured, unless a run failed
     best: Row | None = None
     for n, reading in enumerate(m.readings, 1):
         label = f"run {n}" if len(m.readings) > 1 else "run"
@@ -95,6 +96,8 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
         tables.append((f"{label}: {reading.run.command}", busbw_rows(result, minimum)))
         run_problems = _run_problems(result, section.max_bytes.nbytes, gpus)
         run_problems += not_this_run(result, reading.run, m.host, gpus)
+        if (unplaced := unplaced_ranks(result, m.host, gpus)) is not None:
+            unknown.append(f"{label}: {unplaced}")
         if reading.run.returncode not in (0, None):
             run_problems.insert(0, f"exited with code {reading.run.returncode}")
         problems += [f"{label}: {p}" for p in run_problems]
@@ -106,6 +109,8 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
         if best is None:
             return v.not_measured("; ".join(problems), details)
         return v.failed(best.oop_busbw_gbyte_s, "; ".join(problems), details)
+    if unknown:
+        return v.not_measured("; ".join(unknown), details)
     assert best is not None
     extra, note = fraction_note(best.oop_busbw_gbyte_s, *_published(m, gpus))
     runs = f" (best of {len(m.readings)} runs, {m.tool}{note})" if len(m.readings) > 1 else f" ({m.tool}{note})"
@@ -162,33 +167,7 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
             problems.append(f"ranks ran as PID {', '.join(map(str, strangers[:4]))}, not as the process gpuaccept "
                             f"started (PID {run.pid}): this output is not this run's")
     if ranks and host is not None and not host.error:
-        gpus = {_place(g.pci_bus_id): g.index for g in host.gpus[:gpu_count] if g.pci_bus_id}
-
-        def gpu_of(r: RankLine) -> int | None:
-            if r.slot is not None:
-                return gpus.get((r.bus, r.slot))
-            on_bus = [i for (bus, _slot), i in gpus.items() if bus == r.bus]
-            return on_bus[0] if len(on_bus) == 1 else None
-
-        def shown(place: tuple[int, int | None]) -> str:
-            return f"0x{place[0]:02x}" + (f":{place[1]:02x}" if place[1] is not None else "")
-
-        elsewhere = [r for r in ranks if gpu_of(r) is None]
-        if elsewhere:
-            problems.append("ranks on GPUs NVML does not list here: " + ", ".join(
-                f"rank {r.rank} on bus {shown((r.bus, r.slot))}" for r in elsewhere[:4]) +
-                f" (NVML: {', '.join(f'GPU{i} {shown(p)}' for p, i in sorted(gpus.items(), key=lambda x: x[1]))})")
-        shared: dict[int, list[int]] = {}
-        for r in ranks:
-            index = gpu_of(r)
-            if index is not None:
-                shared.setdefault(index, []).append(r.rank)
-        crowded = {index: rs for index, rs in shared.items() if len(rs) > 1}
-        if crowded:
-            buses = {i: b for (b, _s), i in gpus.items()}
-            problems.append("ranks share a GPU: " + "; ".join(
-                f"ranks {', '.join(map(str, rs))} all on bus 0x{buses[index]:02x} (GPU{index})"
-                for index, rs in sorted(crowded.items())))
+        problems += _misplaced(ranks, _nvml_places(host, gpu_count))
     asked = asked_iters(run.argv)
     if result.iters is not None and result.iters != asked:
         problems.append(f"the output says iters: {result.iters}, the run was asked for {asked}: not this run's output")
@@ -208,13 +187,64 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
     return problems
 
 
-def _place(bus_id: str) -> tuple[int, int | None]:
-    """NVML's `00000000:18:00.0` -> (bus 0x18, device 0x00)."""
-    try:
-        _domain, bus, device = sysfs_bus_id(bus_id).split(".")[0].split(":")
-        return int(bus, 16), int(device, 16)
-    except ValueError:
-        return -1, None  # never matches a rank's bus
+def _nvml_places(host: Host, gpu_count: int) -> dict[int, tuple[int, int, int]]:
+    """Each contracted GPU's PCI (domain, bus, device) as NVML gives it (`00000001:00:00.0`), by index."""
+    places = {}
+    for gpu in host.gpus[:gpu_count]:
+        address = pci_address(gpu.pci_bus_id) if gpu.pci_bus_id else None
+        if address is not None:
+            places[gpu.index] = address[:3]
+    return places
+
+
+def _candidates(rank: RankLine, places: dict[int, tuple[int, int, int]]) -> list[int]:
+    """The GPUs a rank's line can name: the one at its domain:bus:device, or, from an old bus-only line, every
+    GPU on that bus, whatever its domain and device (one: placed; several: where it ran is unknown)."""
+    if rank.address is not None:
+        return [i for i, place in places.items() if place == rank.address]
+    return [i for i, place in places.items() if place[1] == rank.bus]
+
+
+def _misplaced(ranks: tuple[RankLine, ...], places: dict[int, tuple[int, int, int]]) -> list[str]:
+    """Ranks on a GPU NVML does not list, and ranks that share a GPU, among those their lines place."""
+    problems = []
+    elsewhere = [r for r in ranks if not _candidates(r, places)]
+    if elsewhere:
+        problems.append("ranks on GPUs NVML does not list here: " + ", ".join(
+            f"rank {r.rank} at {r.shown}" for r in elsewhere[:4]) +
+            f" (NVML: {', '.join(f'GPU{i} {pci_name(p)}' for i, p in sorted(places.items()))})")
+    shared: dict[int, list[int]] = {}
+    for r in ranks:
+        if len(found := _candidates(r, places)) == 1:
+            shared.setdefault(found[0], []).append(r.rank)
+    crowded = {index: rs for index, rs in shared.items() if len(rs) > 1}
+    if crowded:
+        problems.append("ranks share a GPU: " + "; ".join(
+            f"ranks {', '.join(map(str, rs))} all on {pci_name(places[index])} (GPU{index})"
+            for index, rs in sorted(crowded.items())))
+    return problems
+
+
+def unplaced_ranks(result: NcclResult, host: Host | None, gpu_count: int) -> str | None:
+    """Why where the ranks ran cannot be told, or None: an old bus-only rank line (`[0x00]`) names a bus that
+    several of the host's GPUs sit on (in PCI domains of their own, or as devices of one bus). Never read as
+    "shared": the line does not say which GPU, so the run is not measured."""
+    if host is None or host.error:
+        return None
+    lined = {r.rank for r in result.rank_lines}
+    if lined and (bare := sorted(set(range(result.ranks or 0)) - lined)):
+        return (f"where ranks {', '.join(map(str, bare[:8]))} ran is unknown: their `# Rank` lines give no "
+                "`Pid ... device N [address]`")
+    places = _nvml_places(host, gpu_count)
+    unknown = [(r, found) for r in result.rank_lines if len(found := _candidates(r, places)) > 1]
+    if not unknown:
+        return None
+    rank, found = unknown[0]
+    ranks = ", ".join(str(r.rank) for r, _ in unknown)
+    return (f"where ranks {ranks} ran is unknown: rank {rank.rank}'s line names PCI bus 0x{rank.bus:02x} alone "
+            f"(`[0x{rank.bus:02x}]`, as nccl-tests before 2.14.1 prints it), and "
+            f"{', '.join(f'GPU{i} ({pci_name(places[i])})' for i in found)} all sit on that bus: "
+            "an nccl-tests that prints [domain:bus:device] tells which GPU each rank ran on")
 
 
 def busbw_rows(result: NcclResult, threshold: float) -> list[list[Any]]:

@@ -7,13 +7,16 @@ import re
 from ..records import record
 from . import ParseError
 from ._run import ToolRun, ToolRunner, slug
+from .sysfs import pci_address
 
 TOOL = "all_reduce_perf"
 # Launcher prefixes: Open MPI `--tag-output` "[1,0]<stdout>:", srun `-l` " 0: ".
 _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\b")
-_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+# `#` optional: a log pasted into a web page often loses it, the rest of the line is distinctive enough.
+_RANK_LINE = re.compile(r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
                         r"\[([0-9a-fA-Fx:.]+)\]\s*(.*)$")
+_OLD_BUS = re.compile(r"0x([0-9a-fA-F]{1,2})")
 _ITERS = re.compile(r"warmup iters:\s*(\d+)\s+iters:\s*(\d+)")
 DEFAULT_ITERS = 20  # nccl-tests' -n
 _PARAMS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
@@ -41,7 +44,11 @@ class Row:
 
 @record
 class RankLine:
-    """`#  Rank  0 Group  0 Pid 291005 on node005 device  0 [0x18] NVIDIA H100 80GB HBM3`: where a rank ran."""
+    """`#  Rank  0 Group  0 Pid 291005 on node005 device  0 [0x18] NVIDIA H100 80GB HBM3`: where a rank ran.
+
+    nccl-tests before 2.14.1 prints the GPU's PCI bus alone (`[0x18]`, `[0x00]`); since then its domain, bus and
+    device (`[0000:18:00]`, `[0001:00:00]` on Azure, where every GPU sits on bus 00 of a PCI domain of its own).
+    """
 
     rank: int
     pid: int
@@ -50,6 +57,18 @@ class RankLine:
     bus: int  # the PCI bus number of the GPU ([0x18], or [0000:18:00] in newer versions)
     name: str
     slot: int | None = None  # the PCI device number where the line gives it ([0000:00:06]): VMs put GPUs on one bus
+    domain: int | None = None  # the PCI domain where the line gives it ([0001:00:00]); None: the bus alone
+
+    @property
+    def address(self) -> tuple[int, int, int] | None:
+        """(domain, bus, device) where the line names them all; None for the old bus-only form."""
+        return None if self.domain is None or self.slot is None else (self.domain, self.bus, self.slot)
+
+    @property
+    def shown(self) -> str:
+        """The address as the kernel writes it (`0001:00:00`), or `bus 0x18` where the line gives the bus alone."""
+        return f"bus 0x{self.bus:02x}" if self.address is None else \
+            f"{self.domain:04x}:{self.bus:02x}:{self.slot:02x}"
 
 
 @record
@@ -126,10 +145,8 @@ def parse_all_reduce(text: str) -> NcclResult:
             continue
         if match := _RANK.match(stripped):
             ranks.add(int(match.group(1)))
-            if placed := _RANK_LINE.match(stripped):
-                bus, slot = _bus_and_slot(placed.group(5))
-                rank_lines.append(RankLine(int(placed.group(1)), int(placed.group(2)), placed.group(3),
-                                           int(placed.group(4)), bus, placed.group(6).strip(), slot))
+            if (placed := parse_rank_line(stripped)) is not None:
+                rank_lines.append(placed)
             continue
         if "nThread" in stripped and (match := _PARAMS.search(stripped)):
             n_gpus, max_bytes = int(match.group(2)), int(match.group(4))
@@ -171,12 +188,22 @@ def parse_all_reduce(text: str) -> NcclResult:
                       iters[1] if iters else None, iters[0] if iters else None)
 
 
-def _bus_and_slot(text: str) -> tuple[int, int | None]:
-    """`0x18` -> (0x18, None); `0000:18:00` (domain:bus:device) -> (0x18, 0)."""
-    parts = text.lower().split(":")
-    if len(parts) > 2:
-        return int(parts[1], 16), int(parts[2].split(".")[0], 16)
-    return (int(parts[1], 16), None) if len(parts) > 1 else (int(parts[0], 16), None)
+def parse_rank_line(line: str) -> RankLine | None:
+    """One `# Rank ... Pid ... on HOST device N [ADDRESS] NAME` line (None for any other line). ADDRESS is the
+    old `0x18` (the bus alone) or `0000:18:00` (domain:bus:device); any other form is refused, quoting it."""
+    placed = _RANK_LINE.match(line.strip())
+    if placed is None:
+        return None
+    where = placed.group(5)
+    full = pci_address(where)
+    old = _OLD_BUS.fullmatch(where)
+    if full is None and old is None:
+        raise ParseError(TOOL, f"a rank line's GPU address [{where}] is neither [0xBB] (bus) nor [DDDD:BB:DD]", line)
+    rank, pid, host, device, name = (int(placed.group(1)), int(placed.group(2)), placed.group(3),
+                                     int(placed.group(4)), placed.group(6).strip())
+    if full is None:
+        return RankLine(rank, pid, host, device, int(where, 16), name)
+    return RankLine(rank, pid, host, device, full[1], name, full[2], full[0])
 
 
 def _row(header: list[str], tokens: list[str], raw: str) -> Row:

@@ -93,9 +93,35 @@ def parse_ib_device(reading: dict[str, Any]) -> list[IbPort]:
 
 @functools.lru_cache(maxsize=1024)  # a pure function of a string, asked some 1,300 times by an 8-GPU run's judges
 def sysfs_bus_id(nvml_bus_id: str) -> str:
-    """NVML's `00000000:18:00.0` as sysfs names it: `0000:18:00.0` (4-digit domain, lower case)."""
+    """NVML's `00000000:18:00.0` as sysfs names it: `0000:18:00.0` (the domain as the kernel prints it, `%04x`:
+    at least 4 digits, more where it is wider, as a VMD domain `10000`; lower case)."""
     domain, _, rest = nvml_bus_id.strip().lower().partition(":")
+    if _HEX.fullmatch(domain):
+        return f"{int(domain, 16):04x}:{rest}"
     return f"{domain[-4:].rjust(4, '0')}:{rest}"
+
+
+_HEX = re.compile(r"[0-9a-f]{1,8}")
+_FULL_ADDRESS = re.compile(r"([0-9a-f]{1,8}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.([0-7]))?")
+
+
+@functools.lru_cache(maxsize=1024)
+def pci_address(text: str) -> tuple[int, int, int, int] | None:
+    """A PCI address as (domain, bus, device, function), whichever tool printed it: NVML `00000001:00:00.0`,
+    sysfs and CUDA `0001:00:00.0`, the kernel log's and nccl-tests' `0001:00:00` (function 0). None for
+    anything else, a bus alone (`0x18`) included: without its domain a bus number names no one device
+    where GPUs sit in PCI domains of their own (Azure's VMs put every GPU on bus 00 of its own domain)."""
+    match = _FULL_ADDRESS.fullmatch(text.strip().lower())
+    if match is None:
+        return None
+    return (int(match.group(1), 16), int(match.group(2), 16), int(match.group(3), 16),
+            int(match.group(4) or "0", 16))
+
+
+def pci_name(address: tuple[int, ...]) -> str:
+    """(domain, bus, device[, function]) as the kernel writes it: `0001:00:00` (`.0` where a function is given)."""
+    text = f"{address[0]:04x}:{address[1]:02x}:{address[2]:02x}"
+    return f"{text}.{address[3]:x}" if len(address) > 3 else text
 
 
 NVIDIA_VENDOR = "0x10de"

@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import time
+from typing import Any
 
 from . import spawn_per_gpu
 
@@ -30,6 +31,18 @@ def _sizes(low: int, high: int, factor: int) -> list[int]:
         sizes.append(size)
         size *= factor
     return sizes
+
+
+def _address(props: Any) -> str:
+    """The GPU's PCI address as nccl-tests prints it: `[0001:00:00]` (domain:bus:device); `[0x18]` (the bus
+    alone, which gpuaccept places only where one GPU sits on that bus) from a torch that gives no domain or
+    device; `[unknown]` (no rank line, so not placed) from one that gives no bus. Never a guessed 0."""
+    domain, bus, device = (getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+    if bus is None:
+        return "[unknown]"
+    if domain is None or device is None:
+        return f"[0x{bus:02x}]"
+    return f"[{domain:04x}:{bus:02x}:{device:02x}]"
 
 
 def _worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
@@ -54,8 +67,7 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
             # threads of one process), and the bus the GPU's: gpuaccept checks both against the run and NVML.
             if cuda:
                 props = torch.cuda.get_device_properties(rank)
-                where = f"[{getattr(props, 'pci_domain_id', 0):04x}:{getattr(props, 'pci_bus_id', 0):02x}:" \
-                        f"{getattr(props, 'pci_device_id', 0):02x}] {props.name}"
+                where = f"{_address(props)} {props.name}"
             else:
                 where = "cpu"
             print(f"#  Rank {rank:2d} Group  0 Pid {os.getppid():6d} on {socket.gethostname()} device {rank:2d} {where}",
