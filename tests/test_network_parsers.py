@@ -1,5 +1,7 @@
 """ethtool, ib_write_bw and iperf3 parsers on every real output of the corpus."""
 
+import re
+
 import pytest
 import yaml
 from conftest import DATA
@@ -18,11 +20,17 @@ IBWRITEBW = sorted((DATA / "ibwritebw").iterdir())
 @pytest.mark.parametrize("path", ETHTOOL, ids=[p.name for p in ETHTOOL])
 def test_ethtool_outputs(path):
     expected = EXPECTED["ethtool"][path.name]
+    if "refused" in expected:
+        with pytest.raises(ParseError, match=re.escape(expected["refused"])):
+            parse_ethtool(path.read_text())
+        return
     link = parse_ethtool(path.read_text())
     assert (link.speed_mbps, link.duplex, link.link_detected) == (
         expected["speed_mbps"], expected["duplex"], expected["link_detected"])
     if "lanes" in expected:
         assert link.lanes == expected["lanes"]
+    if "name" in expected:
+        assert link.name == expected["name"]
 
 
 @pytest.mark.parametrize("text, message", [

@@ -10,6 +10,12 @@ from ._run import Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "ethtool"
 _SPEED = re.compile(r"^(\d+)Mb/s$")
+# The header, also where a driver's message without a newline is glued before it (Huawei hccn_tool prints
+# `Netdev status:Settings for eth3:`).
+_HEADER = re.compile(r"(?:^|[\s:>])Settings for (\S+):$")
+# What a shell or the kernel prints when the tool died: the output before it is cut short, not a reading.
+_CRASH = re.compile(r"^(?:Segmentation fault|Aborted|Killed|Bus error|Illegal instruction|Floating point exception"
+                    r"|Trace/breakpoint trap)\b|core dumped|^\*\*\* .* \*\*\*: terminated$")
 
 
 @record
@@ -26,13 +32,18 @@ class LinkSettings:
 def parse_ethtool(text: str) -> LinkSettings:
     """Read `ethtool IFACE`: `Settings for ens6f0:`, then `\\tSpeed: 25000Mb/s`, `\\tDuplex: Full`,
     `\\tLink detected: yes`. `Speed: Unknown!` reads as no speed. Without a Speed line, or with a
-    speed that is not `<n>Mb/s`, the output is refused.
+    speed that is not `<n>Mb/s`, the output is refused; so is an output with a crash line (`Segmentation
+    fault (core dumped)`: cut short) and one whose settings belong to two interfaces.
     """
     name = speed = duplex = link = lanes = None
     seen_speed = False
     for raw in text.replace("\r\n", "\n").split("\n"):
         line = raw.strip().lstrip(">").strip()
-        if match := re.match(r"^Settings for (\S+):$", line):
+        if _CRASH.search(line):
+            raise ParseError(TOOL, "the tool crashed: its output is cut short, not a reading", raw)
+        if match := _HEADER.search(line):
+            if seen_speed and match.group(1) != name:
+                raise ParseError(TOOL, f"settings of two interfaces in one output ({name} and {match.group(1)})", raw)
             name = match.group(1)
             continue
         key, sep, value = line.partition(":")
