@@ -42,9 +42,23 @@ class GpuModels:
     models: dict[int, Model | None]
     evidence: tuple[str, ...]
     sysfs_gpus: tuple[str, ...] | None = None  # bus IDs of every NVIDIA GPU function on the PCI bus; None: unread
+    pci_ids: dict[str, Any] | None = None  # what the installed pci.ids names each device ID (models.pciids); None: unread
 
     def model(self, index: int) -> Model | None:
         return self.models.get(index)
+
+    def missing(self, index: int) -> str:
+        """Why GPU `index` has no published figure: its device ID (named) is not in the table, or was not read."""
+        from .models import not_in_table
+
+        return f"GPU{index}'s {not_in_table(self.device_ids.get(index))}"
+
+    def pci_name(self, index: int) -> str:
+        """What pci.ids, the second source of a device's name, says of GPU `index`'s device ID."""
+        from .models.pciids import describe
+
+        device = self.device_ids.get(index)
+        return describe(self.pci_ids, device) if device else "no PCI device ID to look up in pci.ids"
 
 
 @record

@@ -11,6 +11,7 @@ from typing import Any
 from .contract import Contract
 from .measurements import GpuModels
 from .models import by_device_id
+from .models.pciids import with_pci_ids
 from .plugin import STATE
 from .probes import nvml, sysfs
 from .probes._run import ToolRunner
@@ -95,8 +96,8 @@ class State:
 
     def _pci(self) -> dict[str, Any]:
         host = self.host()
-        return self.runner.reading(PCI_FILE, lambda: sysfs.read_pci_devices(
-            self.sys_root, {g.index: g.pci_bus_id for g in host.gpus if g.pci_bus_id}))
+        return self.runner.reading(PCI_FILE, lambda: with_pci_ids(sysfs.read_pci_devices(
+            self.sys_root, {g.index: g.pci_bus_id for g in host.gpus if g.pci_bus_id})))
 
     def local_cpus(self) -> dict[int, str]:
         """The CPUs local to each GPU (its PCI function's local_cpulist in sysfs), by GPU index."""
@@ -115,7 +116,7 @@ class State:
             ids[gpu.index] = str(entry["device"]).lower().removeprefix("0x") if nvidia and entry.get("device") else None
         listed = reading.get("nvidia_gpus")
         return GpuModels(ids, {i: by_device_id(d) if d else None for i, d in ids.items()}, (PCI_FILE,),
-                         None if listed is None else tuple(str(b) for b in listed))
+                         None if listed is None else tuple(str(b) for b in listed), reading.get("pci_ids"))
 
     def listings(self) -> dict[str, list[str]]:
         """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as

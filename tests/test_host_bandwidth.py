@@ -148,7 +148,8 @@ def test_nvlink_pairs_and_links_are_set_beside_the_models_published_links(accept
 @pytest.mark.parametrize("device, outcome, message", [
     ("0x2330", "passed", "GPU0 is PCI device 0x2330, a H100 SXM5 80GB (sxm)"),
     ("0x2331", "failed", "GPU0 is PCI device 0x2331, a H100 PCIe (pcie), not sxm as contracted"),
-    ("0x9999", "not_measured", "not measured: GPU0's PCI device ID 0x9999 is not in the model table"),
+    ("0x9999", "not_measured", "not measured: GPU0's device ID 0x9999 is not in the model table "
+                               "(pytest_gpuaccept/models/gpus.json): add it"),
 ])
 def test_the_form_factor_comes_from_the_pci_device_id_not_the_name(accept, fake_tools, tmp_path, device, outcome, message):
     """An H100 PCIe and an H100 SXM5 both call themselves "NVIDIA H100 ..." in NVML: the device ID tells them apart."""

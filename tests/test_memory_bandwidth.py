@@ -68,7 +68,8 @@ def test_a_copy_that_ran_on_the_cpu_is_never_a_gpu_figure(accept, fake_tools, tm
 def test_a_fraction_of_an_unknown_model_is_not_measured_naming_the_device_id(accept, fake_tools, tmp_path):
     run = _run(accept, fake_tools, tmp_path, AS_GPUS, "min_fraction_of_peak: 0.8", device="0x1234")
     assert run.checks("memory_bandwidth")[0]["message"] == (
-        "not measured: GPU0's PCI device ID 0x1234 is not in the model table: no published figure to take 0.8 of")
+        "not measured: GPU0's device ID 0x1234 is not in the model table (pytest_gpuaccept/models/gpus.json): add "
+        "it: no published figure to take 0.8 of")
 
 
 def test_both_thresholds_at_once_is_a_usage_error(accept, fake_tools):

@@ -34,7 +34,7 @@ def advise(contract: Contract) -> list[str]:
         return found
     nvlink_gbyte_s = min((m.nvlink_gbyte_s or 0) for m in models)
     links = min(m.nvlink_links for m in models)
-    memory = min(m.memory_bandwidth_gbyte_s for m in models)
+    memory = min(m.memory_bandwidth_gbyte_s or 0 for m in models)  # 0: one of them has none published
     name = " / ".join(sorted({m.name for m in models}))
     section = contract.by_section
     links_section = section.get(nvlink.SECTION.name)

@@ -81,8 +81,7 @@ def judge(section: Compute, subject: Subject, m: GemmLoad, contract: Contract) -
     else:
         assert section.min_fraction_of_peak is not None
         if published is None:
-            what = f"{model.name} has no published {section.dtype} figure" if model else \
-                f"GPU{index}'s PCI device ID 0x{m.models.device_ids.get(index) or '(unread)'} is not in the model table"
+            what = f"{model.name} has no published {section.dtype} figure" if model else m.models.missing(index)
             return v.not_measured(f"{what}: no figure to take {section.min_fraction_of_peak:g} of")
         minimum = section.min_fraction_of_peak * published
     v = v.but(required=f">= {minimum:g}", threshold=minimum)

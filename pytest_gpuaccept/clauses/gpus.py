@@ -176,7 +176,7 @@ def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: C
     if device is None:
         return v.not_measured(f"GPU{index}'s PCI function in sysfs is not an NVIDIA display controller, or unreadable")
     if model is None:
-        return v.not_measured(f"GPU{index}'s PCI device ID 0x{device} is not in the model table")
+        return v.not_measured(m.missing(index))
     ok = model.form_factor == section.form_factor
     return v.judged(ok, model.form_factor, f"GPU{index} is PCI device 0x{model.device_id}, a {model.name} "
                     f"({model.form_factor})" + ("" if ok else f", not {section.form_factor} as contracted"))
@@ -185,7 +185,8 @@ def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: C
 def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
     """Who a GPU is, from two sources: NVML's name and device ID against the PCI function sysfs lists at the
     bus ID NVML gives; unique UUID, serial and bus ID; as many GPUs as NVIDIA GPU functions on the PCI bus;
-    visible to CUDA in this run; MIG off. Measured: the PCI device ID."""
+    visible to CUDA in this run; MIG off. Measured: the PCI device ID. A device ID the model table lacks is judged
+    all the same (only the name's check against the table is left out, said); pci.ids' name is reported beside."""
     v = Verdict(IDENTITY.key, subject, "NVML, sysfs and CUDA agree; MIG off", None, m.evidence +
                 (m.models.evidence if m.models else ()))
     host, models = m.host, m.models
@@ -224,17 +225,19 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
     if gpu.mig_mode:
         problems.append(f"MIG mode is on for {subject}: it is partitioned into instances, not one whole GPU")
     measured = f"0x{device}" if device else None
+    second = {"pci_ids": models.pci_name(gpu.index)}  # the second source of the device's name, reported only
     if problems:
-        return v.failed(measured, "; ".join(problems))
+        return v.failed(measured, "; ".join(problems), second)
     unread = [what for what, missing in (("the PCI bus listing in sysfs", models.sysfs_gpus is None),
                                          ("CUDA's device list", cuda is None)) if missing]
     if unread:
         return v.not_measured(f"{subject}: {' and '.join(unread)} could not be read, so NVML's word stands alone")
-    if model is None:
-        return v.not_measured(f"{subject}'s PCI device ID 0x{device} is not in the model table: NVML's name "
-                              f"{gpu.name!r} cannot be checked against it")
-    return v.passed(measured, f"{subject}: NVML {gpu.name!r} at {bus}, sysfs PCI device 0x{device} ({model.name}), "
-                    f"visible to CUDA, MIG {'off' if gpu.mig_mode == 0 else 'not supported'}")
+    # A device ID the table lacks: who the GPU is stands on NVML, sysfs and CUDA agreeing; only the name's
+    # check against the table's is left out, said, with pci.ids' name for a person to compare.
+    known = model.name if model is not None else (f"{second['pci_ids']}; {models.missing(gpu.index)}, so NVML's "
+                                                  "name is not checked against it")
+    return v.passed(measured, f"{subject}: NVML {gpu.name!r} at {bus}, sysfs PCI device 0x{device} ({known}), "
+                    f"visible to CUDA, MIG {'off' if gpu.mig_mode == 0 else 'not supported'}", second)
 
 
 _FIELD = {"UUID": "uuid", "serial": "serial", "PCI bus ID": "pci_bus_id"}

@@ -69,9 +69,11 @@ def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract:
     else:
         assert section.min_fraction_of_peak is not None
         if model is None:
-            device = m.models.device_ids.get(index)
-            return v.not_measured(f"GPU{index}'s PCI device ID 0x{device or '(unread)'} is not in the model table: "
-                                  f"no published figure to take {section.min_fraction_of_peak:g} of")
+            return v.not_measured(f"{m.models.missing(index)}: no published figure to take "
+                                  f"{section.min_fraction_of_peak:g} of")
+        if model.memory_bandwidth_gbyte_s is None:
+            return v.not_measured(f"a {model.name} (PCI device 0x{model.device_id}) has no published memory bandwidth "
+                                  f"to take {section.min_fraction_of_peak:g} of")
         minimum = section.min_fraction_of_peak * model.memory_bandwidth_gbyte_s
     v = v.but(required=f">= {minimum:g}", threshold=minimum)
     if m.reading.value is None:
@@ -81,8 +83,9 @@ def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract:
         return v.failed(None, f"GPU{index} was not measured (the workload measured GPUs {sorted(m.reading.value)})")
     if copy.device != f"cuda:{index}":
         return v.not_measured(f"the copy ran on {copy.device}, not on GPU{index}: not a GPU figure")
-    what = f"{model.name}, {model.memory_bandwidth_gbyte_s:g} GB/s" if model else ""
-    details, note = fraction_note(copy.gbyte_s, model.memory_bandwidth_gbyte_s if model else None, what)
+    published = model.memory_bandwidth_gbyte_s if model else None
+    what = f"{model.name}, {published:g} GB/s" if model and published else ""
+    details, note = fraction_note(copy.gbyte_s, published, what)
     return v.at_least(copy.gbyte_s, minimum, f"GPU{index} device-local copy", details,
                       suffix=f" (PyTorch, {copy.nbytes} bytes, median of {len(copy.seconds)}{note})")
 

@@ -14,21 +14,33 @@ from ..records import record
 class Model:
     device_id: str  # 4 hex digits, lower case, no 0x
     name: str
-    form_factor: str
-    memory_gb: float
-    memory_bandwidth_gbyte_s: float
-    tflops: dict[str, float]
+    form_factor: str  # sxm | pcie | nvl | superchip (GH200, GB200, GB300: the GPU of a CPU-GPU module)
+    memory_gb: tuple[float, ...]  # one size, or each size the cards sharing this device ID come in
+    memory_bandwidth_gbyte_s: float | None  # None: not published for this device ID
+    tflops: dict[str, float]  # dense peaks by dtype; a dtype without a published figure is absent
     nvlink_gbyte_s: float | None  # both directions, per GPU; None where the model has no NVLink
     nvlink_links: int  # NVLinks per GPU (0: none, or a bridge)
-    pcie_gen: int
-    tdp_w: float
+    pcie_gen: int | None  # None: the GPU has no PCIe link of its own to publish (a superchip), or none published
+    tdp_w: float | None  # None: not published as one figure (configurable, or shared by several cards)
     sources: tuple[str, ...]
     nvml_name: str = ""  # how NVML names it: only to recognise a contract's `model`
     nvlink_bridge_gbyte_s: float | None = None  # an NVLink bridge between card pairs (PCIe and NVL cards)
+    boost_clock_mhz: float | None = None
 
     @property
     def has_nvlink(self) -> bool:
         return bool(self.nvlink_links or self.nvlink_bridge_gbyte_s)
+
+
+TABLE_FILE = "pytest_gpuaccept/models/gpus.json"
+
+
+def not_in_table(device_id: str | None) -> str:
+    """Why a figure of the table is missing for a device ID, and what to do: the message of every clause that
+    needs a published figure of a GPU whose PCI device ID the table lacks."""
+    if not device_id:
+        return "PCI device ID could not be read from sysfs, so no published figure can be looked up"
+    return f"device ID 0x{device_id.lower().removeprefix('0x')} is not in the model table ({TABLE_FILE}): add it"
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,15 +56,16 @@ def by_device_id(device_id: str) -> Model | None:
     if entry is None:
         return None
     sources = _table()["_sources"]
-    return Model(key, entry["name"], entry["form_factor"], entry["memory_gb"], entry["memory_bandwidth_gbyte_s"],
-                 dict(entry["tflops"]), entry["nvlink"].get("gbyte_s"), entry["nvlink"].get("links", 0),
-                 entry["pcie_gen"], entry["tdp_w"],
+    memory = entry["memory_gb"]
+    return Model(key, entry["name"], entry["form_factor"], tuple(memory if isinstance(memory, list) else [memory]),
+                 entry["memory_bandwidth_gbyte_s"], dict(entry["tflops"]), entry["nvlink"].get("gbyte_s"),
+                 entry["nvlink"].get("links", 0), entry["pcie_gen"], entry["tdp_w"],
                  tuple(sources[s] for s in entry["sources"]), entry.get("nvml_name", ""),
-                 entry["nvlink"].get("bridge_gbyte_s"))
+                 entry["nvlink"].get("bridge_gbyte_s"), entry.get("boost_clock_mhz"))
 
 
 # PCIe x16 bandwidth in one direction after line encoding, GB/s: what "x % of published" means for a host link.
-PCIE_X16_GBYTE_S = {3: 15.75, 4: 31.5, 5: 63.0, 6: 126.0}
+PCIE_X16_GBYTE_S: dict[int | None, float] = {3: 15.75, 4: 31.5, 5: 63.0, 6: 126.0}
 
 
 def fraction_note(measured: float, published: float | None, what: str) -> tuple[dict[str, Any], str]:
