@@ -245,3 +245,24 @@ def test_the_torch_workload_prints_what_torch_gives_never_a_guessed_zero(given, 
     read = parse_rank_line(f"#  Rank  0 Group  0 Pid 1 on h device  0 {printed} {props.name}")
     shown = {"[0001:00:00]": "0001:00:00", "[0000:18:00]": "0000:18:00", "[0x18]": "bus 0x18"}
     assert (read.shown if read else None) == shown.get(printed)
+
+
+def test_a_real_azure_kernel_xid_is_matched_to_its_gpu_by_domain():
+    """The real Azure NHC Xid 119 line names `PCI:0002:00:00`: GPU1 of the Azure-style host (NVML
+    `00000002:00:00.0`), not GPU0 (`00000001:00:00.0`), though both sit on bus 00."""
+    from pytest_gpuaccept.clauses.utilisation import _kernel_pci
+    from pytest_gpuaccept.probes.kernel_log import parse_xids
+
+    log = parse_xids((DATA / "kernel" / "dmesg_xid119_gsp_timeout_aznhc.txt").read_text())
+    (xid,) = getattr(log, "xids", log)  # a list, or a KernelLog that also says what it could not read
+    assert (xid.pci, xid.xid) == ("0002:00:00", 119)
+    buses = [g["pci_bus_id"] for g in azure_reading()["gpus"]]
+    assert [_kernel_pci(b) == xid.pci for b in buses] == [False, True, False, False, False, False, False, False]
+
+
+def test_cuda_and_nvml_bus_ids_agree_on_the_azure_host():
+    """CUDA's cuDeviceGetPCIBusId form (`0001:00:00.0`) and NVML's (`00000001:00:00.0`) name the same GPUs."""
+    host = parse_host(azure_reading())
+    assert host.cuda_devices is not None
+    assert host.cuda_devices.bus_ids == tuple(sysfs_bus_id(g.pci_bus_id) for g in host.gpus)
+    assert host.cuda_devices.bus_ids[7] == "0008:00:00.0"
