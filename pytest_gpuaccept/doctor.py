@@ -109,9 +109,12 @@ def needs(contract: Contract) -> list[Need]:
         if section_name in sections:
             wanted = "torch" if tool == "torch" else "all_reduce_perf" if section_name == allreduce.SECTION.name else tool
             add(str(wanted), "python" if wanted == "torch" else "tool", section_name)
-    for section in (memory_bandwidth.SECTION, compute.SECTION):
-        if section.name in sections:
-            add("torch", "python", section.name)
+    local = sections.get(memory_bandwidth.SECTION.name)
+    if local is not None:  # no tool named: nvbandwidth where the run finds it, else PyTorch
+        copier = local.tool or ("nvbandwidth" if find_tool("nvbandwidth", contract.tools.paths) else "torch")
+        add(copier, "python" if copier == "torch" else "tool", memory_bandwidth.SECTION.name)
+    if compute.SECTION.name in sections:
+        add("torch", "python", compute.SECTION.name)
     if network.NICS.name in sections:
         add("ethtool", "tool", network.NICS.name)
     if network.RDMA.name in sections:

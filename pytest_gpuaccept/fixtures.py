@@ -260,13 +260,18 @@ def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
 @pytest.fixture(scope="session")
 def gpuaccept_memory_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
                             gpuaccept_models: GpuModels) -> MemoryCopies:
-    """Each GPU's device-local copy bandwidth (PyTorch workload), once per run, with the GPUs' models."""
+    """Each GPU's device-local copy bandwidth, once per run, with the GPUs' models: nvbandwidth's device_local_copy
+    (`tool: nvbandwidth`, or no tool named and nvbandwidth found), else our PyTorch workload."""
     from .clauses import memory_bandwidth
-    from .probes import membw
+    from .probes import membw, nvbandwidth
 
+    runner = gpuaccept_state.runner
     section = memory_bandwidth.SECTION.of(gpuaccept_contract)
-    reading = membw.run_membw(gpuaccept_state.runner, gpuaccept_contract.gpus.count, section.size.nbytes, section.repeats)
-    return memory_bandwidth.MemoryCopies(reading, gpuaccept_models)
+    if section.tool == "nvbandwidth" or (section.tool is None and runner.which(nvbandwidth.TOOL)):
+        nvb = nvbandwidth.run_nvbandwidth(runner, (memory_bandwidth.LOCAL_COPY,), key="nvbandwidth_local")
+        return memory_bandwidth.from_nvbandwidth(nvb, gpuaccept_models)
+    reading = membw.run_membw(runner, gpuaccept_contract.gpus.count, section.size.nbytes, section.repeats)
+    return memory_bandwidth.from_torch(reading, gpuaccept_models)
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,23 @@
 """The `memory_bandwidth` section: each GPU's own memory, device-local copy, bytes read + written per second.
 
-Measured with PyTorch (`pytest_gpuaccept.workloads.membw`): a copy of `size` bytes within the GPU,
-warmed up, the median of `repeats`. The threshold is `min_bandwidth`, or `min_fraction_of_peak` of the
-published figure of the GPU's model, found by its PCI device ID (a model the table lacks: not measured).
+Measured by NVIDIA's nvbandwidth (`tool: nvbandwidth`, and the default wherever nvbandwidth is found) or
+our PyTorch workload (`tool: torch`, and the default without nvbandwidth):
+
+- nvbandwidth `-t device_local_copy`: one row, one column per GPU, each the rate of a copy between two
+  buffers on that GPU, in bytes copied per second. Each byte is read once and written once, so the
+  memory's traffic (what is judged) is twice the printed figure. A testcase it waives fails every GPU,
+  quoting what it printed.
+- PyTorch (`pytest_gpuaccept.workloads.membw`): a copy of `size` bytes within the GPU, warmed up, the
+  median of `repeats`; a copy that ran on another device than `cuda:<i>` is not a GPU figure.
+
+The threshold is `min_bandwidth`, or `min_fraction_of_peak` of the published figure of the GPU's model,
+found by its PCI device ID (a model the table lacks: not measured). A figure above the published one by
+more than MARGIN is no measurement of that memory: it fails, naming both.
 """
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
@@ -23,15 +34,20 @@ from .base import Clause, PerGpu, Section
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.membw import MemCopy
+    from ..probes.nvbandwidth import NvBandwidth
+
+TOOLS = ("nvbandwidth", "torch")
+LOCAL_COPY = "device_local_copy"
+MARGIN = 0.10  # a figure may read 10 % above the published one (rounding, GB/s against the datasheet's arithmetic)
 
 
 @record
 class MemoryBandwidth:
     min_bandwidth: Bandwidth | None
     min_fraction_of_peak: float | None
-    tool: str
-    size: Size
-    repeats: int
+    tool: str | None  # None: nvbandwidth where it is found, else PyTorch
+    size: Size  # torch: bytes copied each time
+    repeats: int  # torch: timed copies after a warm-up
 
 
 def _exactly_one(section: MemoryBandwidth, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -43,54 +59,102 @@ def _exactly_one(section: MemoryBandwidth, sections: Mapping[str, Any]) -> list[
 SECTION = Section(
     "memory_bandwidth",
     {"min_bandwidth": Key(schema.bandwidth), "min_fraction_of_peak": Key(schema.number(0.0, 1.0, low_open=True)),
-     "tool": Key(schema.one_of("torch"), default="torch"), "size": Key(schema.size, default=parse_size("4 GiB")),
+     "tool": Key(schema.one_of(*TOOLS)), "size": Key(schema.size, default=parse_size("4 GiB")),
      "repeats": Key(schema.whole(1, 1000), default=20)},
-    MemoryBandwidth, "each GPU's own memory bandwidth (PyTorch device-local copy)", needs_gpu_count=True,
-    cross_check=_exactly_one)
+    MemoryBandwidth, "each GPU's own memory bandwidth (nvbandwidth device_local_copy, or PyTorch)",
+    needs_gpu_count=True, cross_check=_exactly_one)
+
+
+@record
+class LocalCopy:
+    """One GPU's figure, or why its copy is no figure of that GPU."""
+
+    gbyte_s: float | None  # bytes read + written per second
+    how: str  # the message's account of the figure, or why there is none
 
 
 @record
 class MemoryCopies:
-    reading: Reading[dict[int, MemCopy]]
-    models: GpuModels
+    """What a tool measured, per GPU index; `failure` is why nothing can be judged at all (not measured),
+    `waived` what the tool printed when it refused to copy (every GPU fails)."""
 
-    @property
-    def evidence(self) -> tuple[str, ...]:
-        return self.reading.evidence + self.models.evidence
+    tool: str
+    evidence: tuple[str, ...]
+    models: GpuModels
+    failure: str | None = None
+    waived: str | None = None
+    copies: dict[int, LocalCopy] = field(default_factory=dict)
+
+
+def from_torch(reading: Reading[dict[int, MemCopy]], models: GpuModels) -> MemoryCopies:
+    copies = {}
+    for index, copy in (reading.value or {}).items():
+        if copy.device != f"cuda:{index}":
+            copies[index] = LocalCopy(None, f"the copy ran on {copy.device}, not on GPU{index}: not a GPU figure")
+        else:
+            copies[index] = LocalCopy(copy.gbyte_s, f"PyTorch, {copy.nbytes} bytes, median of {len(copy.seconds)}")
+    return MemoryCopies("PyTorch", reading.evidence + models.evidence, models, reading.failure, copies=copies)
+
+
+def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> MemoryCopies:
+    """device_local_copy's one row: cell [0][i] is GPU i, bytes copied per second; judged as twice that."""
+    evidence = reading.evidence + models.evidence
+    result = reading.value
+    if result is None:
+        return MemoryCopies("nvbandwidth", evidence, models, reading.failure)
+    if LOCAL_COPY in result.waived:
+        said = result.waived_lines.get(LOCAL_COPY, LOCAL_COPY)
+        return MemoryCopies("nvbandwidth", evidence, models, waived=f"nvbandwidth waived {LOCAL_COPY} (it printed {said!r})")
+    matrix = result.matrix(LOCAL_COPY)
+    if matrix is None or matrix.unit != "GB/s" or len(matrix.cells) != 1:
+        return MemoryCopies("nvbandwidth", evidence, models, f"nvbandwidth printed no {LOCAL_COPY} row in GB/s")
+    copies = {index: LocalCopy(2 * value, f"nvbandwidth {LOCAL_COPY} {value:g} GB/s copied, x 2: read + written")
+              for index, value in enumerate(matrix.cells[0]) if value is not None}
+    return MemoryCopies("nvbandwidth", evidence, models, copies=copies)
+
+
+def _minimum(section: MemoryBandwidth, m: MemoryCopies, index: int, v: Verdict) -> float | Check:
+    if section.min_bandwidth is not None:
+        return section.min_bandwidth.gbyte_s
+    assert section.min_fraction_of_peak is not None
+    model = m.models.model(index)
+    if model is None:
+        return v.not_measured(f"{m.models.missing(index)}: no published figure to take "
+                              f"{section.min_fraction_of_peak:g} of")
+    if model.memory_bandwidth_gbyte_s is None:
+        return v.not_measured(f"a {model.name} (PCI device 0x{model.device_id}) has no published memory bandwidth "
+                              f"to take {section.min_fraction_of_peak:g} of")
+    return section.min_fraction_of_peak * model.memory_bandwidth_gbyte_s
 
 
 def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract: Contract) -> Check:
     assert subject.gpu is not None
     index = subject.gpu
-    model = m.models.model(index)
     v = Verdict(CLAUSE.key, subject, unit="GB/s", evidence=m.evidence)
-    if section.min_bandwidth is not None:
-        minimum = section.min_bandwidth.gbyte_s
-    else:
-        assert section.min_fraction_of_peak is not None
-        if model is None:
-            return v.not_measured(f"{m.models.missing(index)}: no published figure to take "
-                                  f"{section.min_fraction_of_peak:g} of")
-        if model.memory_bandwidth_gbyte_s is None:
-            return v.not_measured(f"a {model.name} (PCI device 0x{model.device_id}) has no published memory bandwidth "
-                                  f"to take {section.min_fraction_of_peak:g} of")
-        minimum = section.min_fraction_of_peak * model.memory_bandwidth_gbyte_s
+    minimum = _minimum(section, m, index, v)
+    if isinstance(minimum, Check):
+        return minimum
     v = v.but(required=f">= {minimum:g}", threshold=minimum)
-    if m.reading.value is None:
-        return v.not_measured(m.reading.failure or "no measurement")
-    copy = m.reading.value.get(index)
+    if m.failure:
+        return v.not_measured(m.failure)
+    if m.waived:
+        return v.failed(None, f"GPU{index}: {m.waived}")
+    copy = m.copies.get(index)
     if copy is None:
-        return v.failed(None, f"GPU{index} was not measured (the workload measured GPUs {sorted(m.reading.value)})")
-    if copy.device != f"cuda:{index}":
-        return v.not_measured(f"the copy ran on {copy.device}, not on GPU{index}: not a GPU figure")
+        return v.failed(None, f"GPU{index} was not measured ({m.tool} measured GPUs {sorted(m.copies)})")
+    if copy.gbyte_s is None:
+        return v.not_measured(copy.how)
+    model = m.models.model(index)
     published = model.memory_bandwidth_gbyte_s if model else None
     what = f"{model.name}, {published:g} GB/s" if model and published else ""
     details, note = fraction_note(copy.gbyte_s, published, what)
     return v.at_least(copy.gbyte_s, minimum, f"GPU{index} device-local copy", details,
-                      suffix=f" (PyTorch, {copy.nbytes} bytes, median of {len(copy.seconds)}{note})")
+                      maximum=published * (1 + MARGIN) if published else None,
+                      maximum_reason=f"the published {published:g} GB/s of {what}, + {MARGIN:.0%}" if published else "",
+                      suffix=f" ({copy.how}{note})")
 
 
 CLAUSE = Clause("memory_bandwidth", SECTION, "test_memory_bandwidth", PerGpu(), "gpuaccept_memory_copies", judge,
-                "device-local copy, bytes read + written per second (PyTorch); or a fraction of the model's figure",
-                "GB/s")
+                "device-local copy, bytes read + written per second (nvbandwidth device_local_copy x 2, or PyTorch); "
+                "or a fraction of the model's figure", "GB/s")
 CLAUSES = (CLAUSE,)

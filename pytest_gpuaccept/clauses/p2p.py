@@ -100,7 +100,8 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool) -> P2pV
     waived = [case for case in wanted if case in result.waived]
     if waived:
         return P2pView("nvbandwidth", reading.evidence,
-                       no_peer_anywhere=f"nvbandwidth waived {', '.join(waived)}: peer access is not possible")
+                       no_peer_anywhere=f"nvbandwidth waived {', '.join(waived)}: peer access is not possible (it "
+                                        f"printed {'; '.join(repr(result.waived_lines.get(c, c)) for c in waived)})")
     missing = [c for c in wanted if c not in result.waived and result.matrix(c if c != BIDIR_CE else c + "_total") is None]
     if missing:
         return P2pView("nvbandwidth", reading.evidence, f"nvbandwidth printed no {', '.join(missing)} matrix")

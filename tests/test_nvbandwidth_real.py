@@ -1,0 +1,169 @@
+"""nvbandwidth as real hosts print it: every corpus output read to the figures EXPECTED.yaml gives (driver,
+what each waived testcase printed, device_local_copy per GPU); a testcase nvbandwidth waives (`Waiving X.`
+up to v0.4, a bare `Waived: ` in its place from v0.5) fails every pair or GPU that needed it, quoting it;
+memory_bandwidth measured through nvbandwidth's device_local_copy, judged on twice the printed figure."""
+
+import pytest
+import yaml
+from conftest import DATA, nvml_recording, pci_tree
+
+from pytest_gpuaccept.probes import ParseError
+from pytest_gpuaccept.probes.nvbandwidth import ALL_TESTCASES, parse_nvbandwidth
+
+NVB = DATA / "nvbandwidth"
+EXPECTED = yaml.safe_load((NVB / "EXPECTED.yaml").read_text())
+H20 = (NVB / "h20-3e_8gpu_v0.8_device_local_copy.txt").read_text()
+RTX2080TI = (NVB / "rtx2080ti_2gpu_v0.2_git6cefdda_waiving_write_ce.txt").read_text()
+RTX3050 = (NVB / "rtx3050_laptop_1gpu_v0.8_full_run_bare_waived_device_local_copy.txt").read_text()
+P2P_CASES = ("device_to_device_memcpy_write_ce", "device_to_device_memcpy_read_ce")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_real_output_reads_to_its_driver_waived_lines_and_local_copy(name):
+    facts = EXPECTED[name]
+    result = parse_nvbandwidth((NVB / name).read_text(errors="replace"))
+    assert result.driver == str(facts["driver_version"])
+    waived = {case for case, f in facts["testcases"].items() if f.get("status") == "Waived"}
+    assert result.waived == waived == set(result.waived_lines)
+    for case, line in facts.get("waived_lines", {}).items():
+        assert result.waived_lines[case] == line
+    if "waived_count" in facts:
+        assert len(result.waived) == facts["waived_count"]
+    if "device_local_copy_gbyte_s" in facts:
+        assert list(result.matrices["device_local_copy"].cells[0]) == facts["device_local_copy_gbyte_s"]
+
+
+def test_each_bare_waived_line_is_the_testcase_in_whose_place_it_stands():
+    result = parse_nvbandwidth(RTX3050)
+    # The 1-GPU DCGM JSON names its waived testcases; the 1-GPU v0.8 text run prints 17 nameless lines in
+    # their places: both name the same testcases.
+    dcgm = parse_nvbandwidth((NVB / "dcgm_tests_v0.5_json_verbose_1gpu_pcie3_waived_latency.json").read_text())
+    assert result.waived == dcgm.waived and len(result.waived) == 17
+    assert set(result.waived_lines.values()) == {"Waived:"}
+    # The matrix printed before a run of Waived lines is still that testcase's, never a waived one.
+    assert "device_to_host_bidirectional_memcpy_ce" not in result.waived
+    assert result.matrices["device_to_host_bidirectional_memcpy_ce"].cells == ((11.06,),)
+    assert parse_nvbandwidth(RTX3050, ALL_TESTCASES).waived == result.waived
+
+
+def test_a_run_of_waived_lines_that_does_not_fill_its_place_is_refused():
+    cut = RTX3050.replace("Waived: \nWaived: \nRunning all_to_host_memcpy_ce.", "Waived: \nRunning all_to_host_memcpy_ce.")
+    with pytest.raises(ParseError) as raised:
+        parse_nvbandwidth(cut)
+    assert "3 testcase(s) printed as Waived before all_to_host_memcpy_ce, where 4 were to run" in str(raised.value)
+
+
+# Constructed: what nvbandwidth v0.8 prints for `-t device_to_device_memcpy_write_ce -t
+# device_to_device_memcpy_read_ce` where no GPU can reach a peer (output.cpp: `Waived: ` for each testcase whose
+# filter() fails, in the order asked): the real 1-GPU run's header and two of its real `Waived: ` lines.
+V08_NO_PEER = RTX3050.split("Running host_to_device_memcpy_ce.")[0] + "Waived: \nWaived: \n"
+
+
+def test_bare_waived_lines_are_named_by_the_testcases_asked_in_order():
+    result = parse_nvbandwidth(V08_NO_PEER, P2P_CASES)
+    assert result.waived == set(P2P_CASES) and not result.matrices
+    with pytest.raises(ParseError) as raised:
+        parse_nvbandwidth(V08_NO_PEER, P2P_CASES[:1])
+    assert "2 testcase(s) printed as Waived at the end, where 1 were left to run" in str(raised.value)
+
+
+def test_a_full_run_replayed_where_one_testcase_was_asked_is_refused():
+    # The bare Waived lines of a run of every testcase cannot stand for the one testcase asked.
+    with pytest.raises(ParseError) as raised:
+        parse_nvbandwidth(RTX3050, ("device_local_copy",))
+    assert "4 testcase(s) printed as Waived before all_to_host_memcpy_ce, where 0 were to run" in str(raised.value)
+
+
+P2P_CONTRACT = "gpuaccept: 1\nvendor: V\ngpus: {count: 2}\np2p: {min_bandwidth: '10 GB/s'}\n"
+
+
+@pytest.mark.parametrize("output, printed", [
+    (RTX2080TI, "'Waiving device_to_device_memcpy_write_ce.'"),
+    (V08_NO_PEER, "'Waived:'; 'Waived:'"),
+])
+def test_a_waived_peer_copy_fails_every_pair_quoting_nvbandwidth(accept, fake_tools, output, printed):
+    fake_tools.add("nvbandwidth", output)
+    run = accept(P2P_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    checks = run.checks("p2p")
+    assert [(c["subject"], c["outcome"], c["measured"]) for c in checks] == [
+        ("GPU0->GPU1", "failed", None), ("GPU1->GPU0", "failed", None)]
+    assert all(f"peer access is not possible (it printed {printed})" in c["message"] for c in checks)
+    assert run.json["verdict"] == "rejected"
+
+
+MEMBW_CONTRACT = """\
+gpuaccept: 1
+vendor: V
+gpus: {{count: 8}}
+memory_bandwidth: {{{threshold}{tool}}}
+"""
+
+
+def _membw(accept, fake_tools, tmp_path, output, threshold, device="0x2330", tool=""):
+    fake_tools.add("nvbandwidth", output)
+    run = accept(MEMBW_CONTRACT.format(threshold=threshold, tool=tool), nvml_recording("h100_sxm5_8gpu.json"),
+                 pci_tree(tmp_path / "sys", device))
+    return {c["subject"]: c for c in run.checks("memory_bandwidth")}
+
+
+def test_memory_bandwidth_by_default_is_nvbandwidth_device_local_copy_judged_on_twice_the_figure(
+        accept, fake_tools, tmp_path):
+    checks = _membw(accept, fake_tools, tmp_path, H20, "min_bandwidth: '2232 GB/s'")
+    assert fake_tools.calls("nvbandwidth") == [["nvbandwidth", "-t", "device_local_copy"]]
+    assert {s: c["measured"] for s, c in checks.items()} == {
+        "GPU0": 2232.6, "GPU1": 2232.6, "GPU2": 2231.44, "GPU3": 2232.32, "GPU4": 2232.32, "GPU5": 2233.76,
+        "GPU6": 2234.34, "GPU7": 2232.6}
+    assert [s for s, c in checks.items() if c["outcome"] != "passed"] == ["GPU2"]
+    assert checks["GPU2"]["message"] == (
+        "GPU2 device-local copy 2231.44 GB/s < 2232 GB/s (nvbandwidth device_local_copy 1115.72 GB/s copied, x 2: "
+        "read + written; 67% of the published 3350 GB/s (H100 SXM5 80GB, 3350 GB/s))")
+    assert not fake_tools.calls("python")
+
+
+def test_a_fraction_of_peak_through_nvbandwidth(accept, fake_tools, tmp_path):
+    checks = _membw(accept, fake_tools, tmp_path, H20, "min_fraction_of_peak: 0.7", tool=", tool: nvbandwidth")
+    assert {(c["outcome"], c["threshold"]) for c in checks.values()} == {("failed", 2345.0)}
+
+
+def test_a_local_copy_faster_than_the_models_memory_can_go_fails(accept, fake_tools, tmp_path):
+    checks = _membw(accept, fake_tools, tmp_path, H20, "min_bandwidth: '1000 GB/s'", device="0x20b0")
+    assert {c["outcome"] for c in checks.values()} == {"failed"}
+    assert checks["GPU0"]["message"].startswith(
+        "GPU0 device-local copy 2232.6 GB/s is implausible: above 1710.5 GB/s (the published 1555 GB/s of "
+        "A100 SXM4 40GB, 1555 GB/s, + 10%)")
+
+
+def test_a_waived_local_copy_fails_every_gpu_quoting_nvbandwidth(accept, fake_tools, tmp_path):
+    # Constructed: the real H20-3e run with its device_local_copy announced by a bare `Waived: ` instead.
+    waived = H20.split("Running device_local_copy.")[0] + "Waived: \n"
+    checks = _membw(accept, fake_tools, tmp_path, waived, "min_bandwidth: '1 GB/s'")
+    assert len(checks) == 8 and {(c["outcome"], c["measured"]) for c in checks.values()} == {("failed", None)}
+    assert checks["GPU3"]["message"] == "GPU3: nvbandwidth waived device_local_copy (it printed 'Waived:')"
+
+
+def test_a_gpu_missing_from_the_row_fails(accept, fake_tools, tmp_path):
+    # Constructed: what the real 1-GPU host printed, as `-t device_local_copy` alone would have printed it.
+    alone = RTX3050.split("Running host_to_device_memcpy_ce.")[0] + "Running device_local_copy." + \
+        RTX3050.split("Running device_local_copy.")[1]
+    checks = _membw(accept, fake_tools, tmp_path, alone, "min_bandwidth: '100 GB/s'")
+    assert (checks["GPU0"]["outcome"], checks["GPU0"]["measured"]) == ("passed", 168.66)
+    assert checks["GPU1"]["outcome"] == "failed"
+    assert checks["GPU1"]["message"] == "GPU1 was not measured (nvbandwidth measured GPUs [0])"
+
+
+def test_a_cut_local_copy_is_not_measured(accept, fake_tools, tmp_path):
+    checks = _membw(accept, fake_tools, tmp_path, H20.replace("SUM device_local_copy 8930.99\n", ""),
+                    "min_bandwidth: '1 GB/s'")
+    assert {c["outcome"] for c in checks.values()} == {"not_measured"}
+    assert "device_local_copy: no SUM line after the matrix: cut" in checks["GPU0"]["message"]
+
+
+def test_tool_torch_runs_pytorch_even_where_nvbandwidth_is_found(accept, fake_tools, tmp_path):
+    checks = _membw(accept, fake_tools, tmp_path, H20, "min_bandwidth: '1 GB/s'", tool=", tool: torch")
+    assert not fake_tools.calls("nvbandwidth") and len(checks) == 8
+
+
+def test_tool_nvbandwidth_without_nvbandwidth_is_not_measured(accept, fake_tools, tmp_path):
+    run = accept(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1 GB/s'", tool=", tool: nvbandwidth"),
+                 nvml_recording("h100_sxm5_8gpu.json"))
+    assert {c["message"] for c in run.checks("memory_bandwidth")} == {"not measured: nvbandwidth not found on PATH"}
