@@ -167,3 +167,16 @@ def test_tool_nvbandwidth_without_nvbandwidth_is_not_measured(accept, fake_tools
     run = accept(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1 GB/s'", tool=", tool: nvbandwidth"),
                  nvml_recording("h100_sxm5_8gpu.json"))
     assert {c["message"] for c in run.checks("memory_bandwidth")} == {"not measured: nvbandwidth not found on PATH"}
+
+
+@pytest.mark.parametrize("tool, on_path, wanted", [
+    ("", True, "nvbandwidth"), ("", False, "torch"), (", tool: torch", True, "torch"),
+    (", tool: nvbandwidth", False, "nvbandwidth")])
+def test_doctor_asks_for_the_copier_the_run_will_use(fake_tools, tool, on_path, wanted):
+    from pytest_gpuaccept.contract import parse_contract
+    from pytest_gpuaccept.doctor import needs
+
+    if on_path:
+        fake_tools.add("nvbandwidth", H20)
+    contract = parse_contract(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1 GB/s'", tool=tool), "v.yaml")
+    assert [n.name for n in needs(contract) if "memory_bandwidth" in n.clauses] == [wanted]
