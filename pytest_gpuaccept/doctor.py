@@ -65,7 +65,8 @@ def _hints() -> dict[str, str]:
         "ethtool": "Debian/Ubuntu: apt install ethtool; RHEL: dnf install ethtool",
         TOOL_IPERF3: "Debian/Ubuntu: apt install iperf3; RHEL: dnf install iperf3 (3.16 or newer is multi-threaded)",
         "ip": "Debian/Ubuntu: apt install iproute2; RHEL: dnf install iproute",
-        "dmesg": "Debian/Ubuntu/RHEL: util-linux; reading the kernel log needs root or kernel.dmesg_restrict=0",
+        "dmesg": "Debian/Ubuntu/RHEL: util-linux; reading the kernel log needs root or kernel.dmesg_restrict=0 "
+                 "(else `journalctl -k` is read: the systemd-journal or adm group)",
         "scontrol": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm), "
                     "on the login node",
         "srun": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm)",

@@ -403,6 +403,7 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
         return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop, told)
 
     from .probes import kernel_log
+    from .probes._run import Reading
 
     started = kernel_log.uptime()
     run = state.runner.run_during(command, duration_s, sample, samples_file)
@@ -416,8 +417,11 @@ def _under_load(state: State, command: Command, duration_s: float, count: int, s
         times = state.runner.reading("load-window.json", lambda: {"started_uptime_s": started, "ended_uptime_s": ended})
         if times.get("started_uptime_s") is not None and times.get("ended_uptime_s") is not None:
             window = (float(times["started_uptime_s"]), float(times["ended_uptime_s"]))
-            kernel = kernel_log.read_xids(state.runner)
-            evidence = (*evidence, "load-window.json", *kernel.evidence)
+            kernel, tried = kernel_log.read_xids(state.runner)
+            evidence = (*evidence, "load-window.json", *tried)
+        else:  # no boot clock to place the kernel's lines on: the kernel log cannot be judged, never "no Xid"
+            kernel = Reading(None, None, "the load's window on the boot clock (/proc/uptime) could not be read")
+            evidence = (*evidence, "load-window.json")
     buses = {g.index: g.pci_bus_id for g in state.host().gpus}
 
     def load(series: dict[int, nvml.GpuSeries], failure: str | None, workload_failure: str | None) -> LoadRun:

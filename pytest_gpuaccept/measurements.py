@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .probes.ib_write_bw import WriteBw
     from .probes.iperf3 import Iperf3Runs
     from .probes.iproute import Route
-    from .probes.kernel_log import KernelXid
+    from .probes.kernel_log import KernelLog
     from .probes.nccl_tests import NcclResult
     from .probes.nvidia_smi import LinkErrors
     from .probes.nvml import GpuSeries, Host
@@ -120,7 +120,7 @@ class LoadRun:
     failure: str | None  # nothing could be sampled (no driver, no PyTorch, workload missing)
     workload_failure: str | None  # the workload crashed or ended early: not a load to judge
     evidence: tuple[str, ...]
-    kernel: Reading[list[KernelXid]] | None = None  # dmesg after the load; None where no kernel log applies
+    kernel: Reading[KernelLog] | None = None  # dmesg (or journalctl -k) after the load; None: no log applies
     window: tuple[float, float] | None = None  # the load, in seconds since boot (the kernel log's clock)
     buses: dict[int, str] = field(default_factory=dict)  # GPU index -> NVML bus ID, to match kernel lines
     models: GpuModels | None = None  # published TDP beside the power limits

@@ -17,6 +17,9 @@ from .base import Clause, PerGpu, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..models import Model
+    from ..probes._run import Reading
+    from ..probes.kernel_log import KernelLog, KernelXid
 
 
 @record
@@ -36,7 +39,7 @@ class Health:
     pcie_width: int | None
     power_limit: str | None  # "default": the enforced limit is not below the GPU's default limit
     max_remapped_rows: int | None  # rows already remapped for uncorrectable errors (history), per GPU
-    xid: bool  # no Xid error event on any GPU during the load (NVML events; the kernel log where readable)
+    xid: bool  # no Xid error event on any GPU during the load (NVML events and the kernel log)
 
 
 def _utilisation_rules(util: Utilisation, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -286,13 +289,48 @@ TDP_FRACTION = 0.85  # a card whose limit (or, with NVML's constraints, maximum)
 
 
 def _kernel_pci(bus: str) -> str:
-    """NVML's `00000000:18:00.0` as the driver writes it in the kernel log: `0000:18:00` (no function)."""
+    """NVML's `00000001:18:00.0` as the driver writes it in the kernel log: `0001:18:00` (the domain kept, no
+    function)."""
     return sysfs_bus_id(bus).rsplit(".", 1)[0] if bus.count(":") == 2 else ""
+
+
+def _kernel_source(kernel: Reading[KernelLog]) -> str:
+    """`the kernel log`, naming journalctl where dmesg could not be read and the journal was."""
+    argv = kernel.run.argv if kernel.run is not None else ()
+    return "the kernel log (journalctl -k)" if argv and argv[0].endswith("journalctl") else "the kernel log"
+
+
+def _kernel_failure(v: Verdict, kernel: Reading[KernelLog], pci: str, window: tuple[float, float] | None) -> Check | None:
+    """The failure the kernel log shows for the GPU at `pci` during the load, or None where it shows none.
+
+    A line without a boot-clock time (printk.time=0, dmesg -T, the journal's wall clock) counts as inside the
+    load; a GPU whose PCI address NVML does not give owns every line; an NVRM Xid line that cannot be read
+    fails every GPU, quoted."""
+    assert kernel.value is not None
+    log, source = kernel.value, _kernel_source(kernel)
+    if log.unreadable:
+        shown = "; ".join(repr(line) for line in log.unreadable[:3])
+        return v.failed(len(log.unreadable), f"NVML reported no Xid event, but {source} has {len(log.unreadable)} "
+                        f"NVRM Xid line(s) that cannot be read (counted against every GPU): {shown}")
+    start, end = window or (0.0, float("inf"))
+    hits = [x for x in log.xids if (not pci or x.pci == pci) and (x.t_s is None or start - 1.0 <= x.t_s <= end + 1.0)]
+    if not hits:
+        return None
+    shown = "; ".join(f"[{_when(x)}] Xid {x.xid}: {x.text[:80]}" for x in hits[:3])
+    unplaced = " (a line without a boot-clock time counts as inside the load)" if any(x.t_s is None for x in hits) else ""
+    return v.failed(len(hits), f"NVML reported no Xid event, but {source} shows {len(hits)} for PCI {pci or '(unknown)'} "
+                    f"during the load{unplaced}: {shown}")
+
+
+def _when(x: KernelXid) -> str:
+    return f"{x.t_s:.1f}" if x.t_s is not None else (x.stamp or "no time stamp")
 
 
 def judge_xid(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """No Xid error during the load: NVML's Xid events for the GPU, and the kernel log's NVRM Xid lines for its
-    PCI address within the load's window where the log is readable (dmesg needs root)."""
+    PCI address within the load's window. Beside a live load (or its replay) a kernel log that cannot be read
+    (dmesg needs root; journalctl -k the systemd-journal group) leaves the check not measured: NVML alone is not
+    the second source the clause promises. Beside an NVML recording there is no kernel log of that host."""
     v = Verdict(XID.key, subject, "== 0", "events", m.evidence, 0.0)
     series = _sampled(v, m, subject)
     if isinstance(series, Check):
@@ -303,23 +341,19 @@ def judge_xid(section: Health, subject: Subject, m: LoadRun, contract: Contract)
     if series.xid.get("error"):
         return v.not_measured(f"NVML cannot deliver Xid events for this GPU: {series.xid['error']}")
     events = [e for e in series.xid.get("events", []) if isinstance(e, dict)]
-    pci = _kernel_pci(m.buses.get(subject.gpu, ""))
-    kernel_note, in_window = "", []
-    if m.kernel is not None:
-        if m.kernel.value is None:
-            kernel_note = f"; kernel log not readable ({m.kernel.failure}), NVML alone"
-        else:
-            start, end = m.window or (0.0, float("inf"))
-            in_window = [x for x in m.kernel.value if x.pci == pci and start - 1.0 <= x.t_s <= end + 1.0]
-            kernel_note = f"; the kernel log agrees (no NVRM Xid for PCI {pci} during the load)"
     if events:
         shown = ", ".join(f"Xid {e.get('xid')} at t={e.get('t_s')} s" for e in events[:5])
         return v.failed(len(events), f"NVML reported {len(events)} Xid event(s) during the load: {shown}")
-    if in_window:
-        shown = "; ".join(f"[{x.t_s:.1f}] Xid {x.xid}: {x.text[:80]}" for x in in_window[:3])
-        return v.failed(len(in_window), f"NVML reported no Xid event, but the kernel log shows {len(in_window)} for "
-                        f"PCI {pci} during the load: {shown}")
-    return v.passed(0, f"no Xid event during the load (NVML events){kernel_note}")
+    if m.kernel is None:  # an NVML recording: the kernel log here is not the recorded host's
+        return v.passed(0, "no Xid event during the load (NVML events)")
+    if m.kernel.value is None:
+        return v.not_measured(f"NVML reported no Xid event, but the kernel log cannot be read: {m.kernel.failure}")
+    pci = _kernel_pci(m.buses.get(subject.gpu, ""))
+    failed = _kernel_failure(v, m.kernel, pci, m.window)
+    if failed is not None:
+        return failed
+    return v.passed(0, f"no Xid event during the load (NVML events); {_kernel_source(m.kernel)} agrees (no NVRM Xid "
+                       f"for PCI {pci or '(unknown)'} during the load)")
 
 
 def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
@@ -360,6 +394,6 @@ REMAPPED_ROWS = Clause("health.remapped_rows", HEALTH, "test_remapped_rows", Per
                        judge_remapped_rows, "rows remapped for uncorrectable errors (or double-bit retired pages), "
                        "at most `max_remapped_rows`", "rows", lambda s: s.max_remapped_rows is not None)
 XID = Clause("health.xid", HEALTH, "test_xid", PerGpu(), "gpuaccept_load", judge_xid,
-             "no Xid error event during the load (NVML events; the kernel log's NVRM Xid lines where readable)",
+             "no Xid error event during the load (NVML events; the kernel log's NVRM Xid lines, unread: not measured)",
              "events", lambda s: s.xid)
 CLAUSES = (UTIL, ECC, ROW_REMAPPING, THROTTLE, PCIE, POWER_LIMIT, REMAPPED_ROWS, XID)
