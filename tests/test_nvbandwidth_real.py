@@ -180,3 +180,16 @@ def test_doctor_asks_for_the_copier_the_run_will_use(fake_tools, tool, on_path, 
         fake_tools.add("nvbandwidth", H20)
     contract = parse_contract(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1 GB/s'", tool=tool), "v.yaml")
     assert [n.name for n in needs(contract) if "memory_bandwidth" in n.clauses] == [wanted]
+
+
+def test_a_waived_host_copy_fails_every_gpu_and_direction_quoting_nvbandwidth(accept, fake_tools):
+    # Constructed: the real RTX 2080 Ti run's header with both host testcases announced as its v0.2 waives them.
+    waived = RTX2080TI.split("Waiving")[0] + ("Waiving host_to_device_memcpy_ce.\n\n"
+                                             "Waiving device_to_host_memcpy_ce.\n\n")
+    fake_tools.add("nvbandwidth", waived)
+    run = accept("gpuaccept: 1\nvendor: V\ngpus: {count: 2}\nhost_bandwidth: {min_bandwidth: '1 GB/s'}\n",
+                 nvml_recording("h100_sxm5_8gpu.json"))
+    checks = run.checks("host_bandwidth")
+    assert len(checks) == 4 and {(c["outcome"], c["measured"]) for c in checks} == {("failed", None)}
+    assert checks[0]["message"] == ("nvbandwidth waived host_to_device_memcpy_ce (it printed "
+                                    "'Waiving host_to_device_memcpy_ce.')")

@@ -56,6 +56,7 @@ class HostCopies:
     models: GpuModels | None = None
     tool: str = "nvbandwidth"
     cpus: dict[int, str] = field(default_factory=dict)  # torch: the CPUs each GPU's pinned buffer came from
+    waived: str | None = None  # nvbandwidth waived a testcase this clause needs: every GPU fails, quoting it
 
 
 def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> HostCopies:
@@ -68,8 +69,10 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> HostCo
     for aspect, case in TESTCASES.items():
         matrix = result.matrix(case)
         if matrix is None or matrix.unit != "GB/s" or len(matrix.cells) != 1:
-            why = "waived" if case in result.waived else "not printed as one row in GB/s"
-            return HostCopies(evidence, f"nvbandwidth {case}: {why}", models=models)
+            if case in result.waived:
+                said = result.waived_lines.get(case, case)
+                return HostCopies(evidence, models=models, waived=f"nvbandwidth waived {case} (it printed {said!r})")
+            return HostCopies(evidence, f"nvbandwidth {case}: not printed as one row in GB/s", models=models)
         columns.append(len(matrix.cells[0]))
         for index, value in enumerate(matrix.cells[0]):
             if value is not None:
@@ -94,6 +97,8 @@ def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Con
     v = Verdict(CLAUSE.key, subject, f">= {fmt(minimum)}", "GB/s", m.evidence, minimum)
     if m.failure:
         return v.not_measured(m.failure)
+    if m.waived:
+        return v.failed(None, m.waived)
     if subject.gpu >= m.columns:
         return v.failed(None, f"GPU{subject.gpu} not in {m.tool}'s matrix: it has {m.columns} GPUs")
     value = m.figures.get((subject.gpu, subject.aspect))
