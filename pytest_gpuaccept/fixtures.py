@@ -205,23 +205,26 @@ def gpuaccept_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract,
 
 
 @pytest.fixture(scope="session")
-def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> P2pView:
-    """GPU-to-GPU copy bandwidth, once per run, with the contract's tool (nvbandwidth by default)."""
-    from .clauses import p2p
+def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+                  gpuaccept_topology: Reading[Topology]) -> P2pView:
+    """GPU-to-GPU copy bandwidth, once per run, with the contract's tool (nvbandwidth by default), and what each
+    pair's path can carry (`topo -m`, NVML's links, sysfs's PCIe links: clauses/plausible.py)."""
+    from .clauses import p2p, plausible
     from .probes import nvbandwidth, p2p_latency
 
     runner = gpuaccept_state.runner
     section = p2p.SECTION.of(gpuaccept_contract)
     both = section.min_bidirectional is not None
+    paths = plausible.read_paths(gpuaccept_state, gpuaccept_models, gpuaccept_topology)
     if section.tool == "torch":
         from .probes import torch_p2p
 
         reading = torch_p2p.run_torch_p2p(runner, gpuaccept_contract.gpus.count, section.size.nbytes, section.repeats, both)
-        return p2p.with_models(p2p.from_torch(reading, gpuaccept_contract.gpus.count), gpuaccept_models)
+        return p2p.with_models(p2p.from_torch(reading, gpuaccept_contract.gpus.count), gpuaccept_models, paths)
     if section.tool == "p2pBandwidthLatencyTest":
-        return p2p.with_models(p2p.from_p2p_latency(p2p_latency.run_p2p_latency(runner), both), gpuaccept_models)
+        return p2p.with_models(p2p.from_p2p_latency(p2p_latency.run_p2p_latency(runner), both), gpuaccept_models, paths)
     cases = (p2p.WRITE_CE, p2p.READ_CE) + ((p2p.BIDIR_CE,) if both else ())
-    return p2p.with_models(p2p.from_nvbandwidth(nvbandwidth.run_nvbandwidth(runner, cases), both), gpuaccept_models)
+    return p2p.with_models(p2p.from_nvbandwidth(nvbandwidth.run_nvbandwidth(runner, cases), both), gpuaccept_models, paths)
 
 
 @pytest.fixture(scope="session")
@@ -243,18 +246,19 @@ def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
                           gpuaccept_models: GpuModels) -> HostCopies:
     """Host <-> GPU copy bandwidth per GPU and direction: one nvbandwidth run, or our PyTorch workload with each
     GPU's pinned buffer allocated on its own NUMA node (its local_cpulist in sysfs)."""
-    from .clauses import host_bandwidth
+    from .clauses import host_bandwidth, plausible
     from .probes import nvbandwidth, torch_hostbw
 
     state = gpuaccept_state
     section = host_bandwidth.SECTION.of(gpuaccept_contract)
+    paths = plausible.read_paths(state, gpuaccept_models)  # each GPU's PCIe link: the most a host copy carries
     if section.tool == "torch":
         count = gpuaccept_contract.gpus.count
         cpus = {gpu: local for gpu, local in state.local_cpus().items() if gpu < count}
         reading = torch_hostbw.run_torch_hostbw(state.runner, count, section.size.nbytes, section.repeats, cpus)
-        return host_bandwidth.from_torch(reading, gpuaccept_models, count)
+        return host_bandwidth.from_torch(reading, gpuaccept_models, count, paths)
     nvb = nvbandwidth.run_nvbandwidth(state.runner, tuple(host_bandwidth.TESTCASES.values()), key="nvbandwidth_host")
-    return host_bandwidth.from_nvbandwidth(nvb, gpuaccept_models)
+    return host_bandwidth.from_nvbandwidth(nvb, gpuaccept_models, paths)
 
 
 @pytest.fixture(scope="session")

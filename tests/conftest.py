@@ -31,10 +31,11 @@ class FakeTools:
     tools: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
     def add(self, name: str, stdout: Path | str | bytes = b"", *, when: str = "", rc: int = 0, stderr: str = "",
-            sleep: float = 0.0, hang: float = 0.0, then: str = "") -> None:
+            sleep: float | None = None, hang: float = 0.0, then: str = "") -> None:
         """Add a response: for argv containing `when` (first match wins; "" matches all).
 
-        `sleep` waits before printing, `hang` after printing (a tool stuck with its output half written);
+        `sleep` waits before printing (by default, a copy tool waits as long as the copies it prints took:
+        clauses/plausible.py refuses a run shorter than its own timed work; sleep=0 is a tool that does not), `hang` after printing (a tool stuck with its output half written);
         `then` is Python run after printing (what the tool does to the host: counters it moves, files it writes).
         """
         if isinstance(stdout, Path):
@@ -43,6 +44,11 @@ class FakeTools:
             data = stdout.encode()
         else:
             data = stdout
+        if sleep is None:
+            from pytest_gpuaccept.clauses.plausible import claimed_seconds
+
+            timed = claimed_seconds(name, data.decode(errors="replace"))
+            sleep = timed + 0.05 if timed else 0.0
         blob = self.bin_dir / f".{name}.{len(self.tools.get(name, []))}.out"
         blob.write_bytes(data)
         self.tools.setdefault(name, []).append(

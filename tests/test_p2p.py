@@ -5,7 +5,7 @@ failing, never passing on a number that went through host memory."""
 
 import pytest
 import yaml
-from conftest import DATA, nvml_recording
+from conftest import DATA, nvml_recording, pci_tree
 
 from pytest_gpuaccept.contract import ContractError, parse_contract
 from pytest_gpuaccept.probes import ParseError
@@ -47,6 +47,11 @@ def test_the_p2p_latency_test_reads_as_expected():
 B300 = (NVB / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt").read_text()
 
 
+def b300_host(tmp_path):
+    """The NVML recording's GPUs as B300s (0x3182): B300 figures are more than an H100's NVLinks carry."""
+    return pci_tree(tmp_path / "sys", "0x3182")
+
+
 @pytest.mark.parametrize("cut, why", [
     (lambda t: t.replace(" 3    765.80    765.18    765.93       N/A    765.32    765.05    764.50\n", ""), "row 3 missing"),
     (lambda t: t.replace("SUM device_to_device_memcpy_read_ce 32140.19", "SUM device_to_device_memcpy_read_ce 32999.19"),
@@ -78,7 +83,7 @@ def _checks(run, clause="p2p"):
 def test_nvbandwidth_each_ordered_pair_is_judged_on_its_own_cells(accept, fake_tools, tmp_path):
     fake_tools.add("nvbandwidth", B300)
     run = accept(CONTRACT.format(count=7, minimum="700 GB/s", extra="  min_bidirectional: '1500 GB/s'\n"),
-                 nvml_recording("h100_sxm5_8gpu.json"))
+                 nvml_recording("h100_sxm5_8gpu.json"), b300_host(tmp_path))
     result = parse_nvbandwidth(B300)
     write = result.matrices["device_to_device_memcpy_write_ce"].cells
     read = result.matrices["device_to_device_memcpy_read_ce"].cells
@@ -98,7 +103,7 @@ def test_nvbandwidth_each_ordered_pair_is_judged_on_its_own_cells(accept, fake_t
                                                 "device_to_device_bidirectional_memcpy_read_ce"]]
 
 
-def test_nvbandwidth_a_threshold_just_above_the_weakest_pairs_fails_those_pairs_only(accept, fake_tools):
+def test_nvbandwidth_a_threshold_just_above_the_weakest_pairs_fails_those_pairs_only(accept, fake_tools, tmp_path):
     fake_tools.add("nvbandwidth", B300)
     result = parse_nvbandwidth(B300)
     write = result.matrices["device_to_device_memcpy_write_ce"].cells
@@ -108,7 +113,7 @@ def test_nvbandwidth_a_threshold_just_above_the_weakest_pairs_fails_those_pairs_
     weakest = sorted(f"GPU{i}->GPU{j}" for (i, j), value in pairs.items() if value == lowest)
     assert len(weakest) == 4  # four pairs at 764.16 GB/s in the real output: the other 38 stay above
     run = accept(CONTRACT.format(count=7, minimum=f"{lowest + 0.005:.3f} GB/s", extra=""),
-                 nvml_recording("h100_sxm5_8gpu.json"))
+                 nvml_recording("h100_sxm5_8gpu.json"), b300_host(tmp_path))
     failed = sorted(s for s, c in _checks(run).items() if c["outcome"] != "passed")
     assert failed == weakest
 
@@ -146,9 +151,10 @@ def test_nvbandwidth_waiving_peer_copies_fails_every_pair(accept, fake_tools):
            "not possible" in checks["GPU0->GPU1"]["message"]
 
 
-def test_more_gpus_contracted_than_the_matrix_has_fail(accept, fake_tools):
+def test_more_gpus_contracted_than_the_matrix_has_fail(accept, fake_tools, tmp_path):
     fake_tools.add("nvbandwidth", B300)
-    run = accept(CONTRACT.format(count=8, minimum="700 GB/s", extra=""), nvml_recording("h100_sxm5_8gpu.json"))
+    run = accept(CONTRACT.format(count=8, minimum="700 GB/s", extra=""), nvml_recording("h100_sxm5_8gpu.json"),
+                 b300_host(tmp_path))
     checks = _checks(run)
     assert checks["GPU0->GPU7"]["outcome"] == "failed"
     assert checks["GPU0->GPU7"]["message"] == "GPU0->GPU7 not in the nvbandwidth matrix: it has 7 GPUs"

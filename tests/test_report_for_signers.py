@@ -39,7 +39,8 @@ def rejected_8gpu(accept, fake_tools, tmp_path):
     recording.write_text(json.dumps(reading))
     contract = (FULL.replace('duration: "60 s"', 'duration: "2 s"').replace('warmup: "10 s"', 'warmup: "1 s"')
                 .replace("workload: builtin", "workload: [train-job]").replace('duration: "30 s"', 'duration: "1 s"')
-                .replace("repeats: 2", "repeats: 1\n  args: ['-n', '1']"))
+                .replace("repeats: 2", "repeats: 1\n  args: ['-n', '1']")
+                .replace('max_bytes: "8 GiB"', 'max_bytes: "16 GiB"'))  # the P5 log's sweep ends at 16 GiB
     run = accept(contract, f"--gpuaccept-nvml={recording}", pci_tree(tmp_path / "sys"))
     assert run.json["verdict"] == "rejected"
     return run

@@ -96,6 +96,7 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
         tables.append((f"{label}: {reading.run.command}", busbw_rows(result, minimum)))
         run_problems = _run_problems(result, section.max_bytes.nbytes, gpus)
         run_problems += not_this_run(result, reading.run, m.host, gpus)
+        run_problems += unasked_sizes(result, reading.run.argv)
         if (unplaced := unplaced_ranks(result, m.host, gpus)) is not None:
             unknown.append(f"{label}: {unplaced}")
         if reading.run.returncode not in (0, None):
@@ -245,6 +246,42 @@ def unplaced_ranks(result: NcclResult, host: Host | None, gpu_count: int) -> str
             f"(`[0x{rank.bus:02x}]`, as nccl-tests before 2.14.1 prints it), and "
             f"{', '.join(f'GPU{i} ({pci_name(places[i])})' for i in found)} all sit on that bus: "
             "an nccl-tests that prints [domain:bus:device] tells which GPU each rank ran on")
+
+
+def asked_size(argv: tuple[str, ...] | list[str], *flags: str) -> int | None:
+    """The last `-e N` / `--maxbytes N` (or `=N`) of a command line, as nccl-tests reads it: a K, M or G suffix
+    is 1024, 1024^2 or 1024^3 (its parsesize); None where the flag is absent or not a size."""
+    value = None
+    for n, word in enumerate(argv):
+        for flag in flags:
+            if word == flag and n + 1 < len(argv):
+                value = argv[n + 1]
+            elif flag.startswith("--") and word.startswith(flag + "="):
+                value = word.split("=", 1)[1]
+    if value is None:
+        return None
+    scale = {"k": 2**10, "m": 2**20, "g": 2**30}.get(value[-1:].lower(), 1)
+    digits = value[:-1] if scale > 1 else value
+    return int(digits) * scale if digits.isdigit() else None
+
+
+def unasked_sizes(result: NcclResult, argv: tuple[str, ...] | list[str]) -> list[str]:
+    """Why the table's sizes are not the ones the command asked for: a row above `-e`, or the judged (largest)
+    size outside [-b, -e]. A table that says it measured more than it was asked is not this command's."""
+    low, high = asked_size(argv, "-b", "--minbytes"), asked_size(argv, "-e", "--maxbytes")
+    largest = result.largest
+    if largest is None:
+        return []
+    if high is None:
+        return [f"the command `{' '.join(argv)}` asked no -e (maxbytes): the size judged is not one it asked for"]
+    above = max((r.size_bytes for r in result.rows if r.size_bytes > high), default=None)
+    if above is not None:
+        return [f"the table has a row at {human_bytes(above)} ({above} B), above the "
+                f"`-e {high}` ({human_bytes(high)}) the command asked: not this command's measurement"]
+    if low is not None and largest.size_bytes < low:
+        return [f"the largest row, {human_bytes(largest.size_bytes)}, is below the `-b {low}` the command asked: "
+                "not this command's measurement"]
+    return []
 
 
 def busbw_rows(result: NcclResult, threshold: float) -> list[list[Any]]:

@@ -19,6 +19,7 @@ from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, Verdict, fmt
+from . import plausible
 from .base import Clause, PerGpuAspect, Section
 
 if TYPE_CHECKING:
@@ -56,10 +57,12 @@ class HostCopies:
     models: GpuModels | None = None
     tool: str = "nvbandwidth"
     cpus: dict[int, str] = field(default_factory=dict)  # torch: the CPUs each GPU's pinned buffer came from
+    paths: plausible.Paths | None = None  # what each GPU's host link can carry (plausible.py)
+    too_fast: str | None = None  # the run ended before the copies it reports could: not a measurement
     waived: str | None = None  # nvbandwidth waived a testcase this clause needs: every GPU fails, quoting it
 
 
-def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> HostCopies:
+def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, paths: plausible.Paths | None = None) -> HostCopies:
     evidence = reading.evidence + models.evidence
     result = reading.value
     if result is None:
@@ -77,10 +80,11 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> HostCo
         for index, value in enumerate(matrix.cells[0]):
             if value is not None:
                 figures[(index, aspect)] = value
-    return HostCopies(evidence, None, figures, min(columns), models)
+    too_fast = plausible.too_fast(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()))
+    return HostCopies(evidence, None, figures, min(columns), models, paths=paths, too_fast=too_fast)
 
 
-def from_torch(reading: Reading[HostBw], models: GpuModels, gpus: int) -> HostCopies:
+def from_torch(reading: Reading[HostBw], models: GpuModels, gpus: int, paths: plausible.Paths | None = None) -> HostCopies:
     evidence = reading.evidence + models.evidence
     result = reading.value
     if result is None:
@@ -88,7 +92,8 @@ def from_torch(reading: Reading[HostBw], models: GpuModels, gpus: int) -> HostCo
     if result.device != "cuda":
         return HostCopies(evidence, f"the copies ran on the {result.device}, not to and from GPUs", models=models,
                           tool="PyTorch")
-    return HostCopies(evidence, None, dict(result.figures), gpus, models, "PyTorch", dict(result.cpus))
+    too_fast = plausible.too_fast(reading.run, plausible.torch_work(reading.run.stdout if reading.run else ""))
+    return HostCopies(evidence, None, dict(result.figures), gpus, models, "PyTorch", dict(result.cpus), paths, too_fast)
 
 
 def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Contract) -> Check:
@@ -99,6 +104,8 @@ def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Con
         return v.not_measured(m.failure)
     if m.waived:
         return v.failed(None, m.waived)
+    if m.too_fast:
+        return v.failed(None, m.too_fast)
     if subject.gpu >= m.columns:
         return v.failed(None, f"GPU{subject.gpu} not in {m.tool}'s matrix: it has {m.columns} GPUs")
     value = m.figures.get((subject.gpu, subject.aspect))
@@ -108,10 +115,15 @@ def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Con
     published = PCIE_X16_GBYTE_S.get(model.pcie_gen) if model else None
     details, note = fraction_note(value, published, f"PCIe Gen{model.pcie_gen} x16, {model.name}" if model else "")
     direction = "host to GPU" if subject.aspect == "h2d" else "GPU to host"
+    cap = plausible.host_cap(m.paths, subject.gpu) if m.paths else plausible.Cap(None, "the paths were not read")
+    implausible = plausible.beyond(value, cap, f"{subject} {direction}")
+    if implausible:
+        return plausible.with_paths(v, m.paths).failed(value, f"{implausible} ({m.tool})", {"physical_cap_gbyte_s": cap.gbyte_s})
+    details["physical_cap"] = f"{cap.gbyte_s:g} GB/s ({cap.path})" if cap.gbyte_s else f"unknown ({cap.path})"
     where = f", host buffer on CPUs {m.cpus[subject.gpu]}" if m.cpus.get(subject.gpu) else ""
     if m.cpus.get(subject.gpu):
         details["host_cpus"] = m.cpus[subject.gpu]
-    return v.at_least(value, minimum, f"{subject} {direction}", details, suffix=f" ({m.tool}{where}{note})")
+    return v.at_least(value, minimum, f"{subject} {direction}", details, suffix=f" ({m.tool}{where}{note}{plausible.unchecked(cap)})")
 
 
 CLAUSE = Clause("host_bandwidth", SECTION, "test_host_bandwidth", PerGpuAspect(("h2d", "d2h"), "`GPU<i>:h2d`, `GPU<i>:d2h`"),

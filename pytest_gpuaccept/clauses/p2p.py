@@ -30,6 +30,7 @@ from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, Verdict, fmt
+from . import plausible
 from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, Section
 
 if TYPE_CHECKING:
@@ -81,14 +82,17 @@ class P2pView:
     matrix_gpus: int = 0
     no_peer_anywhere: str | None = None  # the tool waived P2P altogether
     models: GpuModels | None = None  # for "x % of the published figure"
+    paths: plausible.Paths | None = None  # what each pair's path can carry (plausible.py)
+    too_fast: str | None = None  # the run ended before the copies it reports could: not a measurement
 
 
 def _offdiag(cells: tuple[tuple[float | None, ...], ...]) -> dict[tuple[int, int], float | None]:
     return {(r, c): value for r, row in enumerate(cells) for c, value in enumerate(row) if r != c}
 
 
-def with_models(view: P2pView, models: GpuModels) -> P2pView:
-    return replace(view, models=models, evidence=view.evidence + models.evidence)
+def with_models(view: P2pView, models: GpuModels, paths: plausible.Paths | None = None) -> P2pView:
+    """The view with the GPUs' models and paths (the paths' readings become evidence of the checks they fail)."""
+    return replace(view, models=models, paths=paths, evidence=view.evidence + models.evidence)
 
 
 def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool) -> P2pView:
@@ -124,7 +128,8 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool) -> P2pV
             other = cells.get((c, r))
             if r < c and value is not None and other is not None:
                 view.both_ways[(r, c)] = min(value, other)
-    return replace(view, matrix_gpus=min(sizes, default=0))
+    too_fast = plausible.too_fast(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()))
+    return replace(view, matrix_gpus=min(sizes, default=0), too_fast=too_fast)
 
 
 def from_p2p_latency(reading: Reading[P2pLatency], bidirectional: bool) -> P2pView:
@@ -134,7 +139,8 @@ def from_p2p_latency(reading: Reading[P2pLatency], bidirectional: bool) -> P2pVi
     writes = result.matrices.get("unidirectional_p2p_enabled_writes") or result.matrices.get("unidirectional_p2p_enabled")
     if writes is None:
         return P2pView(TOOLS[1], reading.evidence, "no Unidirectional P2P=Enabled matrix in the output")
-    view = P2pView(TOOLS[1], reading.evidence, matrix_gpus=len(writes))
+    view = P2pView(TOOLS[1], reading.evidence, matrix_gpus=len(writes),
+                   too_fast=plausible.too_fast(reading.run, plausible.p2p_latency_work(result)))
     connectivity = result.matrices.get("connectivity")
     for (i, j), value in _offdiag(writes).items():
         if (i, j) in result.no_peer_access or (connectivity is not None and connectivity[i][j] == 0):
@@ -171,7 +177,8 @@ def from_torch(reading: Reading[TorchP2p], gpus: int) -> P2pView:
         return P2pView("PyTorch", reading.evidence, f"the copies ran on the {result.device}, not between GPUs")
     return P2pView("PyTorch", reading.evidence, None, {pair: [("copy", value)] for pair, value in result.one_way.items()},
                    dict(result.both_ways), {pair: "PyTorch: no peer access (torch.cuda.can_device_access_peer)"
-                                            for pair in result.no_peer}, gpus)
+                                            for pair in result.no_peer}, gpus,
+                   too_fast=plausible.too_fast(reading.run, plausible.torch_work(reading.run.stdout if reading.run else "")))
 
 
 def _pair(subject: Subject) -> tuple[int, int]:
@@ -184,6 +191,8 @@ def _unmeasurable(v: Verdict, m: P2pView, pairs: list[tuple[int, int]]) -> Check
         return v.not_measured(m.failure)
     if m.no_peer_anywhere:
         return v.failed(None, m.no_peer_anywhere)
+    if m.too_fast:
+        return v.failed(None, m.too_fast)
     for i, j in pairs:
         if (i, j) in m.no_peer:
             return v.failed(None, f"GPU{i}->GPU{j}: {m.no_peer[(i, j)]}")
@@ -205,9 +214,25 @@ def judge_one_way(section: P2p, subject: Subject, m: P2pView, contract: Contract
         return v.failed(None, f"{m.tool} gave no figure for GPU{i}->GPU{j} (N/A off the diagonal)")
     label, lowest = min(figures, key=lambda f: f[1])
     shown = ", ".join(f"{name} {value:g}" for name, value in figures)
+    cap = _cap(m, i, j)
+    high_label, highest = max(figures, key=lambda f: f[1])
+    implausible = plausible.beyond(highest, cap, f"p2p GPU{i}->GPU{j}")
+    if implausible:
+        return plausible.with_paths(v, m.paths).failed(highest, f"{implausible} ({m.tool} {high_label})",
+                                                       {"figures": shown, "tool": m.tool, "physical_cap_gbyte_s": cap.gbyte_s})
     details, note = fraction_note(lowest, *published(m, i, j, both=False))
+    details["physical_cap"] = f"{cap.gbyte_s:g} GB/s ({cap.path})" if cap.gbyte_s else f"unknown ({cap.path})"
     return v.at_least(lowest, minimum, f"GPU{i}->GPU{j}", {"figures": shown, "tool": m.tool, **details},
-                      suffix=(f" ({m.tool}: {shown} GB/s" if len(figures) > 1 else f" ({m.tool} {label}") + f"{note})")
+                      suffix=(f" ({m.tool}: {shown} GB/s" if len(figures) > 1 else f" ({m.tool} {label}") +
+                      f"{note}{plausible.unchecked(cap)})")
+
+
+def _cap(m: P2pView, i: int, j: int, both: bool = False) -> plausible.Cap:
+    """What the pair's path carries one way (both: the two ways together)."""
+    cap = plausible.pair_cap(m.paths, i, j) if m.paths else plausible.Cap(None, "the paths were not read")
+    if both and cap.gbyte_s is not None:
+        return plausible.Cap(2 * cap.gbyte_s, cap.path)
+    return cap
 
 
 def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contract) -> Check:
@@ -220,9 +245,14 @@ def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contra
     value = m.both_ways.get((i, j))
     if value is None:
         return v.failed(None, f"{m.tool} gave no bidirectional figure for GPU{i}<->GPU{j}")
+    cap = _cap(m, i, j, both=True)
+    implausible = plausible.beyond(value, cap, f"p2p GPU{i}<->GPU{j}", "both ways together")
+    if implausible:
+        return plausible.with_paths(v, m.paths).failed(value, f"{implausible} ({m.tool})",
+                                                       {"tool": m.tool, "physical_cap_gbyte_s": cap.gbyte_s})
     details, note = fraction_note(value, *published(m, i, j, both=True))
     return v.at_least(value, section.min_bidirectional.gbyte_s, f"GPU{i}<->GPU{j}", {"tool": m.tool, **details},
-                      suffix=f" ({m.tool}, both directions at once{note})")
+                      suffix=f" ({m.tool}, both directions at once{note}{plausible.unchecked(cap)})")
 
 
 ONE_WAY = Clause("p2p", SECTION, "test_p2p_bandwidth", OrderedGpuPairs(), "gpuaccept_p2p", judge_one_way,

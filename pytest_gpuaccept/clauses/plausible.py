@@ -1,0 +1,357 @@
+"""Plausibility of copy-bandwidth figures, in one place: what the path can carry, and what the run's time held.
+
+Two questions are asked of every figure the p2p and host_bandwidth clauses judge, before it may pass:
+
+1. **Can the path carry it?** A GPU pair joined by n NVLinks carries at most n x the model's per-link rate
+   each way (gpus.json: `nvlink.gbyte_s` both ways per GPU over `nvlink.links`; a bridged card pair, its
+   `bridge_gbyte_s`). A pair without NVLink, and every host <-> GPU copy, goes over PCIe: at most the
+   generation x width of the slower GPU's link (sysfs: the lower of the GPU's and its upstream port's
+   `max_link_speed`, since an idle GPU trains its link down to Gen1 and `current_link_speed` then reads
+   2.5 GT/s; `current_link_width`, else `max_link_width`), else the model's own generation at x16. The
+   NVLinks of a pair are counted by `nvidia-smi topo -m` (NV#) and by NVML (active links whose far end is
+   the peer or an NVSwitch); where both read, the lower count is the path. A figure above the cap by more
+   than MARGIN fails, naming both numbers and the path. Where no cap can be computed (no model, no
+   topology, no sysfs), the figure is taken on the tool's word, and the message says so.
+2. **Did the run last as long as its own work?** The copies a tool reports took at least bytes / rate
+   each; their sum is the least wall time the run can have had. A run that ended sooner (ToolRun.duration_s)
+   did not measure what it prints. The bytes per reported figure: nvbandwidth 64 MiB x 16 copies (the
+   smallest default of any version: v0.2-v0.4 copy 64 MiB, later ones 512 MiB, 16 times each; `-b` MiB
+   on the command line where given), counting one stream of a bidirectional testcase;
+   p2pBandwidthLatencyTest 10,000,000 ints x 5 repeats = 200 MB per cell, 400 MB per bidirectional cell
+   (cuda-samples' numElems and repeat, fixed); our PyTorch workloads print their own timings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..records import record
+from ..units import human_bytes
+
+if TYPE_CHECKING:
+    from ..measurements import GpuModels
+    from ..models import Model
+    from ..probes._run import Reading, ToolRun
+    from ..probes.nvbandwidth import NvBandwidth
+    from ..probes.nvidia_smi import Topology
+    from ..probes.nvml import Gpu
+    from ..probes.p2p_latency import P2pLatency
+    from ..state import State
+    from ..verdict import Verdict
+
+MARGIN = 0.10  # a figure may read 10 % above the cap (rounding, clocks, GB/s as 1e9 against link arithmetic)
+SLACK_S = 0.05  # and a run may end 5 % + 50 ms before its timed work (timer and process start granularity)
+# One PCIe lane, one direction, after line encoding (8b/10b to Gen2, 128b/130b from Gen3), GB/s: x16 is
+# 4, 8, 15.75, 31.5, 63, 126.
+PCIE_LANE_GBYTE_S = {1: 0.25, 2: 0.5, 3: 15.75 / 16, 4: 31.5 / 16, 5: 63.0 / 16, 6: 126.0 / 16}
+_GT_S = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+_SPEED = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s")
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+LINKS_FILE = "sysfs-pci-links.json"
+LINK_KEYS = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+C2C_MODELS = ("GH200", "GB200", "GB300")  # the host link is NVLink-C2C, not PCIe: no PCIe cap applies
+NVB_BUFFER_MIB, NVB_LOOPS = 64, 16
+P2P_LATENCY_CELL_BYTES = 10_000_000 * 4 * 5
+
+
+# ------------------------------------------------------------------ the PCIe links, from sysfs
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def read_pci_links(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
+    """Each GPU's PCIe link files, and its upstream port's (the PCI function above it), by GPU index."""
+    from ..probes.sysfs import sysfs_bus_id
+
+    gpus: dict[str, Any] = {}
+    for index, bus_id in sorted(bus_ids.items()):
+        folder = sys_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
+        entry: dict[str, Any] = {"bus_id": sysfs_bus_id(bus_id), **{k: _read(folder / k) for k in LINK_KEYS}}
+        try:
+            parent = folder.resolve(strict=True).parent
+        except OSError:
+            parent = None
+        if parent is not None and _PCI_ADDRESS.match(parent.name):
+            entry["upstream"] = {"bus_id": parent.name, **{k: _read(parent / k) for k in LINK_KEYS}}
+        gpus[str(index)] = entry
+    return {"gpus": gpus}
+
+
+@record
+class PcieLink:
+    gen: int
+    width: int
+    source: str  # which files said so
+
+    @property
+    def gbyte_s(self) -> float:
+        return PCIE_LANE_GBYTE_S[self.gen] * self.width
+
+    @property
+    def label(self) -> str:
+        return f"PCIe Gen{self.gen} x{self.width}"
+
+
+def _gen(text: Any) -> int | None:
+    match = _SPEED.match(str(text or ""))
+    return _GT_S.get(float(match.group(1))) if match else None
+
+
+def _width(text: Any) -> int | None:
+    value = str(text or "").strip()
+    return int(value) if value.isdigit() and 0 < int(value) <= 32 else None
+
+
+def parse_pci_link(entry: dict[str, Any]) -> PcieLink | None:
+    """The link a GPU's copies can use: the lower maximum generation of the GPU and its upstream port (the
+    current one only where neither maximum reads), at the current width (else the lower maximum width)."""
+    up = entry.get("upstream") or {}
+    maxima = [g for g in (_gen(entry.get("max_link_speed")), _gen(up.get("max_link_speed"))) if g]
+    gen = min(maxima) if maxima else _gen(entry.get("current_link_speed"))
+    widths = [w for w in (_width(entry.get("max_link_width")), _width(up.get("max_link_width"))) if w]
+    width = _width(entry.get("current_link_width")) or (min(widths) if widths else None)
+    if gen is None or width is None:
+        return None
+    speed = "max_link_speed" if maxima else "current_link_speed"
+    return PcieLink(gen, width, f"sysfs {entry.get('bus_id')} {speed}, link width")
+
+
+# ------------------------------------------------------------------ what the paths can carry
+
+
+@record
+class Paths:
+    """What is known of each GPU's paths: models, `topo -m`, NVML's links and sysfs's PCIe links."""
+
+    models: GpuModels | None
+    topology: Topology | None = None  # None: not read
+    gpus: tuple[Gpu, ...] = ()  # NVML's GPUs, with their NVLinks
+    links: dict[int, PcieLink | None] | None = None  # None: sysfs not read
+    evidence: tuple[str, ...] = ()
+
+
+@record
+class Cap:
+    """The most a path carries each way, GB/s, and the path in words; gbyte_s None: unknown, and why."""
+
+    gbyte_s: float | None
+    path: str
+
+
+def read_paths(state: State, models: GpuModels, topology: Reading[Topology] | None = None) -> Paths:
+    """The session's paths: NVML's host reading, sysfs's PCIe links (kept as evidence) and `topo -m` if read."""
+    host = state.host()
+    reading = state.runner.reading(LINKS_FILE, lambda: read_pci_links(
+        state.sys_root, {g.index: g.pci_bus_id for g in host.gpus if g.pci_bus_id}))
+    entries = reading.get("gpus")
+    links = None if not isinstance(entries, dict) else {int(i): parse_pci_link(e) for i, e in entries.items()
+                                                        if str(i).isdigit() and isinstance(e, dict)}
+    topo = topology.value if topology is not None else None
+    evidence = (LINKS_FILE, *(topology.evidence if topo is not None and topology is not None else ()))
+    return Paths(models, topo, tuple(host.gpus) if not host.error else (), links, evidence)
+
+
+def _model(paths: Paths, index: int) -> Model | None:
+    return paths.models.model(index) if paths.models else None
+
+
+def _nvml_links(paths: Paths, i: int, j: int) -> int | None:
+    """NVML's active NVLinks from GPU i that reach GPU j, directly or through an NVSwitch; None: not read."""
+    from ..probes.sysfs import sysfs_bus_id
+
+    by_index = {g.index: g for g in paths.gpus}
+    if i not in by_index or j not in by_index:
+        return None
+    gpu = by_index[i]
+    if gpu.nvlinks is None:
+        return 0 if gpu.nvlink_error and "NotSupported" in gpu.nvlink_error else None
+    peer = sysfs_bus_id(by_index[j].pci_bus_id) if by_index[j].pci_bus_id else None
+    other_gpus = {sysfs_bus_id(g.pci_bus_id) for g in paths.gpus if g.pci_bus_id and g.index != j}
+    return sum(1 for link in gpu.nvlinks if link.active and link.remote_bus_id and (
+        sysfs_bus_id(link.remote_bus_id) == peer or sysfs_bus_id(link.remote_bus_id) not in other_gpus))
+
+
+def nvlinks_between(paths: Paths, i: int, j: int) -> tuple[int | None, str]:
+    """How many NVLinks join GPUs i and j, and who says so: the lower of `topo -m` and NVML where both read."""
+    counts = []
+    topo = paths.topology
+    if topo is not None and max(i, j) < topo.gpu_count:
+        counts.append((topo.nvlinks(i, j), f"nvidia-smi topo -m: {topo.labels[(min(i, j), max(i, j))]}"))
+    ends = [_nvml_links(paths, i, j), _nvml_links(paths, j, i)]
+    if all(end is not None for end in ends):
+        counts.append((min(e for e in ends if e is not None), "NVML's active links"))
+    if counts:
+        return min(counts, key=lambda c: c[0])
+    models = [_model(paths, k) for k in (i, j)]
+    if all(m is not None and not m.has_nvlink for m in models):
+        return 0, "the model has no NVLink"
+    return None, "no topology read (neither `nvidia-smi topo -m` nor NVML's links)"
+
+
+def _pcie(paths: Paths, index: int) -> tuple[float, str] | None:
+    link = (paths.links or {}).get(index)
+    if link is not None:
+        return link.gbyte_s, link.label
+    model = _model(paths, index)
+    lane = PCIE_LANE_GBYTE_S.get(model.pcie_gen) if model and model.pcie_gen else None
+    return (lane * 16, f"PCIe Gen{model.pcie_gen} x16 (the {model.name}'s own)") if lane and model else None
+
+
+def _per_link(model: Model, links: int) -> tuple[float, str] | None:
+    """What `links` NVLinks of a model carry each way: links x (both-ways figure / link count / 2); a bridged
+    card pair, half its bridge's figure."""
+    if model.nvlink_gbyte_s and model.nvlink_links:
+        rate = model.nvlink_gbyte_s / model.nvlink_links / 2
+        return min(links, model.nvlink_links) * rate, f"{rate:g} GB/s per link ({model.name})"
+    if model.nvlink_bridge_gbyte_s:
+        return model.nvlink_bridge_gbyte_s / 2, f"an NVLink bridge of {model.nvlink_bridge_gbyte_s:g} GB/s ({model.name})"
+    return None
+
+
+def pair_cap(paths: Paths, i: int, j: int) -> Cap:
+    """The most GPU i -> GPU j can carry one way: its NVLinks, or the slower GPU's PCIe link."""
+    links, who = nvlinks_between(paths, i, j)
+    models = [_model(paths, k) for k in (i, j)]
+    if links is None or links > 0:
+        if any(m is None for m in models):
+            return Cap(None, f"GPU{i} or GPU{j} is not in the model table: no per-link figure ({who})")
+        carried = [c for m in models if m is not None and (c := _per_link(m, links or 10**6)) is not None]
+        if len(carried) < 2:
+            return Cap(None, f"{who}, but the model table gives no NVLink figure")
+        value, rate = min(carried)
+        counted = f"{links} NVLinks ({who}) x {rate}" if links else f"every NVLink of the model, {rate} ({who})"
+        pcie = [p for k in (i, j) if (p := _pcie(paths, k))]
+        if links is None and len(pcie) == 2 and min(pcie)[0] > value:  # unknown path: the wider of the two
+            return Cap(min(pcie)[0], f"{min(pcie)[1]} ({who})")
+        return Cap(value, counted)
+    ends = [_pcie(paths, k) for k in (i, j)]
+    if any(end is None for end in ends):
+        return Cap(None, f"no NVLink ({who}) and no PCIe generation known (no sysfs link files, no model)")
+    value, label = min(end for end in ends if end is not None)
+    return Cap(value, f"{label} (no NVLink: {who})")
+
+
+def host_cap(paths: Paths, index: int) -> Cap:
+    """The most a host <-> GPU copy can carry one way: the GPU's PCIe link."""
+    model = _model(paths, index)
+    if model is not None and any(name in model.name.upper() for name in C2C_MODELS):
+        return Cap(None, f"the {model.name}'s host link is NVLink-C2C, not PCIe")
+    pcie = _pcie(paths, index)
+    if pcie is None:
+        return Cap(None, f"GPU{index}'s PCIe link is unknown (no sysfs link files, no model)")
+    return Cap(pcie[0], pcie[1])
+
+
+def beyond(value: float, cap: Cap, what: str, per: str = "each way") -> str | None:
+    """Why `value` cannot have crossed the path: above its cap by more than MARGIN; None where it can."""
+    if cap.gbyte_s is None or value <= cap.gbyte_s * (1 + MARGIN):
+        return None
+    return f"{what} reads {value:g} GB/s but the path is {cap.path}, at most {cap.gbyte_s:g} GB/s {per}"
+
+
+def with_paths(v: Verdict, paths: Paths | None) -> Verdict:
+    """The verdict with the readings a cap came from as evidence: shown with the checks the cap fails."""
+    return v.but(evidence=v.evidence + tuple(e for e in (paths.evidence if paths else ()) if e not in v.evidence))
+
+
+def unchecked(cap: Cap) -> str:
+    """The note a figure gets where the path's cap is unknown."""
+    return "" if cap.gbyte_s is not None else f"; no physical cap ({cap.path}): taken on the tool's word"
+
+
+# ------------------------------------------------------------------ the run's time against its own work
+
+
+@record
+class Work:
+    """The copies a run reports: bytes moved and the least time they took at the rates printed."""
+
+    nbytes: float
+    seconds: float
+    basis: str
+
+
+def _option(argv: tuple[str, ...] | list[str], *names: str) -> str | None:
+    found = None
+    for n, word in enumerate(argv):
+        for name in names:
+            if word == name and n + 1 < len(argv):
+                found = argv[n + 1]
+            elif word.startswith(name + "="):
+                found = word.split("=", 1)[1]
+    return found
+
+
+def nvbandwidth_work(result: NvBandwidth, argv: tuple[str, ...] | list[str]) -> Work:
+    """Every GB/s cell, one stream of each bidirectional testcase: bufferSize x 16 copies at its rate."""
+    size = _option(argv, "-b", "--bufferSize")
+    mib = int(size) if size and size.isdigit() else NVB_BUFFER_MIB
+    per_cell = mib * 2**20 * NVB_LOOPS
+    nbytes = seconds = 0.0
+    for key, matrix in result.matrices.items():
+        if matrix.unit != "GB/s" or key.endswith(("_read2", "_write2", "_total")):
+            continue
+        for value in (c for row in matrix.cells for c in row if c):
+            nbytes += per_cell
+            seconds += per_cell / (value * 1e9)
+    return Work(nbytes, seconds, f"{mib} MiB x {NVB_LOOPS} copies per figure")
+
+
+def p2p_latency_work(result: P2pLatency) -> Work:
+    """Every bandwidth cell: 200 MB of copies (400 MB both ways) at its rate."""
+    nbytes = seconds = 0.0
+    for key, cells in result.matrices.items():
+        if key.startswith(("latency", "connectivity")):
+            continue
+        per_cell = P2P_LATENCY_CELL_BYTES * (2 if key.startswith("bidirectional") else 1)
+        for value in (c for row in cells for c in row if c > 0):
+            nbytes += per_cell
+            seconds += per_cell / (value * 1e9)
+    return Work(nbytes, seconds, "10,000,000 ints x 5 repeats per figure")
+
+
+def torch_work(text: str) -> Work:
+    """Our PyTorch workloads' JSON lines: the timings they printed, and the bytes each timed copy moved."""
+    nbytes = seconds = 0.0
+    for line in text.splitlines():
+        try:
+            data = json.loads(line)
+            timings = [float(s) for s in data.get("seconds", [])]
+            moved = int(data["bytes"]) * (2 if "pair" in data else 1)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        nbytes += moved * len(timings)
+        seconds += sum(timings)
+    return Work(nbytes, seconds, "the timings it printed")
+
+
+def too_fast(run: ToolRun | None, work: Work) -> str | None:
+    """Why a run that ended before its own reported copies could is not a measurement; None where it could."""
+    if run is None or work.seconds <= run.duration_s * (1 + SLACK_S) + SLACK_S:
+        return None
+    rate = work.nbytes / work.seconds / 1e9 if work.seconds else 0.0
+    return (f"`{run.command}` ran {run.duration_s:.2f} s but reports moving {human_bytes(work.nbytes)} at "
+            f"{rate:.3g} GB/s on average, {work.seconds:.2f} s of copies ({work.basis}): not a measurement")
+
+
+def claimed_seconds(tool: str, text: str) -> float:
+    """The least time a tool's output says its copies took (0 where it cannot be read): for test fakes."""
+    from ..probes.nvbandwidth import parse_nvbandwidth
+    from ..probes.p2p_latency import parse_p2p_latency
+
+    try:
+        if tool == "nvbandwidth":
+            return nvbandwidth_work(parse_nvbandwidth(text), ()).seconds
+        if tool == "p2pBandwidthLatencyTest":
+            return p2p_latency_work(parse_p2p_latency(text)).seconds
+    except ValueError:
+        return 0.0
+    return torch_work(text).seconds if tool == "python" else 0.0

@@ -1,0 +1,211 @@
+"""Plausibility (issue 25): a figure above what its path can carry, a run shorter than its own timed work, and an
+all_reduce size the command did not ask for never pass; honest hosts still do (tests/test_p2p.py and friends).
+
+The tool outputs are real (tests/data, with their sources in SOURCES.md). The PCIe link files under sys/ are
+constructed here, in the test's code: the kernel writes `32.0 GT/s PCIe` and `16` into current_link_speed and
+current_link_width of a Gen5 x16 function, and `8.0 GT/s PCIe` for Gen3."""
+
+import json
+
+import pytest
+from conftest import DATA, nccl_log, nvml_recording, pci_tree
+
+from pytest_gpuaccept.clauses import plausible
+from pytest_gpuaccept.clauses.allreduce import asked_size, unasked_sizes
+from pytest_gpuaccept.probes._run import ToolRun
+from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
+from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
+from pytest_gpuaccept.probes.p2p_latency import parse_p2p_latency
+from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
+
+P2P_H100 = DATA / "p2pBandwidthLatencyTest" / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt"
+NVB_H100 = DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt"
+B300 = DATA / "nvbandwidth" / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt"
+PCIE_TOPO = DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt"  # NODE / SYS between every pair: no NVLink
+P5 = DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt"
+DCGM = DATA / "nvbandwidth" / "dcgm_tests_v0.5_json_verbose_1gpu_pcie3_waived_latency.json"
+
+
+def pcie_links(root, speed="32.0 GT/s PCIe", width="16", recording="h100_sxm5_8gpu.json"):
+    """Constructed: the link files of every GPU function pci_tree wrote (the kernel's own wording)."""
+    for gpu in json.loads((DATA / "nvml" / recording).read_text())["gpus"]:
+        folder = root / "bus" / "pci" / "devices" / sysfs_bus_id(gpu["pci_bus_id"])
+        for name, value in (("current_link_speed", speed), ("max_link_speed", speed), ("current_link_width", width),
+                            ("max_link_width", width)):
+            (folder / name).write_text(value + "\n")
+
+
+def p2p_contract(count, tool="nvbandwidth", extra=""):
+    return f"gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\np2p:\n  min_bandwidth: '10 GB/s'\n  tool: {tool}\n{extra}"
+
+
+def host_contract(count=8):
+    return f"gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\nhost_bandwidth:\n  min_bandwidth: '10 GB/s'\n"
+
+
+# ------------------------------------------------------------------ 1. never above what the path carries
+
+
+def test_a_pcie_only_host_whose_p2p_tool_prints_nvlink_figures_fails_every_pair(accept, fake_tools, tmp_path):
+    """The issue's host: H100s on PCIe only (topo -m: NODE and SYS), sysfs Gen5 x16, and a p2pBandwidthLatencyTest
+    that prints 365-393 GB/s: six times what PCIe Gen5 x16 carries."""
+    fake_tools.add("nvidia-smi", PCIE_TOPO, when="topo -m")
+    fake_tools.add("p2pBandwidthLatencyTest", P2P_H100)
+    sysfs = pci_tree(tmp_path / "sys", "0x2330")
+    pcie_links(tmp_path / "sys")
+    run = accept(p2p_contract(8, "p2pBandwidthLatencyTest"), nvml_recording("h100_sxm5_8gpu.json"), sysfs)
+    checks = {c["subject"]: c for c in run.checks("p2p")}
+    assert len(checks) == 56 and {c["outcome"] for c in checks.values()} == {"failed"}
+    assert checks["GPU0->GPU1"]["message"] == (
+        "p2p GPU0->GPU1 reads 365.3 GB/s but the path is PCIe Gen5 x16 (no NVLink: nvidia-smi topo -m: NODE), "
+        "at most 63 GB/s each way (p2pBandwidthLatencyTest P2P writes)")
+    assert "SYS" in checks["GPU0->GPU4"]["message"]
+    assert {"sysfs-pci-links.json", "nvidia-smi_topo_-m.txt"} <= set(checks["GPU0->GPU1"]["evidence"])
+    assert run.json["verdict"] == "rejected"
+
+
+def test_a_card_without_nvlink_is_capped_by_its_own_pcie_generation_without_topology_or_sysfs(accept, fake_tools):
+    """RTX 5090s (NVML: NVLink NotSupported; the model has none) and no link files: the model's Gen5 x16 caps it."""
+    fake_tools.add("nvbandwidth", NVB_H100)
+    run = accept(p2p_contract(4), nvml_recording("rtx5090_4gpu.json"))
+    checks = {c["subject"]: c for c in run.checks("p2p")}
+    assert {c["outcome"] for c in checks.values()} == {"failed"}
+    message = checks["GPU0->GPU1"]["message"]
+    assert "but the path is PCIe Gen5 x16 (the GeForce RTX 5090's own)" in message and "at most 63 GB/s" in message
+
+
+def test_an_h100_pair_is_capped_by_its_nvlinks_and_an_honest_figure_passes(accept, fake_tools, tmp_path):
+    """The same p2pBandwidthLatencyTest on the H100 host it came from (NV18 both in topo -m and in NVML) passes:
+    18 x 25 GB/s = 450 GB/s each way, 900 both ways."""
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt", when="topo -m")
+    fake_tools.add("p2pBandwidthLatencyTest", P2P_H100)
+    run = accept(p2p_contract(8, "p2pBandwidthLatencyTest", "  min_bidirectional: '700 GB/s'\n"),
+                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+    assert {c["outcome"] for c in run.checks()} == {"passed"}
+    check = run.checks("p2p")[0]
+    assert check["details"]["physical_cap"] == ("450 GB/s (18 NVLinks (nvidia-smi topo -m: NV18) x 25 GB/s per link "
+                                                "(H100 SXM5 80GB))")
+    assert "tool's word" not in check["message"]
+
+
+def test_a_host_copy_above_the_gpus_pcie_link_fails(accept, fake_tools, tmp_path):
+    """H100s whose links sysfs shows at Gen3 x16 (8 GT/s): the 55 GB/s host copies they print cannot be."""
+    fake_tools.add("nvbandwidth", NVB_H100)
+    sysfs = pci_tree(tmp_path / "sys", "0x2330")
+    pcie_links(tmp_path / "sys", speed="8.0 GT/s PCIe")
+    run = accept(host_contract(), nvml_recording("h100_sxm5_8gpu.json"), sysfs)
+    checks = {c["subject"]: c for c in run.checks("host_bandwidth")}
+    assert {c["outcome"] for c in checks.values()} == {"failed"}
+    assert checks["GPU0:h2d"]["message"] == ("GPU0:h2d host to GPU reads 55.37 GB/s but the path is PCIe Gen3 x16, "
+                                             "at most 15.75 GB/s each way (nvbandwidth)")
+
+
+def test_the_same_host_copies_pass_on_gen5_links(accept, fake_tools, tmp_path):
+    fake_tools.add("nvbandwidth", NVB_H100)
+    sysfs = pci_tree(tmp_path / "sys", "0x2330")
+    pcie_links(tmp_path / "sys")
+    run = accept(host_contract(), nvml_recording("h100_sxm5_8gpu.json"), sysfs)
+    assert {c["outcome"] for c in run.checks("host_bandwidth")} == {"passed"}
+    assert run.checks("host_bandwidth")[0]["details"]["physical_cap"] == "63 GB/s (PCIe Gen5 x16)"
+
+
+def test_without_a_cap_the_figure_is_taken_on_the_tools_word_and_says_so(accept, fake_tools, tmp_path):
+    fake_tools.add("nvbandwidth", NVB_H100)
+    run = accept(host_contract(), nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0xffff"))
+    check = run.checks("host_bandwidth")[0]
+    assert check["outcome"] == "passed"
+    assert check["message"].endswith("; no physical cap (GPU0's PCIe link is unknown (no sysfs link files, no model)): "
+                                     "taken on the tool's word)")
+
+
+@pytest.mark.parametrize("entry, label", [
+    ({"current_link_speed": "2.5 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe", "current_link_width": "16"},
+     "PCIe Gen5 x16"),  # an idle GPU trains down to Gen1: its maximum is what a copy runs at
+    ({"max_link_speed": "32.0 GT/s PCIe", "current_link_width": "16",
+      "upstream": {"max_link_speed": "16.0 GT/s PCIe"}}, "PCIe Gen4 x16"),  # a Gen5 card in a Gen4 slot
+    ({"current_link_speed": "8 GT/s", "current_link_width": "8"}, "PCIe Gen3 x8"),  # an old kernel's wording
+])
+def test_the_pcie_link_is_read_as_the_copies_would_use_it(entry, label):
+    assert plausible.parse_pci_link({"bus_id": "0000:18:00.0", **entry}).label == label
+
+
+def test_an_unreadable_link_is_no_link():
+    assert plausible.parse_pci_link({"current_link_speed": "Unknown", "current_link_width": "0"}) is None
+
+
+# ------------------------------------------------------------------ 2. never shorter than its own timed work
+
+
+def test_the_work_of_real_outputs():
+    """B300 nvbandwidth: 196 figures counted (7 + 7 + 7 + 7 host, 42 read, 42 write, 42 read1, 42 write1; no read2,
+    write2 or total: the same copies) at 64 MiB x 16 each. H100 p2pBandwidthLatencyTest: 4 matrices of 64 cells,
+    200 MB each one way and 400 MB each both ways."""
+    work = plausible.nvbandwidth_work(parse_nvbandwidth(B300.read_text()), ())
+    assert work.nbytes == 196 * 2**30 and work.seconds == pytest.approx(0.80, abs=0.01)
+    assert plausible.nvbandwidth_work(parse_nvbandwidth(B300.read_text()), ("-b", "512")).nbytes == 196 * 8 * 2**30
+    work = plausible.p2p_latency_work(parse_p2p_latency(P2P_H100.read_text()))
+    assert work.nbytes == 128 * 200e6 + 128 * 400e6 and work.seconds == pytest.approx(0.80, abs=0.01)
+
+
+def test_a_run_shorter_than_its_work_is_not_a_measurement():
+    work = plausible.Work(120e9, 0.5, "64 MiB x 16 copies per figure")
+    run = ToolRun("k", ("nvbandwidth", "-t", "x"), 0, 0.01, "", "")
+    assert plausible.too_fast(run, work) == ("`nvbandwidth -t x` ran 0.01 s but reports moving 111.8 GiB at 240 GB/s on "
+                                             "average, 0.50 s of copies (64 MiB x 16 copies per figure): not a measurement")
+    assert plausible.too_fast(ToolRun("k", ("t",), 0, 0.5, "", ""), work) is None
+
+
+def test_a_p2p_tool_that_finishes_instantly_fails(accept, fake_tools, tmp_path):
+    fake_tools.add("p2pBandwidthLatencyTest", P2P_H100, sleep=0)
+    run = accept(p2p_contract(8, "p2pBandwidthLatencyTest"), nvml_recording("h100_sxm5_8gpu.json"),
+                 pci_tree(tmp_path / "sys", "0x2330"))
+    messages = {c["message"] for c in run.checks("p2p")}
+    assert {c["outcome"] for c in run.checks("p2p")} == {"failed"} and len(messages) == 1
+    (message,) = messages
+    assert message.startswith("`") and "but reports moving 71.5 GiB" in message
+    assert message.endswith("s of copies (10,000,000 ints x 5 repeats per figure): not a measurement")
+
+
+@pytest.mark.parametrize("sleep, outcome", [(0, "failed"), (None, "passed")])
+def test_an_nvbandwidth_that_finishes_instantly_fails_host_bandwidth(accept, fake_tools, tmp_path, sleep, outcome):
+    """DCGM's nvbandwidth v0.5 output (one GPU, 12.4 and 13.2 GB/s host copies: 1.26 s of copies at 64 MiB x 16):
+    printed at once it fails; printed after as long as its copies took (the fake's default) it passes."""
+    fake_tools.add("nvbandwidth", DCGM, sleep=sleep)
+    run = accept(host_contract(1), nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+    checks = run.checks("host_bandwidth")
+    assert len(checks) == 2 and {c["outcome"] for c in checks} == {outcome}
+    assert all(("not a measurement" in c["message"]) == (outcome == "failed") for c in checks)
+
+
+# ------------------------------------------------------------------ 3. only the sizes the command asked for
+
+
+@pytest.mark.parametrize("argv, flag, size", [
+    (["-b", "8", "-e", "8G"], "-e", 8 * 2**30), (["-e", "8589934592"], "-e", 8589934592),
+    (["--maxbytes=128M"], "--maxbytes", 128 * 2**20), (["-e", "1K", "-e", "2K"], "-e", 2048), (["-b", "8"], "-e", None),
+    (["-e", "lots"], "-e", None),
+])
+def test_sizes_are_read_as_nccl_tests_reads_them(argv, flag, size):
+    assert asked_size(argv, flag, "--maxbytes" if flag == "-e" else "--minbytes") == size
+
+
+def test_a_16_gib_row_when_8_gib_was_asked_fails(accept, fake_tools):
+    """The P5 log's sweep ends at 16 GiB; the contract asks max_bytes 8 GiB, so the command says -e 8589934592."""
+    fake_tools.add_nccl(nccl_log(P5, ranks=8), iters=1)
+    contract = ("gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\nallreduce:\n  min_busbw: '100 GB/s'\n"
+                "  max_bytes: '8 GiB'\n  args: ['-n', '1']\n")
+    run = accept(contract, nvml_recording("h100_sxm5_8gpu.json"))
+    check = run.checks("allreduce")[0]
+    assert fake_tools.calls("all_reduce_perf")[0][5:7] == ["-e", "8589934592"]
+    assert check["outcome"] == "failed"
+    assert ("the table has a row at 16 GiB (17179869184 B), above the `-e 8589934592` (8 GiB) the command asked: "
+            "not this command's measurement") in check["message"]
+    assert "at 16 GiB >=" not in check["message"]
+
+
+def test_a_judged_size_below_the_asked_minimum_is_not_a_measurement():
+    result = parse_all_reduce(P5.read_text())
+    assert unasked_sizes(result, ["-b", "17179869184", "-e", "17179869184"]) == []
+    assert unasked_sizes(result, ["-b", "34359738368", "-e", "68719476736"]) == [
+        "the largest row, 16 GiB, is below the `-b 34359738368` the command asked: not this command's measurement"]
+    assert "asked no -e" in unasked_sizes(result, ["-b", "8"])[0]
