@@ -230,7 +230,7 @@ def test_a_drained_node_is_failed_with_the_schedulers_reason_and_never_waited_fo
     assert code == 1 and nodes["h2"]["outcome"] == "failed"
     assert nodes["h2"]["measured"].startswith("IDLE+DRAIN") or "DRAIN" in nodes["h2"]["measured"]
     assert nodes["h2"]["message"].startswith("the scheduler has h2 IDLE+DRAIN (bad_dimm [root@")
-    assert nodes["h2"]["message"].endswith("]): not run, not waited for")
+    assert nodes["h2"]["message"].endswith("]; DRAIN: drained or draining: accepts no new jobs): not run, not waited for")
     assert not (tmp_path / "run" / "gpuaccept-evidence" / "nodes" / "h2").exists()
     assert [c for c in results["checks"] if c.get("node") == "h2"] == []
 

@@ -151,7 +151,7 @@ def test_honest_running_nodes_stay_usable(name, node, states, gpus):
     ("boot^", ("REBOOT_REQUESTED", "REBOOT_ISSUED"), ["REBOOT_REQUESTED", "REBOOT_ISSUED"]),
     ("idle*", ("IDLE", "NOT_RESPONDING"), ["NOT_RESPONDING"]),
     ("mixed-", ("MIXED", "PLANNED"), []),
-    ("alloc+", ("COMPLETING", "ALLOCATED"), []),
+    ("alloc+", ("ALLOCATED", "COMPLETING"), []),
     ("drng", ("DRAIN",), ["DRAIN"]),
     ("drained*", ("DRAIN", "NOT_RESPONDING"), ["DRAIN", "NOT_RESPONDING"]),
     ("failg", ("FAIL",), ["FAIL"]),

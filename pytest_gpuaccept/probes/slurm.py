@@ -78,18 +78,16 @@ def state_flags(state: str) -> tuple[str, ...]:
     """Every word a state carries, in scontrol's names: `IDLE+MAINTENANCE+RESERVED` -> the three; sinfo's
     `maint` -> MAINTENANCE, `idle~` -> IDLE POWERED_DOWN, `alloc+` -> ALLOCATED COMPLETING, `drng*` -> DRAIN
     NOT_RESPONDING. An empty state or word stays as an unknown word."""
-    text, words = state.strip(), []
-    if text.endswith("+"):
-        text, words = text[:-1], ["COMPLETING"]
-    tokens = text.split("+")
+    text, words, completing = state.strip(), [], state.strip().endswith("+")
+    tokens = (text[:-1] if completing else text).split("+")
     for token in tokens:
-        suffixes = []
+        suffixes: list[str] = []
         while len(token) > 1 and token[-1] in SUFFIXES:
             token, suffixes = token[:-1], [SUFFIXES[token[-1]], *suffixes]
         name = token.upper()
         alone = _SINFO_ALONE.get(name) if len(tokens) == 1 else None
         words += [*(alone or _SINFO_WORDS.get(name, (name,))), *suffixes]
-    return tuple(dict.fromkeys(words))
+    return tuple(dict.fromkeys(words + ["COMPLETING"] * completing))
 
 
 def unusable_flags(state: str) -> tuple[tuple[str, str], ...]:
