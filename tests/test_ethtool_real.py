@@ -18,6 +18,12 @@ def test_netdev_status_glued_before_the_header_keeps_the_interface_name():
     assert (link.name, link.speed_mbps, link.duplex, link.link_detected) == ("eth3", 200000, "Full", True)
 
 
+def test_a_header_glued_to_any_text_keeps_the_interface_name():
+    # CONSTRUCTED: a message without a newline ending in a letter, before the real header line of ice_25g
+    text = (ETHTOOL / "ice_25g_dac_link_partner.txt").read_text().replace("Settings for", "ice: link upSettings for")
+    assert parse_ethtool(text).name == "ens6f0"
+
+
 def test_an_output_ending_in_a_segmentation_fault_is_refused_quoting_the_line():
     # ethtool commit 4cbff6f: `ethtool swp1` on a Spectrum port (400G, 8 lanes) crashed printing Lanes
     text = (ETHTOOL / "ethtool_commit_4cbff6f_spectrum_swp1_400000_segfault.txt").read_text()

@@ -10,9 +10,9 @@ from ._run import Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "ethtool"
 _SPEED = re.compile(r"^(\d+)Mb/s$")
-# The header, also where a driver's message without a newline is glued before it (Huawei hccn_tool prints
-# `Netdev status:Settings for eth3:`).
-_HEADER = re.compile(r"(?:^|[\s:>])Settings for (\S+):$")
+# The header, also where a message printed without a newline is glued before it (Huawei hccn_tool prints
+# `Netdev status:Settings for eth3:`; a driver line may end in any character).
+_HEADER = re.compile(r"Settings for (\S+):$")
 # What a shell or the kernel prints when the tool died: the output before it is cut short, not a reading.
 _CRASH = re.compile(r"^(?:Segmentation fault|Aborted|Killed|Bus error|Illegal instruction|Floating point exception"
                     r"|Trace/breakpoint trap)\b|core dumped|^\*\*\* .* \*\*\*: terminated$")
