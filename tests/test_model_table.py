@@ -13,14 +13,17 @@ import pytest
 from conftest import DATA, pci_tree, staged_recording
 
 from pytest_gpuaccept.clauses.gpus import judge_identity
-from pytest_gpuaccept.models import TABLE_FILE, all_models, by_device_id, matching, not_in_table, pciids
+from pytest_gpuaccept.models import TABLE_FILE, all_models, answers_to, by_device_id, matching, names, not_in_table, pciids
 from pytest_gpuaccept.models.pciids import describe, parse_pci_ids, read_pci_ids
 
 ROOT = Path(__file__).parent.parent
 TABLE = json.loads((ROOT / TABLE_FILE).read_text())
 PCI_IDS = DATA / "pciids" / "pci.ids-10de.txt"  # pciutils/pciids pci.ids 2026.08.22, lines 10234-13697
+# NVIDIA/open-gpu-kernel-modules 595.45.04 README.md, "Compatible GPUs" to the end: NVIDIA's name of each ID
+COMPATIBLE = DATA / "pciids" / "open-gpu-kernel-modules-595.45.04-README-compatible-gpus.md"
 FIGURES = ("memory_bandwidth_gbyte_s", "pcie_gen", "tdp_w", "boost_clock_mhz")
-KEYS = {"name", "form_factor", "memory_gb", "tflops", "nvlink", "sources", "nvml_name", "verify", "note", *FIGURES}
+KEYS = {"name", "form_factor", "memory_gb", "tflops", "nvlink", "sources", "nvml_name", "nvml_names", "verify",
+        "note", *FIGURES}
 PEAK_DTYPES = {"fp64", "tf32", "bf16", "fp16", "fp8"}
 
 # The models the table must cover (NVIDIA data-centre and workstation GPUs since Volta, and the consumer cards
@@ -98,6 +101,49 @@ def test_a_model_read_through_by_device_id_keeps_unknown_figures_unknown():
     assert a100 is not None and a100.boost_clock_mhz == 1410 and a100.nvlink_links == 12
     assert [m.device_id for m in matching("RTX A6000")] == ["2230"]
     assert {m.device_id for m in matching("A16")} == {"25b6"}
+
+
+def _nvidia_names() -> dict[str, set[str]]:
+    """Device ID -> every product name NVIDIA's table gives it (`| NVIDIA A16 | 25B6 10DE 14A9 |`)."""
+    names: dict[str, set[str]] = {}
+    for line in COMPATIBLE.read_text().splitlines():
+        if match := re.match(r"^\| (.+?)\s+\| ([0-9A-F]{4})[ 0-9A-F]*\|$", line):
+            names.setdefault(match.group(2).lower(), set()).add(match.group(1))
+    return names
+
+
+def test_nvidias_own_list_reads_to_its_rows():
+    """825 rows under the header (827 `| ` lines), 289 device IDs, 330 different (ID, name) pairs: most IDs have
+    one name for every subsystem, some several (a person counts them with grep, sort -u and awk)."""
+    names = _nvidia_names()
+    assert sum(1 for line in COMPATIBLE.read_text().splitlines() if line.startswith("| ")) == 827
+    assert (len(names), sum(len(v) for v in names.values())) == (289, 330)
+    assert names["25b6"] == {"NVIDIA A16", "NVIDIA A2"} and names["232c"] == {"NVIDIA H20-3e"}
+    assert names["2342"] == {"NVIDIA GH200 120GB", "NVIDIA GH200 480GB"}
+    assert names["1e30"] == {"Quadro RTX 6000", "Quadro RTX 8000"} and names["2330"] == {"NVIDIA H100 80GB HBM3"}
+
+
+def test_every_name_nvidia_gives_a_device_id_of_the_table_is_that_models_name():
+    """An honest card never fails gpus.identity on its name: each name NVIDIA's driver gives the device ID (by
+    subsystem: a Quadro RTX 8000 and 6000 share 0x1e30) is one the table's model answers to, and the table's
+    NVML name is one of NVIDIA's."""
+    nvidia = _nvidia_names()
+    known = {k: by_device_id(k) for k in TABLE["models"] if k in nvidia}
+    assert len(known) == 44
+    refused = {k: sorted(n for n in nvidia[k] if not answers_to(m, n)) for k, m in known.items() if m is not None}
+    assert {k: v for k, v in refused.items() if v} == {}
+    assert {k: m.nvml_name for k, m in known.items() if m is not None and m.nvml_name not in nvidia[k]} == {}
+
+
+def test_a_name_of_another_device_id_is_not_this_models_name():
+    """NVML's name is checked against the device ID's names exactly (a contract's `model` matches loosely):
+    an L40 that NVML calls "NVIDIA L40S", an A10 called an A100, are renamed cards."""
+    h100_sxm5, a100_40, l40, a10 = (by_device_id(k) for k in ("2330", "20b0", "26b5", "2236"))
+    assert h100_sxm5 is not None and not answers_to(h100_sxm5, "NVIDIA H100 PCIe")
+    assert a100_40 is not None and not answers_to(a100_40, "NVIDIA A100-SXM4-80GB")
+    assert l40 is not None and not answers_to(l40, "NVIDIA L40S") and names(l40, "NVIDIA L40S")  # names: loose
+    assert a10 is not None and not answers_to(a10, "NVIDIA A100-SXM4-40GB")
+    assert answers_to(a100_40, "A100-SXM4-40GB") and answers_to(l40, "nvidia l40")  # prefix, case, spaces
 
 
 # ------------------------------------------------------------------------------------- pci.ids, the parser
@@ -214,3 +260,17 @@ def test_the_message_of_a_missing_figure_names_the_device_id_and_the_file():
                                       "(pytest_gpuaccept/models/gpus.json): add it")
     assert not_in_table(None).startswith("PCI device ID could not be read from sysfs")
     assert judge_identity.__doc__ and "pci.ids" in judge_identity.__doc__
+
+
+def test_an_l40_that_nvml_calls_an_l40s_fails_on_its_name(accept, tmp_path, installed):
+    """A shim that renames cards and reports the device ID sysfs has: "NVIDIA L40S" contains "L40", but it is not
+    a name NVIDIA gives 0x26b5, so the loose match a contract's `model` gets is not enough for identity."""
+    def renamed(reading):
+        for gpu in reading["gpus"]:
+            gpu["name"], gpu["pci_device_id"] = "NVIDIA L40S", "0x26b5"
+    run = accept(GPUS_8.replace("8", "4"), staged_recording(tmp_path, "h100_sxm5_4gpu.json", renamed),
+                 pci_tree(tmp_path / "sys", "0x26b5", recording="h100_sxm5_4gpu.json"))
+    check = run.checks("gpus.identity")[0]
+    assert (check["outcome"], check["message"]) == ("failed", "NVML names GPU0 'NVIDIA L40S', but sysfs says PCI "
+                                                    "device 0x26b5 at 0000:18:00.0, a L40 (NVML name 'NVIDIA L40')")
+    assert check["details"]["pci_ids"] == "pci.ids: AD102GL [L40]"

@@ -9,6 +9,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import schema
 from ..measurements import GpuModels, HostReading
+from ..models import answers_to
 from ..models import names as names_model
 from ..probes.sysfs import sysfs_bus_id
 from ..records import record
@@ -29,14 +30,14 @@ class Gpus:
     memory: Size | None
     driver: SpecifierSet | None
     cuda: SpecifierSet | None
-    form_factor: str | None  # sxm | pcie | nvl: judged from the PCI device ID, never from the name
+    form_factor: str | None  # sxm | pcie | nvl | superchip: judged from the PCI device ID, never from the name
 
 
 SECTION = Section(
     "gpus",
     {"count": Key(schema.whole(1, 64)), "model": Key(schema.text), "memory": Key(schema.size),
      "driver": Key(schema.specifier), "cuda": Key(schema.specifier),
-     "form_factor": Key(schema.one_of("sxm", "pcie", "nvl"))},
+     "form_factor": Key(schema.one_of("sxm", "pcie", "nvl", "superchip"))},
     Gpus, "the GPUs as NVML reports them")
 
 
@@ -205,7 +206,7 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
         problems.append(f"NVML puts {subject} ({gpu.name!r}) at PCI {bus}, where sysfs has no NVIDIA GPU function")
     elif gpu.pci_device_id and gpu.pci_device_id != device:
         problems.append(f"NVML says {subject} is PCI device 0x{gpu.pci_device_id}, sysfs says 0x{device} at {bus}")
-    elif model is not None and not names_model(model, gpu.name):
+    elif model is not None and not answers_to(model, gpu.name):
         problems.append(f"NVML names {subject} {gpu.name!r}, but sysfs says PCI device 0x{device} at {bus}, "
                         f"a {model.name} (NVML name {model.nvml_name!r})")
     for what, value in (("UUID", gpu.uuid), ("serial", gpu.serial), ("PCI bus ID", gpu.pci_bus_id)):
@@ -255,7 +256,8 @@ DRIVER = Clause("gpus.driver", SECTION, "test_driver_version", HostWide(), "gpua
 CUDA = Clause("gpus.cuda", SECTION, "test_cuda_version", HostWide(), "gpuaccept_host", judge_cuda,
               "the CUDA version the driver supports satisfies the specifier set", None, lambda s: s.cuda is not None)
 FORM_FACTOR = Clause("gpus.form_factor", SECTION, "test_gpu_form_factor", PerGpu(), "gpuaccept_models",
-                     judge_form_factor, "the form factor of each GPU's PCI device ID (sxm, pcie, nvl), not its name",
+                     judge_form_factor, "the form factor of each GPU's PCI device ID (sxm, pcie, nvl, superchip), "
+                     "not its name",
                      None, lambda s: s.form_factor is not None)
 IDENTITY = Clause("gpus.identity", SECTION, "test_gpu_identity", PerGpu(), "gpuaccept_host_identity", judge_identity,
                   "always: NVML's name and device ID agree with the PCI function in sysfs, UUID, serial and bus ID "

@@ -26,6 +26,7 @@ class Model:
     nvml_name: str = ""  # how NVML names it: only to recognise a contract's `model`
     nvlink_bridge_gbyte_s: float | None = None  # an NVLink bridge between card pairs (PCIe and NVL cards)
     boost_clock_mhz: float | None = None
+    nvml_names: tuple[str, ...] = ()  # the other names NVIDIA gives this device ID (by subsystem: A16 and A2)
 
     @property
     def has_nvlink(self) -> bool:
@@ -61,7 +62,7 @@ def by_device_id(device_id: str) -> Model | None:
                  entry["memory_bandwidth_gbyte_s"], dict(entry["tflops"]), entry["nvlink"].get("gbyte_s"),
                  entry["nvlink"].get("links", 0), entry["pcie_gen"], entry["tdp_w"],
                  tuple(sources[s] for s in entry["sources"]), entry.get("nvml_name", ""),
-                 entry["nvlink"].get("bridge_gbyte_s"), entry.get("boost_clock_mhz"))
+                 entry["nvlink"].get("bridge_gbyte_s"), entry.get("boost_clock_mhz"), tuple(entry.get("nvml_names", ())))
 
 
 # PCIe x16 bandwidth in one direction after line encoding, GB/s: what "x % of published" means for a host link.
@@ -82,11 +83,21 @@ def all_models() -> list[Model]:
 
 
 def names(model: Model, name: str) -> bool:
-    """Whether `name` names this model: its marketing name contains it, or the reverse (case, spaces and
-    dashes ignored, a leading "NVIDIA" too): "H100 SXM5" names "H100 SXM5 80GB"."""
+    """Whether `name` names this model: its marketing name (or a name NVML gives it) contains it, or the reverse
+    (case, spaces and dashes ignored, a leading "NVIDIA" too): "H100 SXM5" names "H100 SXM5 80GB"."""
     wanted = _squash(name)
     return bool(wanted) and any(wanted in _squash(known) or _squash(known) in wanted
-                                for known in (model.name, model.nvml_name) if known)
+                                for known in (model.name, model.nvml_name, *model.nvml_names) if known)
+
+
+def answers_to(model: Model, nvml_name: str) -> bool:
+    """Whether NVML's name for a GPU is one its device ID is given: equal (case, spaces, dashes and a leading
+    NVIDIA or Tesla ignored) to a name NVIDIA gives that ID, or to the table's name. Stricter than `names`,
+    which lets a contract's "H100" name an H100 SXM5: an L40 (0x26b5) that NVML calls "NVIDIA L40S" is renamed."""
+    if not model.nvml_name:
+        return names(model, nvml_name)
+    wanted = _squash(nvml_name)
+    return any(wanted == _squash(known) for known in (model.name, model.nvml_name, *model.nvml_names) if known)
 
 
 def matching(name: str) -> list[Model]:
