@@ -3,6 +3,9 @@ what each waived testcase printed, device_local_copy per GPU); a testcase nvband
 up to v0.4, a bare `Waived: ` in its place from v0.5) fails every pair or GPU that needed it, quoting it;
 memory_bandwidth measured through nvbandwidth's device_local_copy, judged on twice the printed figure."""
 
+import json
+import statistics
+
 import pytest
 import yaml
 from conftest import DATA, nvml_recording, pci_tree
@@ -193,3 +196,22 @@ def test_a_waived_host_copy_fails_every_gpu_and_direction_quoting_nvbandwidth(ac
     assert len(checks) == 4 and {(c["outcome"], c["measured"]) for c in checks} == {("failed", None)}
     assert checks[0]["message"] == ("nvbandwidth waived host_to_device_memcpy_ce (it printed "
                                     "'Waiving host_to_device_memcpy_ce.')")
+
+
+def test_a_copy_run_shorter_than_the_copies_it_reports_fails(accept, fake_tools, tmp_path):
+    # Constructed from the real CPU run of our PyTorch workload: its lines as GPU copies, every timing x 100 (and
+    # the rate / 100, so that each line still agrees with itself), printed by a tool that returns at once: 2 x 5
+    # timed copies that took 35 s in all cannot come from a run of a fraction of a second.
+    lines = (DATA / "torch" / "membw_cpu_2dev.txt").read_text().splitlines()
+    slow = [lines[0]]
+    for line in lines[1:]:
+        data = json.loads(line)
+        data.update(device=f"cuda:{data['gpu']}", seconds=[t * 100 for t in data["seconds"]])
+        data["gbyte_s"] = round(2 * data["bytes"] / statistics.median(data["seconds"]) / 1e9, 5)
+        slow.append(json.dumps(data))
+    fake_tools.add("python", "\n".join(slow) + "\n", sleep=0)
+    run = accept(f"gpuaccept: 1\nvendor: V\ntools: {{python: '{fake_tools.bin_dir / 'python'}'}}\ngpus: {{count: 2}}\n"
+                 "memory_bandwidth: {min_bandwidth: '0.1 GB/s', tool: torch}\n", nvml_recording("h100_sxm5_8gpu.json"))
+    checks = run.checks("memory_bandwidth")
+    assert {(c["outcome"], c["measured"]) for c in checks} == {("failed", None)}
+    assert "not a measurement" in checks[0]["message"] and "the timings it printed" in checks[0]["message"]

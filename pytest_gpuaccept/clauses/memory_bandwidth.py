@@ -12,7 +12,8 @@ our PyTorch workload (`tool: torch`, and the default without nvbandwidth):
 
 The threshold is `min_bandwidth`, or `min_fraction_of_peak` of the published figure of the GPU's model,
 found by its PCI device ID (a model the table lacks: not measured). A figure above the published one by
-more than MARGIN is no measurement of that memory: it fails, naming both.
+more than MARGIN is no measurement of that memory, nor is a run that ended before the copies it reports
+could have (clauses/plausible.py): either fails, naming the figures.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, Verdict
+from . import plausible
 from .base import Clause, PerGpu, Section
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ class MemoryCopies:
     failure: str | None = None
     waived: str | None = None
     copies: dict[int, LocalCopy] = field(default_factory=dict)
+    too_fast: str | None = None  # the run ended before the copies it reports could: not a measurement
 
 
 def from_torch(reading: Reading[dict[int, MemCopy]], models: GpuModels) -> MemoryCopies:
@@ -93,7 +96,9 @@ def from_torch(reading: Reading[dict[int, MemCopy]], models: GpuModels) -> Memor
             copies[index] = LocalCopy(None, f"the copy ran on {copy.device}, not on GPU{index}: not a GPU figure")
         else:
             copies[index] = LocalCopy(copy.gbyte_s, f"PyTorch, {copy.nbytes} bytes, median of {len(copy.seconds)}")
-    return MemoryCopies("PyTorch", reading.evidence + models.evidence, models, reading.failure, copies=copies)
+    too_fast = plausible.too_fast(reading.run, plausible.torch_work(reading.run.stdout if reading.run else ""))
+    return MemoryCopies("PyTorch", reading.evidence + models.evidence, models, reading.failure, copies=copies,
+                        too_fast=too_fast)
 
 
 def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> MemoryCopies:
@@ -110,7 +115,8 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> Memory
         return MemoryCopies("nvbandwidth", evidence, models, f"nvbandwidth printed no {LOCAL_COPY} row in GB/s")
     copies = {index: LocalCopy(2 * value, f"nvbandwidth {LOCAL_COPY} {value:g} GB/s copied, x 2: read + written")
               for index, value in enumerate(matrix.cells[0]) if value is not None}
-    return MemoryCopies("nvbandwidth", evidence, models, copies=copies)
+    too_fast = plausible.too_fast(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()))
+    return MemoryCopies("nvbandwidth", evidence, models, copies=copies, too_fast=too_fast)
 
 
 def _minimum(section: MemoryBandwidth, m: MemoryCopies, index: int, v: Verdict) -> float | Check:
@@ -139,6 +145,8 @@ def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract:
         return v.not_measured(m.failure)
     if m.waived:
         return v.failed(None, f"GPU{index}: {m.waived}")
+    if m.too_fast:
+        return v.failed(None, m.too_fast)
     copy = m.copies.get(index)
     if copy is None:
         return v.failed(None, f"GPU{index} was not measured ({m.tool} measured GPUs {sorted(m.copies)})")
