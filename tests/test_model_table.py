@@ -274,3 +274,14 @@ def test_an_l40_that_nvml_calls_an_l40s_fails_on_its_name(accept, tmp_path, inst
     assert (check["outcome"], check["message"]) == ("failed", "NVML names GPU0 'NVIDIA L40S', but sysfs says PCI "
                                                     "device 0x26b5 at 0000:18:00.0, a L40 (NVML name 'NVIDIA L40')")
     assert check["details"]["pci_ids"] == "pci.ids: AD102GL [L40]"
+
+
+def test_a_fraction_of_peak_on_an_unknown_device_id_is_not_measured_naming_it(accept, fake_tools, tmp_path):
+    """compute's min_fraction_of_peak needs the table's figure: not measured, saying which ID to add."""
+    from test_compute import RECORDED, _run, as_gpus
+
+    run = _run(accept, fake_tools, tmp_path, as_gpus(RECORDED, "bf16"), "bf16", "min_fraction_of_peak: 0.7",
+               device=f"0x{UNKNOWN}")
+    assert {c["message"] for c in run.checks("compute")} == {
+        f"not measured: GPU{i}'s device ID 0x232c is not in the model table (pytest_gpuaccept/models/gpus.json): "
+        "add it: no figure to take 0.7 of" for i in (0, 1)}
