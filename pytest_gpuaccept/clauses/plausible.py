@@ -5,9 +5,12 @@ Two questions are asked of every figure the p2p and host_bandwidth clauses judge
 1. **Can the path carry it?** A GPU pair joined by n NVLinks carries at most n x the model's per-link rate
    each way (gpus.json: `nvlink.gbyte_s` both ways per GPU over `nvlink.links`; a bridged card pair, its
    `bridge_gbyte_s`). A pair without NVLink, and every host <-> GPU copy, goes over PCIe: at most the
-   generation x width of the slower GPU's link (sysfs: the lower of the GPU's and its upstream port's
-   `max_link_speed`, since an idle GPU trains its link down to Gen1 and `current_link_speed` then reads
-   2.5 GT/s; `current_link_width`, else `max_link_width`), else the model's own generation at x16. The
+   generation x width the slower GPU's own link can run at (sysfs `max_link_speed` and `max_link_width` of
+   the GPU's function, else its current ones), else the model's own generation at x16. Not the current
+   speed: an idle GPU trains its link down and `current_link_speed` then reads 2.5 GT/s. Not the upstream
+   port: in a VM it is a virtual root port advertising whatever the hypervisor chose (QEMU: 2.5 or 16 GT/s)
+   whatever the slot. A card in a slower slot is therefore capped at its own maximum (lenient, never a false
+   rejection); the slot's trained link is judged by `health.pcie_gen` and `pcie_width`. The
    NVLinks of a pair are counted by `nvidia-smi topo -m` (NV#) and by NVML (active links whose far end is
    the peer or an NVSwitch); where both read, the lower count is the path. A figure above the cap by more
    than MARGIN fails, naming both numbers and the path. Where no cap can be computed (no model, no
@@ -49,7 +52,6 @@ SLACK_S = 0.05  # and a run may end 5 % + 50 ms before its timed work (timer and
 PCIE_LANE_GBYTE_S = {1: 0.25, 2: 0.5, 3: 15.75 / 16, 4: 31.5 / 16, 5: 63.0 / 16, 6: 126.0 / 16}
 _GT_S = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 _SPEED = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s")
-_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 LINKS_FILE = "sysfs-pci-links.json"
 LINK_KEYS = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 C2C_MODELS = ("GH200", "GB200", "GB300")  # the host link is NVLink-C2C, not PCIe: no PCIe cap applies
@@ -68,20 +70,13 @@ def _read(path: Path) -> str | None:
 
 
 def read_pci_links(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
-    """Each GPU's PCIe link files, and its upstream port's (the PCI function above it), by GPU index."""
+    """Each GPU's PCIe link files (current and maximum speed and width), by GPU index."""
     from ..probes.sysfs import sysfs_bus_id
 
     gpus: dict[str, Any] = {}
     for index, bus_id in sorted(bus_ids.items()):
         folder = sys_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
-        entry: dict[str, Any] = {"bus_id": sysfs_bus_id(bus_id), **{k: _read(folder / k) for k in LINK_KEYS}}
-        try:
-            parent = folder.resolve(strict=True).parent
-        except OSError:
-            parent = None
-        if parent is not None and _PCI_ADDRESS.match(parent.name):
-            entry["upstream"] = {"bus_id": parent.name, **{k: _read(parent / k) for k in LINK_KEYS}}
-        gpus[str(index)] = entry
+        gpus[str(index)] = {"bus_id": sysfs_bus_id(bus_id), **{k: _read(folder / k) for k in LINK_KEYS}}
     return {"gpus": gpus}
 
 
@@ -111,17 +106,13 @@ def _width(text: Any) -> int | None:
 
 
 def parse_pci_link(entry: dict[str, Any]) -> PcieLink | None:
-    """The link a GPU's copies can use: the lower maximum generation of the GPU and its upstream port (the
-    current one only where neither maximum reads), at the current width (else the lower maximum width)."""
-    up = entry.get("upstream") or {}
-    maxima = [g for g in (_gen(entry.get("max_link_speed")), _gen(up.get("max_link_speed"))) if g]
-    gen = min(maxima) if maxima else _gen(entry.get("current_link_speed"))
-    widths = [w for w in (_width(entry.get("max_link_width")), _width(up.get("max_link_width"))) if w]
-    width = _width(entry.get("current_link_width")) or (min(widths) if widths else None)
+    """The most the GPU's own link can run at: its maximum generation and width (the current ones where no
+    maximum reads)."""
+    gen = _gen(entry.get("max_link_speed")) or _gen(entry.get("current_link_speed"))
+    width = _width(entry.get("max_link_width")) or _width(entry.get("current_link_width"))
     if gen is None or width is None:
         return None
-    speed = "max_link_speed" if maxima else "current_link_speed"
-    return PcieLink(gen, width, f"sysfs {entry.get('bus_id')} {speed}, link width")
+    return PcieLink(gen, width, f"sysfs {entry.get('bus_id')}")
 
 
 # ------------------------------------------------------------------ what the paths can carry
@@ -171,8 +162,8 @@ def _nvml_links(paths: Paths, i: int, j: int) -> int | None:
     if i not in by_index or j not in by_index:
         return None
     gpu = by_index[i]
-    if gpu.nvlinks is None:
-        return 0 if gpu.nvlink_error and "NotSupported" in gpu.nvlink_error else None
+    if gpu.nvlinks is None or gpu.nvlink_error:
+        return None  # not read, or NVML would not say (NotSupported: a card without NVLink, or a vGPU guest)
     peer = sysfs_bus_id(by_index[j].pci_bus_id) if by_index[j].pci_bus_id else None
     other_gpus = {sysfs_bus_id(g.pci_bus_id) for g in paths.gpus if g.pci_bus_id and g.index != j}
     return sum(1 for link in gpu.nvlinks if link.active and link.remote_bus_id and (
