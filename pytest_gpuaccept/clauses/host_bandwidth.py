@@ -2,7 +2,9 @@
 
 nvbandwidth `host_to_device_memcpy_ce` and `device_to_host_memcpy_ce` print one row (the CPU) and a
 column per GPU: cell [0][i] is GPU i's figure, `GPU<i>:h2d` and `GPU<i>:d2h`. Each is shown beside the
-PCIe x16 figure of the GPU's generation (from its PCI device ID), as a fraction of it.
+PCIe x16 figure of the GPU's generation (from its PCI device ID), as a fraction of it. A figure above what
+the GPU's PCIe link carries fails, and a run shorter than its own timed copies is not a measurement
+(plausible.py).
 """
 
 from __future__ import annotations

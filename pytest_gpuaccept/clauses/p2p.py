@@ -14,6 +14,10 @@ to GPU j, and the pairs without peer access. How each tool's cells map to subjec
   connectivity matrix) was copied through host memory by the tool's fallback: it fails, never passes.
 - PyTorch (`pytest_gpuaccept.workloads.p2p`): one line per ordered pair and, both ways, per pair; a pair
   without peer access is never copied. A run between CPU tensors (the tests) is never a GPU figure.
+
+Every figure is also held to what it could physically be (plausible.py): a pair's figure above what its
+NVLinks or PCIe link carry fails, and a run that ended before the copies it prints could have is not a
+measurement (every pair fails).
 """
 
 from __future__ import annotations
