@@ -25,7 +25,7 @@ gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4"
 nvlink: {every_pair: true, min_links: 6, links_per_gpu: 18, link_speed: "26.5 GB/s", errors_stable: true}
 tools: {python: "/usr/bin/python3"}
 p2p: {min_bandwidth: "120 GB/s", min_bidirectional: "240 GB/s"}
-memory_bandwidth: {min_bandwidth: "10 GB/s"}
+memory_bandwidth: {min_bandwidth: "10 GB/s", tool: torch}
 compute: {dtype: fp32, min_tflops: 0.0001, duration: "3 s", n: 256}
 host_bandwidth: {min_bandwidth: "50 GB/s"}
 allreduce: {min_busbw: "35 GB/s", min_bytes: "8 B", max_bytes: "128 MiB"}
