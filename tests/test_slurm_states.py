@@ -8,6 +8,7 @@ import pytest
 from conftest import DATA
 
 from pytest_gpuaccept.cluster.engine import Slurm
+from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.slurm import (
     UNUSABLE,
     USABLE,
@@ -105,6 +106,21 @@ def test_invalid_registration_is_never_run_on():
     assert not node.schedulable
     assert "INVALID_REG: did not register correctly" in (node.why_unschedulable or "")
     assert [f for f, _ in unusable_flags("inval")] == ["INVALID_REG"]
+
+
+def test_a_real_invalid_registration_state_line_is_never_run_on():
+    """The real `State=DOWN+INVALID_REG` and `Reason=` lines a controller printed for a node whose slurmd reported
+    less memory than configured (an excerpt: the NodeName= line was not published, so the record as a whole is
+    refused, and the state it carries refuses the node)."""
+    text = (DATA / "slurm" / "l40_lab_down_invalid_reg_state_reason_excerpt.txt").read_text()
+    state = text.splitlines()[0].partition("=")[2]
+    assert state == "DOWN+INVALID_REG"
+    assert [f for f, _ in unusable_flags(state)] == ["DOWN", "INVALID_REG"]
+    with pytest.raises(ParseError, match="no NodeName= record"):
+        parse_scontrol_nodes(text)
+    (node,) = parse_scontrol_nodes("NodeName=l40-node-01\n" + text)  # the same lines under the node's name
+    assert not node.schedulable and "INVALID_REG" in (node.why_unschedulable or "")
+    assert (node.reason or "").startswith("Low socket*core*thread count, Low CPUs,")
 
 
 @pytest.mark.parametrize("name, node, states, gpus", [
