@@ -21,7 +21,7 @@ from test_utilisation import recording
 from pytest_gpuaccept.clauses import utilisation as health_clauses
 from pytest_gpuaccept.contract import parse_contract
 from pytest_gpuaccept.measurements import GpuModels, LoadRun
-from pytest_gpuaccept.models import by_device_id
+from pytest_gpuaccept.models import by_device_id, vgpu_of
 from pytest_gpuaccept.probes import nvml
 from pytest_gpuaccept.probes.nvml import GpuSeries
 from pytest_gpuaccept.probes.sysfs import is_nvidia_gpu, read_pci_devices
@@ -367,11 +367,26 @@ def _vgpu_guest(tmp_path: Path) -> tuple[str, str]:
     return f"--gpuaccept-nvml={path}", f"--gpuaccept-sysfs={tmp_path / 'sys'}"
 
 
-def test_a_vgpu_guest_is_counted_and_nothing_crashes(accept, tmp_path):
+def test_a_vgpu_guest_is_counted_identified_and_accepted(accept, tmp_path):
     run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 1\n  memory: 8 GB\n", *_vgpu_guest(tmp_path))
     assert run.result.ret in (0, 1), run.result.stdout.str()[-2000:]
     checks = {c["clause"]: c for c in run.checks()}
     assert (checks["gpus.count"]["outcome"], checks["gpus.count"]["message"]) == ("passed", "1 GPUs found, contract says 1")
     assert checks["gpus.memory"]["outcome"] == "passed"
-    assert all(c["message"] for c in run.checks()) and checks["gpus.identity"]["outcome"] in ("passed", "failed",
-                                                                                              "not_measured")
+    identity = checks["gpus.identity"]
+    assert (identity["outcome"], identity["measured"]) == ("passed", "0x1db6")
+    assert "(Tesla V100 PCIe 32GB, in a vGPU guest as profile 'GRID V100D-8C')" in identity["message"]
+    assert run.json["verdict"] == "accepted"
+
+
+@pytest.mark.parametrize(("device", "name", "profile_of"), [
+    ("1db6", "GRID V100D-8C", True),  # the real guest above: V100 PCIe 32GB's D profiles
+    ("20b1", "NVIDIA A100-40C", True),  # the whole A100 40GB as one C profile
+    ("1eb8", "GRID T4-16Q", True),
+    ("20b1", "GRID A10-24Q", False),  # an A10 profile on an A100 is a rename, not a profile
+    ("26b5", "NVIDIA L40S-48C", False),  # an L40S profile on an L40
+    ("1db6", "Tesla V100-PCIE-32GB", False),  # a plain name is no profile (answers_to judges it)
+])
+def test_a_vgpu_profile_name_is_accepted_only_for_its_own_board(device, name, profile_of):
+    model = by_device_id(device)
+    assert model is not None and vgpu_of(model, name) is profile_of

@@ -9,7 +9,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import schema
 from ..measurements import GpuModels, HostReading
-from ..models import answers_to
+from ..models import answers_to, vgpu_of
 from ..models import names as names_model
 from ..probes.sysfs import sysfs_bus_id
 from ..records import record
@@ -206,7 +206,7 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
         problems.append(f"NVML puts {subject} ({gpu.name!r}) at PCI {bus}, where sysfs has no NVIDIA GPU function")
     elif gpu.pci_device_id and gpu.pci_device_id != device:
         problems.append(f"NVML says {subject} is PCI device 0x{gpu.pci_device_id}, sysfs says 0x{device} at {bus}")
-    elif model is not None and not answers_to(model, gpu.name):
+    elif model is not None and not answers_to(model, gpu.name) and not vgpu_of(model, gpu.name):
         problems.append(f"NVML names {subject} {gpu.name!r}, but sysfs says PCI device 0x{device} at {bus}, "
                         f"a {model.name} (NVML name {model.nvml_name!r})")
     for what, value in (("UUID", gpu.uuid), ("serial", gpu.serial), ("PCI bus ID", gpu.pci_bus_id)):
@@ -235,8 +235,9 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
         return v.not_measured(f"{subject}: {' and '.join(unread)} could not be read, so NVML's word stands alone")
     # A device ID the table lacks: who the GPU is stands on NVML, sysfs and CUDA agreeing; only the name's
     # check against the table's is left out, said, with pci.ids' name for a person to compare.
-    known = model.name if model is not None else (f"{second['pci_ids']}; {models.missing(gpu.index)}, so NVML's "
-                                                  "name is not checked against it")
+    known = (model.name + (f", in a vGPU guest as profile {gpu.name!r}" if vgpu_of(model, gpu.name) else "")
+             if model is not None else (f"{second['pci_ids']}; {models.missing(gpu.index)}, so NVML's "
+                                                  "name is not checked against it"))
     return v.passed(measured, f"{subject}: NVML {gpu.name!r} at {bus}, sysfs PCI device 0x{device} ({known}), "
                     f"visible to CUDA, MIG {'off' if gpu.mig_mode == 0 else 'not supported'}", second)
 

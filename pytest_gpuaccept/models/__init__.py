@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,26 @@ def answers_to(model: Model, nvml_name: str) -> bool:
         return names(model, nvml_name)
     wanted = _squash(nvml_name)
     return any(wanted == _squash(known) for known in (model.name, model.nvml_name, *model.nvml_names) if known)
+
+
+# A vGPU guest's NVML name is its profile: `GRID V100D-8C`, `NVIDIA A100-40C`, `GRID T4-16Q`: the board (letters
+# and digits, an `S` that is part of the board's name as in V100S or L40S, then the vGPU manager's variant letters
+# such as D, X, DX, XM, L), a dash, the frame buffer in GB and the series letter (A, B, C, Q).
+_VGPU_PROFILE = re.compile(r"^(?:GRID |NVIDIA )?([A-Z]+\d+S?)[A-Z]*-(\d+)([ABCQ])$")
+
+
+def vgpu_board(nvml_name: str) -> str | None:
+    """The board a vGPU profile name runs on (`GRID V100D-8C` -> `V100`), None where the name is no profile."""
+    match = _VGPU_PROFILE.match(nvml_name.strip())
+    return match.group(1) if match else None
+
+
+def vgpu_of(model: Model, nvml_name: str) -> bool:
+    """Whether NVML's name is a vGPU profile of this model's board: the board is a word of the model's name
+    (V100 in "Tesla V100 PCIe 32GB"; A10 is no word of "A100 PCIe 40GB")."""
+    board = vgpu_board(nvml_name)
+    words = re.split(r"[^0-9a-z]+", model.name.lower())
+    return board is not None and board.lower() in words
 
 
 def matching(name: str) -> list[Model]:
