@@ -14,12 +14,11 @@ import html
 import json
 import re
 import subprocess
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .evidence import files_under
-from .records import record
 from .verdict import verdict_of
 
 MANIFEST = "manifest.json"
@@ -76,7 +75,7 @@ def write_manifest(folder: Path, documents: list[Path], extra: dict[str, Any]) -
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Verification:
     problems: list[str]
     manifest_sha256: str

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import schema
 from ._pyyaml import yaml
 from .clauses import registry
-from .records import record
 from .units import Duration
 
 FORMAT_VERSION = 1
@@ -38,14 +37,14 @@ def _line_of(problem: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Tools:
     paths: dict[str, str] = field(default_factory=dict)
     timeout: Duration | None = None
     sha256: dict[str, str] = field(default_factory=dict)  # tool -> the SHA-256 its executable must have
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Contract:
     path: str
     sha256: str

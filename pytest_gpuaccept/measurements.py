@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
-
-from .records import record
 
 if TYPE_CHECKING:
     from .cluster.engine import NodeState
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
     from .probes.sysfs import Function, IbPort
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HostReading:
     """The NVML reading of the host (driver, CUDA, GPUs) and the evidence file it was kept in."""
 
@@ -34,7 +32,7 @@ class HostReading:
 T = TypeVar("T")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GpuModels:
     """Each GPU's PCI device ID as sysfs gives it, and its model in the published-figures table."""
 
@@ -61,7 +59,7 @@ class GpuModels:
         return describe(self.pci_ids, device) if device else "no PCI device ID to look up in pci.ids"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class AllReduceRuns:
     """Every all_reduce run the contract asks for (`repeats`), parsed; `tool` names what measured."""
 
@@ -72,7 +70,7 @@ class AllReduceRuns:
     host: Host | None = None  # NVML's GPUs: where each rank must have run
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NvlinkErrorReadings:
     """NVLink error counters read before and after the all_reduce load."""
 
@@ -80,7 +78,7 @@ class NvlinkErrorReadings:
     after: Reading[LinkErrors]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NicLinks:
     """The interfaces the host lists, and `ethtool IFACE` for one of them (run once per interface)."""
 
@@ -89,7 +87,7 @@ class NicLinks:
     function: Callable[[str], tuple[Function, str]]  # name -> what sysfs says stands behind it, its evidence file
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class RdmaDevices:
     """The RDMA devices the host lists, each device's ports from sysfs, and ib_write_bw through one port."""
 
@@ -99,7 +97,7 @@ class RdmaDevices:
     function: Callable[[str], tuple[Function, str]]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Iperf3Path:
     """The iperf3 clients' readings, the route to the server (`ip route get`), and the route's interface byte
     counters read before and after: two sources for whether the bytes went through a NIC."""
@@ -111,7 +109,7 @@ class Iperf3Path:
     evidence: tuple[str, ...]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LoadRun:
     """The utilisation load: the workload's run, every GPU's NVML series, and why either cannot be trusted."""
 
@@ -148,7 +146,7 @@ class LoadRun:
         return self.series.get(index), self.failure or missing
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class WithModels(Generic[T]):
     """A tool's reading, and the GPUs' models to set its figures beside the published ones."""
 
@@ -161,7 +159,7 @@ class WithModels(Generic[T]):
         return self.reading.evidence
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NodeOutcome:
     """One node of a cluster run: what the engine said of it, and what came back from its run."""
 
@@ -172,7 +170,7 @@ class NodeOutcome:
     evidence: tuple[str, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ClusterRun:
     """The inventory and every node's per-node run; `error` where the nodes could not even be listed."""
 
@@ -188,7 +186,7 @@ class ClusterRun:
         return [n for n, o in self.nodes.items() if o.state.present and o.state.schedulable and o.results is not None]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PairResult:
     """One pair's 2-node all_reduce: busbw at the largest size, or why there is none."""
 
@@ -199,7 +197,7 @@ class PairResult:
     evidence: tuple[str, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PairRuns:
     """Every pair of nodes, run in rounds of disjoint pairs; the blame the failures put on nodes and links."""
 
@@ -208,7 +206,7 @@ class PairRuns:
     error: str | None = None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ClusterAllReduce:
     """cluster.allreduce: one job over every available node; `missing` the nodes that were not."""
 
@@ -219,7 +217,7 @@ class ClusterAllReduce:
     error: str | None = None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LinkResult:
     """One direction of one link: what its receiver counted, in Gb/s, or why there is nothing."""
 
@@ -230,7 +228,7 @@ class LinkResult:
     evidence: tuple[str, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LinkRuns:
     results: dict[str, LinkResult]  # by subject, `a:dev->b:dev`
     error: str | None = None

@@ -7,12 +7,12 @@ clause modules declare their sections with it (`Key`), and `section()` validates
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ._pyyaml import yaml
-from .records import record
 from .units import UnitError, parse_bandwidth, parse_duration, parse_size
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:*?\[\]-]+$")
@@ -245,7 +245,7 @@ size = quantity(parse_size)
 duration = quantity(parse_duration)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Key:
     """One key of a section: its converter, whether it must be given, and its default (written here only)."""
 

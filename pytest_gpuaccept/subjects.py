@@ -8,10 +8,8 @@ cluster prefixes it (`node07/GPU3`) without any clause knowing.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import Enum
-
-from .records import record
 
 # Names from the host that may appear unescaped in a test id (pytest-html shows ids as HTML).
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.:*?\[\]+-]+$")  # + joins a pair of cluster nodes (h1+h2)
@@ -29,7 +27,7 @@ class Kind(str, Enum):
     NAME = "name"  # a name the host lists (interface, RDMA device), or the pattern that matched none
 
 
-@record(order=True)
+@dataclass(frozen=True, slots=True, order=True)
 class Host:
     """Where a subject lives: '' is the host this run is on; a node name in a cluster run."""
 
@@ -42,7 +40,7 @@ class Host:
 LOCAL = Host()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Subject:
     kind: Kind
     host: Host = LOCAL

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import re
-
-from .records import record
+from dataclasses import dataclass
 
 # Bandwidth units, as bits per second per unit. Case matters between B (byte) and b (bit).
 _BANDWIDTH_BITS = {
@@ -35,7 +34,7 @@ def _split(text: object, table: dict[str, float] | dict[str, int], kind: str, ex
     return float(match.group(1)), match.group(2)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Bandwidth:
     """A bandwidth, kept in bits per second; `text` is how the contract wrote it."""
 
@@ -54,7 +53,7 @@ class Bandwidth:
         return self.text
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Size:
     """A size in bytes; `text` is how the contract wrote it."""
 
@@ -65,7 +64,7 @@ class Size:
         return self.text
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Duration:
     """A duration in seconds; `text` is how the contract wrote it."""
 

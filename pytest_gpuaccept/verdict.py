@@ -6,11 +6,10 @@ found (`passed`, `failed`, `not_measured`, `at_least`); nothing else constructs 
 
 from __future__ import annotations
 
-from dataclasses import field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, Union
 
-from .records import record
 from .subjects import Subject
 
 Measured = Union[float, int, str, None]
@@ -28,7 +27,7 @@ class Outcome(str, Enum):
 NOT_MEASURED_PREFIX = "not measured: "
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Check:
     """One judged clause for one subject, as the results JSON lists it."""
 
@@ -68,7 +67,7 @@ def fmt(value: float | int) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """What a judge knows before it looks: clause, subject, requirement, unit, evidence."""
 

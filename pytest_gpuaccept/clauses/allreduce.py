@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
@@ -9,7 +10,6 @@ from ..measurements import AllReduceRuns
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
 from ..probes.sysfs import pci_address, pci_name
-from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, human_bytes, parse_size
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 TOOLS = ("nccl-tests", "torch")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class AllReduce:
     min_busbw: Bandwidth
     max_bytes: Size

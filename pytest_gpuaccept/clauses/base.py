@@ -7,9 +7,9 @@ records that say which one each clause uses. Nothing here knows a particular cla
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
 
-from ..records import record
 from ..subjects import Subject
 from ..verdict import Check
 
@@ -26,7 +26,7 @@ CrossCheck = Callable[[Any, Mapping[str, Any]], "list[tuple[str, str]]"]
 HostNames = Mapping[str, "list[str]"]  # what the host lists: {"net": [...], "infiniband": [...]}
 
 
-@record(eq=False)  # compared and hashed by identity: one record per section
+@dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: one record per section
 class Section(Generic[S]):
     """A contract section: its keys (types, defaults), the dataclass they build, and its rules across keys."""
 
@@ -54,7 +54,7 @@ class SubjectRule(Protocol):
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]: ...
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HostWide:
     """One subject for the host (or one thing of it: `label` of the section, e.g. the iperf3 server)."""
 
@@ -71,7 +71,7 @@ def gpu_count(contract: Contract) -> int:
     return count if isinstance(count, int) else 0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PerGpu:
     """GPU0..GPU<count-1>; without gpus.count, one subject over every GPU found (GPUs)."""
 
@@ -81,7 +81,7 @@ class PerGpu:
         return [Subject.of_gpu(i) for i in range(gpu_count(contract))] or [Subject.all_gpus()]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GpuPairs:
     """Every unordered pair i < j of gpus.count GPUs."""
 
@@ -92,7 +92,7 @@ class GpuPairs:
         return [Subject.pair(i, j) for i in range(count) for j in range(i + 1, count)]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PerGpuAspect:
     """GPU<i>:<aspect> for each GPU and each aspect (h2d, d2h): one check per GPU and direction."""
 
@@ -103,7 +103,7 @@ class PerGpuAspect:
         return [Subject.of_gpu(i, aspect) for i in range(gpu_count(contract)) for aspect in self.aspects]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class OrderedGpuPairs:
     """Every ordered pair i != j of gpus.count GPUs: data moving from GPU i to GPU j."""
 
@@ -114,7 +114,7 @@ class OrderedGpuPairs:
         return [Subject.ordered(i, j) for i in range(count) for j in range(count) if i != j]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GpuPairsBothWays:
     """Every pair i < j, both directions at once."""
 
@@ -140,7 +140,7 @@ def match_names(patterns: tuple[str, ...], available: list[str]) -> list[tuple[s
     return pairs
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Named:
     """One subject per name the host lists (`listing`) that the section's patterns match; a pattern that
     matches nothing is a subject of its own, and it fails."""
@@ -161,7 +161,7 @@ SUBJECT_RULES: dict[str, type] = {"host": HostWide, "gpu": PerGpu, "pair": GpuPa
 Judge = Callable[[Any, Subject, Any, "Contract"], Check]
 
 
-@record(eq=False)  # compared and hashed by identity: one record per clause
+@dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: one record per clause
 class Clause:
     """One clause, declared once: everything else (plan, parametrization, ids, docs, completeness) reads it."""
 

@@ -9,11 +9,11 @@ known to the scheduler, schedulable, the GPUs it offers, and a verified bundle w
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .. import schema
 from .._pyyaml import yaml
-from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, UnitError, parse_duration
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..measurements import ClusterAllReduce, ClusterRun, LinkRuns, PairRuns
 
 LISTING = "cluster_nodes"  # the names the engine expanded cluster.nodes to (HostNames key)
-@record
+@dataclass(frozen=True, slots=True)
 class Iperf3Links:
     """cluster.links.iperf3: TCP between the nodes, per interface, each direction (the second with -R)."""
 
@@ -36,13 +36,13 @@ class Iperf3Links:
     port: int
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Links:
     iperf3: Iperf3Links | None
     rdma: None = None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Pairs:
     """cluster.pairs and cluster.allreduce: the allreduce keys and defaults (a 2-node all_reduce between every
     pair of nodes; one all_reduce over every GPU of every node)."""
@@ -54,7 +54,7 @@ class Pairs:
     args: tuple[str, ...]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ClusterSection:
     engine: str
     nodes: tuple[str, ...]
@@ -150,7 +150,7 @@ SECTION = Section(
     cross_check=_cross_check)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PerNode:
     """One subject per node the engine expanded `cluster.nodes` to (the scheduler's names)."""
 
@@ -221,7 +221,7 @@ def link_interfaces(section: ClusterSection, sections: Mapping[str, Any]) -> tup
     return tuple(n for n in names if not any(c in n for c in "*?["))
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NodeLinks:
     """`<node>:<device>-><node>:<device>`: each pair of the pairs' rounds, each interface, both directions."""
 
@@ -251,7 +251,7 @@ def judge_link(section: ClusterSection, subject: Subject, links: LinkRuns, contr
                       where=f" ({result.route})", suffix=f" (round {result.round}, one direction at a time)")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NodePairs:
     """Every unordered pair of the expanded nodes, `a+b` in the nodes' order."""
 

@@ -9,13 +9,13 @@ figure for the dtype (a model or dtype the table lacks: not measured, naming it)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels, LoadRun
 from ..models import Model
 from ..probes._run import Reading
-from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Duration, parse_duration
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32", "fp64")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Compute:
     dtype: str
     min_tflops: float | None
@@ -53,7 +53,7 @@ SECTION = Section(
     Compute, "dense GEMM TFLOPS per GPU, every GPU at once (PyTorch)", needs_gpu_count=True, cross_check=_exactly_one)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GemmLoad:
     """The GEMM run, its NVML samples (as the utilisation load keeps them), and the GPUs' models."""
 

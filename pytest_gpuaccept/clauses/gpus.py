@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
@@ -12,7 +13,6 @@ from ..measurements import GpuModels, HostReading
 from ..models import answers_to, vgpu_of
 from ..models import names as names_model
 from ..probes.sysfs import sysfs_bus_id
-from ..records import record
 from ..schema import Key
 from ..subjects import Kind, Subject
 from ..units import Size, bytes_to_gb
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..contract import Contract
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Gpus:
     count: int | None
     model: str | None

@@ -9,14 +9,13 @@ the GPU's PCIe link carries fails, and a run shorter than its own timed copies i
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import schema
 from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes._run import Reading
-from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
 TESTCASES = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce"}
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HostBandwidth:
     min_bandwidth: Bandwidth
     tool: str
@@ -48,7 +47,7 @@ SECTION = Section(
     HostBandwidth, "host <-> GPU copy bandwidth (nvbandwidth or PyTorch)", needs_gpu_count=True)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HostCopies:
     """GB/s per (GPU, direction) as nvbandwidth printed them; `failure` is why there are none."""
 

@@ -18,14 +18,13 @@ could have (clauses/plausible.py): either fails, naming the figures.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels
 from ..models import fraction_note
 from ..probes._run import Reading
-from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -43,7 +42,7 @@ LOCAL_COPY = "device_local_copy"
 MARGIN = 0.10  # a figure may read 10 % above the published one (rounding, GB/s against the datasheet's arithmetic)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MemoryBandwidth:
     min_bandwidth: Bandwidth | None
     min_fraction_of_peak: float | None
@@ -67,7 +66,7 @@ SECTION = Section(
     needs_gpu_count=True, cross_check=_exactly_one)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LocalCopy:
     """One GPU's figure, or why its copy is no figure of that GPU."""
 
@@ -75,7 +74,7 @@ class LocalCopy:
     how: str  # the message's account of the figure, or why there is none
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MemoryCopies:
     """What a tool measured, per GPU index; `failure` is why nothing can be judged at all (not measured),
     `waived` what the tool printed when it refused to copy (every GPU fails)."""

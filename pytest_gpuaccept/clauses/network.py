@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from .. import schema
 from ..measurements import Iperf3Path, NicLinks, RdmaDevices
 from ..probes.sysfs import SAFE_NAME, Function
-from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, bits_to_gbit, mbit_to_gbit, parse_duration, parse_size
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..contract import Contract
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Nics:
     interfaces: tuple[str, ...]
     min_speed: Bandwidth
@@ -26,7 +26,7 @@ class Nics:
     physical: bool  # each interface a PCI function with a driver, not veth/tap/bridge or an SR-IOV VF
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Rdma:
     devices: tuple[str, ...]
     min_fraction_of_line_rate: float
@@ -38,7 +38,7 @@ class Rdma:
     physical: bool  # each device a PCI function with a driver, not an SR-IOV VF or a software device (rxe)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Iperf3:
     server: str
     min_throughput: Bandwidth

@@ -3,13 +3,13 @@ its error counters around the all_reduce load (`nvlink -e`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import NvlinkErrorReadings, WithModels
 from ..probes.nvidia_smi import LinkStatus, Topology
 from ..probes.sysfs import sysfs_bus_id
-from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..probes.nvml import Host
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NVLink:
     every_pair: bool
     min_links: int

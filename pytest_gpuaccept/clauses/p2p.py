@@ -22,14 +22,13 @@ measurement (every pair fails).
 
 from __future__ import annotations
 
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes._run import Reading
-from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
@@ -48,7 +47,7 @@ WRITE_CE, READ_CE = "device_to_device_memcpy_write_ce", "device_to_device_memcpy
 BIDIR_CE = "device_to_device_bidirectional_memcpy_read_ce"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class P2p:
     min_bandwidth: Bandwidth
     min_bidirectional: Bandwidth | None
@@ -73,7 +72,7 @@ SECTION = Section(
     cross_check=_rules)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class P2pView:
     """What a tool measured, per ordered pair; `failure` is why nothing can be judged at all."""
 

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..records import record
 from ..units import human_bytes
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def read_pci_links(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
     return {"gpus": gpus}
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PcieLink:
     gen: int
     width: int
@@ -118,7 +118,7 @@ def parse_pci_link(entry: dict[str, Any]) -> PcieLink | None:
 # ------------------------------------------------------------------ what the paths can carry
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Paths:
     """What is known of each GPU's paths: models, `topo -m`, NVML's links and sysfs's PCIe links."""
 
@@ -129,7 +129,7 @@ class Paths:
     evidence: tuple[str, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Cap:
     """The most a path carries each way, GB/s, and the path in words; gbyte_s None: unknown, and why."""
 
@@ -261,7 +261,7 @@ def unchecked(cap: Cap) -> str:
 # ------------------------------------------------------------------ the run's time against its own work
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Work:
     """The copies a run reports: bytes moved and the least time they took at the rates printed."""
 

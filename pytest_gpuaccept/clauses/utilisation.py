@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import LoadRun
 from ..probes.nvml import BAD_THROTTLE, GpuSeries, decode_reasons
 from ..probes.sysfs import sysfs_bus_id
-from ..records import record
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Duration, parse_duration
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..probes.kernel_log import KernelLog, KernelXid
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Utilisation:
     min_percent: float
     duration: Duration
@@ -30,7 +30,7 @@ class Utilisation:
     workload: str | tuple[str, ...]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Health:
     ecc: bool
     row_remapping: bool

@@ -7,11 +7,11 @@ executes them, with timeouts and evidence, like every other tool.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..probes import ParseError
 from ..probes.slurm import expand_hostlist, parse_scontrol_nodes
-from ..records import record
 
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection
@@ -21,7 +21,7 @@ class ClusterError(ValueError):
     """What a cluster run cannot read with certainty (node names, a node's bundle): said, never guessed."""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NodeState:
     """What the engine says of a node before anything runs on it."""
 
@@ -63,7 +63,7 @@ class Engine(Protocol):
         ...
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Slurm:
     """Slurm: names and states from scontrol, one exclusive step per node, MPI through PMIx."""
 
@@ -112,7 +112,7 @@ class Slurm:
                 "--", *argv]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Mpirun:
     """Plain Open MPI over ssh: names expanded here, no scheduler to ask, one rank per node with mpirun."""
 

@@ -8,7 +8,7 @@ of its partners is the bad node; a failing pair that no bad node explains is a b
 
 from __future__ import annotations
 
-from ..records import record
+from dataclasses import dataclass
 
 Pair = tuple[str, str]
 
@@ -29,7 +29,7 @@ def rounds(nodes: list[str]) -> list[list[Pair]]:
     return out
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Blame:
     bad_nodes: tuple[str, ...]
     bad_links: tuple[Pair, ...]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import functools
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..records import record
 
-
-@record
+@dataclass(frozen=True, slots=True)
 class Model:
     device_id: str  # 4 hex digits, lower case, no 0x
     name: str

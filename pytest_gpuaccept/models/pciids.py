@@ -8,17 +8,16 @@ fails on it alone: the database lags new devices and names some IDs for several 
 from __future__ import annotations
 
 import gzip
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from ..records import record
 
 # Where distributions install it: Debian/Ubuntu (pci.ids, pciutils), Fedora/RHEL (hwdata), Alpine, old gzipped copies.
 PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids", "/usr/share/misc/pci.ids.gz")
 NVIDIA = "10de"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PciIds:
     """One vendor's devices in a pci.ids file: device ID (4 hex digits, lower case) -> the database's name."""
 

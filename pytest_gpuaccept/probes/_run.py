@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
-from ..records import record
 from . import strip_escapes
 
 # Where a tool is installed by a package rather than on PATH (DCGM 4 ships nvbandwidth per CUDA version).
@@ -40,7 +39,7 @@ TRUNCATION_MARK = "\n[gpuaccept: output truncated at {limit} bytes of {size}]\n"
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ToolRun:
     """What one execution of a tool did; `failure` says in one line why it cannot be trusted."""
 
@@ -91,7 +90,7 @@ def slug(argv: list[str] | tuple[str, ...]) -> str:
     return text[:100]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Command:
     """One command of a group run together; `start_after_s` waits before starting it."""
 
@@ -543,7 +542,7 @@ def _head(path: Path, limit: int) -> bytes:
 T = TypeVar("T")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Reading(Generic[T]):
     """A tool run and what its parser made of it; `failure` is why there is no value to judge."""
 

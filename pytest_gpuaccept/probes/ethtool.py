@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRun, ToolRunner, parse_run
 
@@ -18,7 +18,7 @@ _CRASH = re.compile(r"^(?:Segmentation fault|Aborted|Killed|Bus error|Illegal in
                     r"|Trace/breakpoint trap)\b|core dumped|^\*\*\* .* \*\*\*: terminated$")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LinkSettings:
     """`ethtool IFACE`: speed in Mb/s (None: `Unknown!`), duplex, link detected (None: line absent)."""
 

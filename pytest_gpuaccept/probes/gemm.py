@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from dataclasses import dataclass
 
-from ..records import record
 from . import ParseError
 
 TOOL = "gemm"
@@ -20,7 +20,7 @@ MODULE = "pytest_gpuaccept.workloads.gemm"
 _HEADER = re.compile(r"^# pytest-gpuaccept gemm: PyTorch (\S+), device (\w+), dtype (\w+), n (\d+), duration ([\d.]+) s")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GemmRun:
     gpu: int
     windows: tuple[tuple[float, float], ...]  # (t_s at the window's end, TFLOPS in it)
@@ -36,7 +36,7 @@ class GemmRun:
         return statistics.median(late)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Gemm:
     device: str
     dtype: str

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ..records import record
 from ..units import mib_s_to_gbit
 from . import ParseError
 from ._run import Command, Reading, ToolRunner, parse_run
@@ -14,7 +14,7 @@ _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW averag
 _FAILURE = re.compile(r"Couldn't|Unable to|Failed to|failed to|ERROR|Error|refused|No such", re.IGNORECASE)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class WriteBw:
     """The table of one perftest run; bandwidths in Gb/s (MB/sec is MiB/s and converted)."""
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
-from ..records import record
 from . import ParseError, strip_escapes
 from ._run import Command, Reading, ToolRun, ToolRunner, parse_run
 
@@ -13,7 +13,7 @@ TOOL = "iperf3"
 MULTITHREADED_SINCE = (3, 16)  # before 3.16 one process is one thread: it cannot prove 100 Gb/s
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Iperf3Result:
     received_bits_per_s: float
     sent_bits_per_s: float
@@ -69,7 +69,7 @@ def client_commands(server: str, port: int, streams: int, duration_s: float,
             for n in range(streams)]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Iperf3Runs:
     """Every client's reading, and how iperf3 was driven (one multi-stream process, or one per port)."""
 

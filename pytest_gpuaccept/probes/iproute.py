@@ -8,15 +8,15 @@ source for the bytes iperf3 says it moved.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRunner, parse_run
 
 TOOL = "ip"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Route:
     kind: str  # unicast, local, ...
     dst: str

@@ -23,9 +23,9 @@ a failure, never skipped.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..records import record
 from ._run import Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "dmesg"
@@ -40,7 +40,7 @@ _BOOT_CLOCK = re.compile(r"\[\s*(\d+\.\d+)\]")  # `[ 3606.832215]`, where printk
 QUOTE_LIMIT = 200
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class KernelXid:
     t_s: float | None  # seconds since boot; None where the line has no boot-clock stamp (placed inside the load)
     pci: str  # domain:bus:device, lower case
@@ -49,7 +49,7 @@ class KernelXid:
     stamp: str = ""  # the line's own time where it is not on the boot clock (`Wed Jul 31 23:14:18 2024`)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class KernelLog:
     """The NVRM Xid lines of one kernel log; `unreadable` quotes those naming an Xid that could not be read."""
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass
 
-from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRunner, parse_run
 
@@ -20,7 +20,7 @@ TOOL = "membw"
 MODULE = "pytest_gpuaccept.workloads.membw"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MemCopy:
     gpu: int
     device: str

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ..records import record
 from . import ParseError
 from ._run import ToolRun, ToolRunner, slug
 from .sysfs import pci_address
@@ -30,7 +30,7 @@ _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Row:
     size_bytes: int
     oop_busbw_gbyte_s: float
@@ -42,7 +42,7 @@ class Row:
     ip_time_us: float = 0.0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class RankLine:
     """`#  Rank  0 Group  0 Pid 291005 on node005 device  0 [0x18] NVIDIA H100 80GB HBM3`: where a rank ran.
 
@@ -71,7 +71,7 @@ class RankLine:
             f"{self.domain:04x}:{self.bus:02x}:{self.slot:02x}"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NcclResult:
     """One nccl-tests run as printed; `busbw_at_largest` is what a contract is judged on."""
 

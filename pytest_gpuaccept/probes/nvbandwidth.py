@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRunner, parse_run
 
@@ -41,7 +40,7 @@ _WAIVING = re.compile(r"^Waiving (\w+)\.\s*$")  # v0.2-v0.4: the testcase named
 _WAIVED = re.compile(r"^Waived:")  # v0.5 and later, text output: `Waived: ` and nothing else
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Matrix:
     """One printed matrix: cells[row][column], None where nvbandwidth printed N/A (the diagonal)."""
 
@@ -53,7 +52,7 @@ class Matrix:
     coefficient_of_variation: float | None = None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NvBandwidth:
     version: str | None
     driver: str | None

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Iterator
 
-from ..records import record
 from . import ParseError, strip_escapes
 from ._run import Reading, ToolRun, ToolRunner, parse_run
 
@@ -17,7 +17,7 @@ _NVLINK = re.compile(r"^NV(\d+)$")
 PCIE_LABELS = frozenset({"SYS", "SOC", "NODE", "PHB", "PXB", "PIX"})
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Topology:
     """The GPU-by-GPU part of `nvidia-smi topo -m`: `labels[(i, j)]` for i < j, as printed."""
 
@@ -144,14 +144,14 @@ _LINK_SPEED = re.compile(r"^Link (\d+): (?:([\d.]+) GB/s|<?(inactive|Inactive|No
 _LINK_COUNTER = re.compile(r"^Link (\d+): ([A-Za-z][A-Za-z0-9 ]*?): (\d+)$")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LinkStatus:
     """`nvidia-smi nvlink -s`: per GPU, per link, the speed in GB/s, or None where the link is inactive."""
 
     links: dict[int, dict[int, float | None]]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LinkErrors:
     """`nvidia-smi nvlink -e`: per GPU, per link, each error counter by name."""
 

@@ -11,15 +11,14 @@ import os
 import socket
 import subprocess
 import sys
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-from ..records import record
 from . import ParseError
 from .sysfs import sysfs_bus_id
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Gpu:
     index: int
     name: str
@@ -33,14 +32,14 @@ class Gpu:
     nvlink_error: str | None = None  # why NVML gave no per-link state (NotSupported on a PCIe card)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NvLink:
     link: int
     active: bool
     remote_bus_id: str | None  # the PCI function at the other end (a GPU, or an NVSwitch)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class CudaDevices:
     """What CUDA itself (the driver library, in a child process with this run's environment) can see."""
 
@@ -50,7 +49,7 @@ class CudaDevices:
     error: str | None = None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Host:
     """The host as NVML saw it; `error` is set (and the rest empty) when NVML could not be read."""
 
@@ -370,7 +369,7 @@ class Sample(NamedTuple):
     pcie_width: int | None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GpuSeries:
     index: int
     samples: tuple[Sample, ...]

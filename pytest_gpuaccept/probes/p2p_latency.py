@@ -13,8 +13,8 @@ The diagonal is a copy within one GPU, never a P2P figure. `Device=i CANNOT Acce
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRunner, parse_run
 
@@ -37,7 +37,7 @@ _NO_PEER = re.compile(r"^Device=(\d+) CANNOT Access Peer Device=(\d+)")
 _FAILURE = re.compile(r"CUDA error|cudaErrorr?|FAILED|Aborted|Segmentation fault", re.IGNORECASE)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class P2pLatency:
     gpus: tuple[str, ...]
     pci_bus_ids: tuple[str, ...]

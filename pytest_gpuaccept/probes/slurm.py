@@ -8,8 +8,8 @@ refused (ParseError), never guessed: a node that is not read is a node that fail
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ..records import record
 from . import ParseError
 
 TOOL = "scontrol"
@@ -102,7 +102,7 @@ def unusable_flags(state: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SlurmNode:
     name: str
     states: tuple[str, ...]  # IDLE, MIXED, DOWN+NOT_RESPONDING -> ("DOWN", "NOT_RESPONDING")

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..records import record
 from . import ParseError
 
 # What a name from the host must look like before it reaches an argv or a file name.
@@ -61,7 +61,7 @@ def _roce_v2_gid(port: Path) -> int | None:
     return None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class IbPort:
     device: str
     port: int
@@ -176,7 +176,7 @@ def read_function(sys_root: Path, kind: str, name: str) -> dict[str, Any]:
     return reading
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Function:
     """A network interface or RDMA device as sysfs shows it; `not_physical` says why it is not a port."""
 

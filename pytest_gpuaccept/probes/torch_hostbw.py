@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from dataclasses import dataclass
 
-from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRunner, parse_run
 
@@ -18,7 +18,7 @@ MODULE = "pytest_gpuaccept.workloads.hostbw"
 _HEADER = re.compile(r"^# pytest-gpuaccept hostbw: PyTorch (\S+), device (\w+), (\d+) bytes, (\d+) repeats")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HostBw:
     device: str
     figures: dict[tuple[int, str], float]  # (gpu, "h2d" | "d2h") -> GB/s

@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from ..records import record
 from . import ParseError
 from ._run import Reading, ToolRunner, parse_run
 
@@ -20,7 +19,7 @@ MODULE = "pytest_gpuaccept.workloads.p2p"
 _HEADER = re.compile(r"^# pytest-gpuaccept p2p: PyTorch (\S+), device (\w+), (\d+) bytes, (\d+) repeats")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class TorchP2p:
     device: str
     one_way: dict[tuple[int, int], float] = field(default_factory=dict)  # GB/s, data i -> j
