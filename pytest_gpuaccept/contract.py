@@ -52,16 +52,10 @@ class Contract:
     reference: str | None = None
     description: str | None = None
     tools: Tools = field(default_factory=Tools)
-    by_section: dict[str, Any] = field(default_factory=dict)  # section name -> its validated value
+    by_section: dict[str, object] = field(default_factory=dict)  # section name -> its value: read it with SECTION.of
     lines: dict[str, int] = field(default_factory=dict)
     raw: bytes = field(default=b"", repr=False)  # the file's bytes as judged (the bundle keeps a copy)
     node: str | None = None  # set on each node of a cluster run (--gpuaccept-node): it judges the per-node sections
-
-    def __getattr__(self, name: str) -> Any:
-        """`contract.nvlink`: a section's value, None where the contract does not have it."""
-        if name in registry.SECTION_NAMES:
-            return self.by_section.get(name)
-        raise AttributeError(name)
 
     def sections(self) -> list[str]:
         """The measurement sections present, in the order of the format."""

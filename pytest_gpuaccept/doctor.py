@@ -86,7 +86,7 @@ def needs(contract: Contract) -> list[Need]:
             need.clauses.append(clause)
 
     sections = contract.by_section
-    site = sections.get(cluster.SECTION.name)
+    site = cluster.SECTION.get(contract)
     if site is not None and contract.node is None:
         # The login node of a cluster needs the engine (and nccl-tests at the same path as on the nodes); what
         # each node needs is the per-node sections' list, on that node: run doctor there.
@@ -110,7 +110,7 @@ def needs(contract: Contract) -> list[Need]:
         if section_name in sections:
             wanted = "torch" if tool == "torch" else "all_reduce_perf" if section_name == allreduce.SECTION.name else tool
             add(str(wanted), "python" if wanted == "torch" else "tool", section_name)
-    local = sections.get(memory_bandwidth.SECTION.name)
+    local = memory_bandwidth.SECTION.get(contract)
     if local is not None:  # no tool named: nvbandwidth where the run finds it, else PyTorch
         copier = local.tool or ("nvbandwidth" if find_tool("nvbandwidth", contract.tools.paths) else "torch")
         add(copier, "python" if copier == "torch" else "tool", memory_bandwidth.SECTION.name)
@@ -123,14 +123,14 @@ def needs(contract: Contract) -> list[Need]:
     if network.IPERF3.name in sections:
         add(TOOL_IPERF3, "tool", network.IPERF3.name)
         add("ip", "tool", network.IPERF3.name)
-    load = sections.get(utilisation.UTILISATION.name)
+    load = utilisation.UTILISATION.get(contract)
     if load is not None:
         add("pynvml", "python", utilisation.UTILISATION.name)
         if load.workload == "builtin":
             add("torch", "python", utilisation.UTILISATION.name)
         else:
             add(load.workload[0], "tool", utilisation.UTILISATION.name)
-    health = sections.get(utilisation.HEALTH.name)
+    health = utilisation.HEALTH.get(contract)
     if health is not None and health.xid:
         add("dmesg", "tool", utilisation.HEALTH.name)
     return list(table.values())

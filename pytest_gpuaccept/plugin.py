@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .fixtures import CLAUSE_TEST_ARGUMENTS, run_fixtures
+from .fixtures import run_fixtures
 
 if TYPE_CHECKING:
     from .state import State
 
-STATE = pytest.StashKey["State"]()  # the session's State, set only when a contract is given
 DEFAULT_REPORT = "gpuaccept-report.html"
 DEFAULT_JSON = "gpuaccept-results.json"
 EVIDENCE_DIR = "gpuaccept-evidence"
@@ -98,12 +97,14 @@ def pytest_configure(config: pytest.Config) -> None:
     _collect_young_objects_less(config)  # before the imports below, which make tens of thousands
     from . import report
     from .bundle import evidence_folder, verify
+    from .clauses import cluster
     from .clauses.advice import advise
     from .contract import ContractError, load_contract
     from .evidence import new_key
     from .presets import presets, resolve
     from .probes._run import ToolRunner
-    from .state import State
+    from .state import STATE, State
+    from .suite import measurement_fixtures
 
     contract_path = resolve(contract_path)
     try:
@@ -114,10 +115,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems) + hint) from None
     node = _option(config, "gpuaccept_node")
     if node is not None:
-        if contract.cluster is None:
+        if cluster.SECTION.get(contract) is None:
             raise pytest.UsageError("--gpuaccept-node: the contract has no cluster section")
         contract = replace(contract, node=node)
-    elif contract.cluster is not None and (getattr(config, "workerinput", None) is not None
+    elif cluster.SECTION.get(contract) is not None and (getattr(config, "workerinput", None) is not None
                                            or getattr(config.option, "numprocesses", None)):
         raise pytest.UsageError("a cluster run spreads its work over the cluster's nodes itself: run it without -n")
 
@@ -175,6 +176,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                 sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode,
                                 advice=advise(contract))
     config.pluginmanager.register(run_fixtures(config.stash[STATE]), "gpuaccept-run-fixtures")
+    config.pluginmanager.register(measurement_fixtures(), "gpuaccept-measurements")
     if judging:
         config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")
     else:
@@ -331,7 +333,12 @@ def pytest_plugin_registered(plugin: Any, manager: pytest.PytestPluginManager) -
 # ------------------------------------------------------------------ parametrization and collection
 
 def _state(config: pytest.Config) -> State | None:
-    return config.stash.get(STATE, None)  # None: no --contract, nothing of ours to do
+    """This run's State; None without --contract: nothing of ours to do, and nothing imported for it."""
+    if _option(config, "gpuaccept_contract") is None:
+        return None
+    from .state import STATE  # this module is loaded in every pytest run of the environment
+
+    return config.stash.get(STATE, None)
 
 
 def _foreign_fixtures(item: pytest.Item) -> list[str]:
@@ -397,20 +404,6 @@ def _subject(item: pytest.Item) -> str:
         return str(params["gpuaccept_subject"])
     marker = item.get_closest_marker("gpuaccept")
     return str(marker.kwargs.get("subject", "host")) if marker is not None else "host"
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """A shipped clause test returns its check: recorded here on the test's own item (suite.call). Any other
-    test is pytest's to call. A plugin that called a clause test before us would record nothing: its clause
-    would be not measured, never passed."""
-    arguments = getattr(pyfuncitem.obj, CLAUSE_TEST_ARGUMENTS, None)
-    if arguments is None:
-        return None
-    from .suite import call
-
-    call(pyfuncitem, arguments)
-    return True
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -15,7 +15,7 @@ import pytest
 
 from . import __version__, charts
 from .bundle import CONTRACT_COPY, MANIFEST, RESULTS_COPY, evidence_digest, write_manifest
-from .clauses import p2p, registry
+from .clauses import cluster, p2p, registry
 from .evidence import Evidence, ForeignEvidence
 from .integrity import loaded_plugins, replaced_code
 from .probes._run import last_line
@@ -214,7 +214,7 @@ class ReportPlugin:
         order = {key: n for n, key in enumerate(expected)}
         checks = sorted(state.checks.values(), key=lambda c: order.get((c["clause"], c["subject"]), len(order)))
         hosts = None
-        if state.contract.cluster is not None and state.contract.node is None:
+        if cluster.SECTION.get(state.contract) is not None and state.contract.node is None:
             from .cluster.summary import merge_cluster
 
             checks, hosts = merge_cluster(checks, self._node_results(checks))

@@ -6,21 +6,27 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .contract import Contract
+import pytest
+
 from .measurements import GpuModels
 from .models import by_device_id
 from .models.pciids import with_pci_ids
-from .plugin import STATE
 from .probes import nvml, sysfs
-from .probes._run import ToolRunner
+
+if TYPE_CHECKING:  # the contract model imports the clause modules, which read the State
+    from .contract import Contract
+    from .probes._run import ToolRunner
 
 __all__ = ["NAMES_FILE", "NVML_HOST_FILE", "STATE", "State", "now"]
 
 NVML_HOST_FILE = "nvml-host.json"
 NAMES_FILE = "host-names.json"
 PCI_FILE = "sysfs-pci-gpus.json"
+
+
+STATE = pytest.StashKey["State"]()  # the session's State in config.stash, set only when a contract is given
 
 
 @dataclass(eq=False)  # one per session: compared and hashed by identity
@@ -121,8 +127,9 @@ class State:
     def listings(self) -> dict[str, list[str]]:
         """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as
         evidence; on a cluster's login node, the cluster's nodes ("cluster_nodes") instead."""
-        if self.contract.cluster is not None and self.contract.node is None:
-            from .clauses.cluster import LISTING
+        from .clauses.cluster import LISTING, SECTION
+
+        if SECTION.get(self.contract) is not None and self.contract.node is None:
             from .cluster.engine import ClusterError
 
             try:
@@ -135,10 +142,11 @@ class State:
     def cluster_nodes(self) -> list[str]:
         """The cluster's node names, expanded by its engine (the scheduler's command runs once per run, or is
         replayed); ClusterError if they cannot be listed."""
+        from .clauses.cluster import SECTION
         from .cluster.engine import engine_for
         from .cluster.run import expand
 
-        section = self.contract.cluster
+        section = SECTION.of(self.contract)
         return expand(self, engine_for(section), section)
 
     def function(self, kind: str, name: str) -> tuple[sysfs.Function, str]:

@@ -1,49 +1,47 @@
-"""The shipped suites' tests, made from the registry: one test function per clause, in its section's suite.
+"""The shipped suites' tests and the measurement fixtures, made from the registry.
 
-Each test measures through the clause's fixture and judges through the clause's judge, both bound in
-the clause record at import: a plugin that later replaces a module's judge function changes nothing.
+One test function per clause, in its section's suite: it takes the subject and the contract, and its
+clause's measurement is set up before it (usefixtures); it judges with the clause's judge and records
+the check (fixtures.judge_check). Judge and section are bound in the test at import: a plugin that
+later replaces a module's judge function changes nothing.
 """
 
 from __future__ import annotations
 
-import inspect
+import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 
 from .clauses.base import Clause
-from .clauses.registry import CLAUSES
-from .fixtures import CLAUSE_TEST_ARGUMENTS, judge_check
-from .verdict import Check
+from .clauses.registry import CLAUSES, MEASUREMENTS
+from .contract import Contract
+from .fixtures import judge_check
+from .subjects import Subject
 
 
-def _test(clause: Clause) -> Callable[..., Check]:
-    # Bound here, at import: a plugin that later replaces a module's function changes nothing.
-    judge, section, measurement = clause.judge, clause.section, clause.measurement
+def measurement_fixtures() -> types.ModuleType:
+    """Every measuring function of the registry as a session fixture of its own name (gpuaccept_host, ...),
+    in a plugin module that pytest_configure registers with a contract: each measures once per run."""
+    plugin = types.ModuleType(f"{__name__}.measurements")
+    for measure in MEASUREMENTS:
+        setattr(plugin, measure.__name__, pytest.fixture(scope="session", name=measure.__name__)(measure))
+    return plugin
 
-    def test(**fixtures: Any) -> Check:
-        contract = fixtures["gpuaccept_contract"]
-        judged: Check = judge(section.of(contract), fixtures["gpuaccept_subject"], fixtures[measurement], contract)
-        return judged
 
-    # The measurement is an argument, so that it is set up (and a crash in it is reported) before the call.
-    # The test returns its check, and plugin.pytest_pyfunc_call records it on the test's own item: no
-    # `request` (pytest makes a new fixture definition, with an inspect.signature, each time one is asked for).
-    names = ("gpuaccept_subject", "gpuaccept_contract", measurement)
-    test.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
-    setattr(test, CLAUSE_TEST_ARGUMENTS, names)
+def _test(clause: Clause) -> Callable[..., None]:
+    judge, section, measured_by = clause.judge, clause.section, clause.measure.__name__
+
+    def test(request: pytest.FixtureRequest, gpuaccept_subject: Subject, gpuaccept_contract: Contract) -> None:
+        measured = request.getfixturevalue(measured_by)  # set up before the test (usefixtures below)
+        judge_check(request.node, judge(section.of(gpuaccept_contract), gpuaccept_subject, measured, gpuaccept_contract))
+
     test.__name__ = test.__qualname__ = clause.test
     test.__doc__ = f"{clause.key}: {clause.doc}"
-    marked: Callable[..., Check] = pytest.mark.gpuaccept(clause.key)(test)
+    # The measurement is set up before the call, so that a crash in it is reported as its setup's.
+    marked: Callable[..., None] = pytest.mark.usefixtures(measured_by)(pytest.mark.gpuaccept(clause.key)(test))
     return marked
-
-
-def call(item: pytest.Function, arguments: tuple[str, ...]) -> None:
-    """Run a clause test with its fixtures and record the check it returns on its item."""
-    funcargs = item.funcargs
-    judge_check(item, item.obj(**{name: funcargs[name] for name in arguments}))
 
 
 def clauses_module(suite_file: str | Path) -> str:
@@ -51,7 +49,7 @@ def clauses_module(suite_file: str | Path) -> str:
     return "pytest_gpuaccept.clauses." + Path(suite_file).stem.removeprefix("test_")
 
 
-def clause_tests(suite_file: str) -> dict[str, Callable[..., Check]]:
+def clause_tests(suite_file: str) -> dict[str, Callable[..., None]]:
     """The tests of `suites/test_<module>.py`: one per clause declared in `clauses/<module>.py`."""
     module = clauses_module(suite_file)
     tests = {clause.test: _test(clause) for clause in CLAUSES if clause.judge.__module__ == module}

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuaccept.clauses import allreduce, cluster, gpus, network, nvlink, utilisation
 from pytest_gpuaccept.contract import ContractError, load_contract, parse_contract
 
 CONTRACTS = sorted((Path(__file__).parent.parent / "contracts").glob("*.yaml"))
@@ -23,12 +24,21 @@ def test_the_example_contracts_are_valid(path):
 
 def test_the_spec_example_is_valid():
     contract = parse_contract((Path(__file__).parent / "data" / "spec_example_contract.yaml").read_text())
-    assert contract.allreduce.min_busbw.gbyte_s == 450
-    assert contract.allreduce.max_bytes.nbytes == 8 * 2**30
-    assert contract.nvlink.min_links == 18
-    assert contract.rdma.line_rate.gbit_s == 400
-    assert contract.iperf3.streams == 8
-    assert contract.utilisation.workload == "builtin"
+    assert allreduce.SECTION.of(contract).min_busbw.gbyte_s == 450
+    assert allreduce.SECTION.of(contract).max_bytes.nbytes == 8 * 2**30
+    assert nvlink.SECTION.of(contract).min_links == 18
+    assert network.RDMA.of(contract).line_rate.gbit_s == 400
+    assert network.IPERF3.of(contract).streams == 8
+    assert utilisation.UTILISATION.of(contract).workload == "builtin"
+    assert cluster.SECTION.get(contract) is None  # typed, None where the contract has no such section
+
+
+def test_a_section_is_read_typed_never_as_an_attribute_of_the_contract():
+    contract = parse_contract(GOOD)
+    assert gpus.SECTION.of(contract).count == 8
+    assert not hasattr(contract, "gpus") and not hasattr(contract, "nvlink")
+    with pytest.raises(LookupError, match="no nvlink section"):
+        nvlink.SECTION.of(contract)
 
 
 def problems(text: str) -> list[str]:

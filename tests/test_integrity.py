@@ -192,11 +192,22 @@ SWALLOWER = """\
 import pytest
 
 
+class Elsewhere:  # the test's request, but its node is not the test's: what it records goes nowhere
+    def __init__(self, request):
+        self.getfixturevalue = request.getfixturevalue
+        self.node = type("Node", (), {"user_properties": []})()
+
+
 class Swallower:
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem):
-        pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames})
-        return True  # called, and the check it returned thrown away: the test passes
+        args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        args["request"] = Elsewhere(args["request"])
+        try:
+            pyfuncitem.obj(**args)
+        except BaseException:
+            pass  # a failed check swallowed
+        return True  # called, and the check recorded elsewhere: the test passes
 
 
 def pytest_configure(config):
@@ -205,8 +216,8 @@ def pytest_configure(config):
 
 
 def test_a_plugin_that_calls_the_clause_tests_itself_leaves_them_not_measured(accept, pytester, fake_tools):
-    """A clause test returns its check and the plugin records it: a vendor's plugin that calls the tests first
-    and drops what they return has tests that pass, and checks that were never recorded."""
+    """A clause test records its check on its own item: a vendor's plugin that calls the tests first, has them
+    record elsewhere and swallows their failures has tests that pass, and checks that were never recorded."""
     run = _with_vendor_plugin(accept, pytester, fake_tools, SWALLOWER)
     assert run.json["verdict"] == "rejected"
     assert run.checks() and {c["outcome"] for c in run.checks()} == {"not_measured"}

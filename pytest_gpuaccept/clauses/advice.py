@@ -17,7 +17,8 @@ _ANY_GPU = {"nvidia", "gpu", "tesla", "geforce", "rtx", "a", "h"}
 
 
 def advise(contract: Contract) -> list[str]:
-    model_text = getattr(contract.by_section.get(gpus.SECTION.name), "model", None)
+    gpus_section = gpus.SECTION.get(contract)
+    model_text = gpus_section.model if gpus_section is not None else None
     found: list[str] = []
     models = matching(model_text) if model_text else []
     if model_text and model_text.strip().lower() in _ANY_GPU:
@@ -36,16 +37,14 @@ def advise(contract: Contract) -> list[str]:
     links = min(m.nvlink_links for m in models)
     memory = min(m.memory_bandwidth_gbyte_s or 0 for m in models)  # 0: one of them has none published
     name = " / ".join(sorted({m.name for m in models}))
-    section = contract.by_section
-    links_section = section.get(nvlink.SECTION.name)
+    links_section = nvlink.SECTION.get(contract)
     if links_section is not None and links >= 12 and links_section.min_links == 1:
         found.append(f"nvlink.min_links is 1 on {name}, which has {links} NVLinks per GPU: any one link would pass")
-    checks = [
-        (f"{module.SECTION.name}.{key}", getattr(section.get(module.SECTION.name), key, None), published, what)
-        for module, key, published, what in (
-            (allreduce, "min_busbw", nvlink_gbyte_s / 2, "NVLink one way"),
-            (p2p, "min_bandwidth", nvlink_gbyte_s / 2, "NVLink one way"),
-            (memory_bandwidth, "min_bandwidth", memory, "memory bandwidth"))]
+    reduce, pairs, local = (allreduce.SECTION.get(contract), p2p.SECTION.get(contract),
+                            memory_bandwidth.SECTION.get(contract))
+    checks = [("allreduce.min_busbw", reduce.min_busbw if reduce else None, nvlink_gbyte_s / 2, "NVLink one way"),
+              ("p2p.min_bandwidth", pairs.min_bandwidth if pairs else None, nvlink_gbyte_s / 2, "NVLink one way"),
+              ("memory_bandwidth.min_bandwidth", local.min_bandwidth if local else None, memory, "memory bandwidth")]
     for key, threshold, published, what in checks:
         if threshold is not None and published and threshold.gbyte_s < FAR_BELOW * published:
             found.append(f"{key} {threshold} is {threshold.gbyte_s:g} GB/s, {threshold.gbyte_s / published:.0%} of the "

@@ -6,22 +6,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
-from ..measurements import AllReduceRuns
+from ..measurements import AllReduceRuns, GpuModels, HostReading
 from ..models import PCIE_X16_GBYTE_S, fraction_note
+from ..probes import nccl_tests
+from ..probes._run import parse_run
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
 from ..probes.sysfs import pci_address, pci_name
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, human_bytes, parse_size
-from ..verdict import Check, Verdict, fmt
-from .base import Clause, HostWide, Section
+from ..verdict import Check, fmt
+from .base import Clause, HostWide, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes._run import ToolRun
     from ..probes.nvml import Host
+    from ..state import State
 
 TOOLS = ("nccl-tests", "torch")
+TORCH_ALLREDUCE = "pytest_gpuaccept.workloads.torch_allreduce"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +84,9 @@ def busbw_bound(gpu_names: list[str] | tuple[str, ...]) -> tuple[float, str] | N
 def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Contract) -> Check:
     """Out-of-place busbw at the largest size, best of the clean runs; any sign of a bad run fails it."""
     minimum = section.min_busbw.gbyte_s
-    gpus = contract.by_section["gpus"].count
+    gpus = gpu_count(contract)
     evidence = tuple(name for r in m.readings for name in r.evidence)
-    v = Verdict(CLAUSE.key, subject, f">= {fmt(minimum)}", "GB/s", evidence, minimum)
+    v = CLAUSE.verdict(subject, f">= {fmt(minimum)}", evidence, minimum)
     tables = []
     problems: list[str] = []
     unknown: list[str] = []  # runs whose ranks cannot be placed on GPUs: not measured, unless a run failed
@@ -294,6 +298,30 @@ def busbw_rows(result: NcclResult, threshold: float) -> list[list[Any]]:
     return rows
 
 
-CLAUSE = Clause("allreduce", SECTION, "test_allreduce_busbw", HostWide("all_reduce", "`all_reduce`"), "gpuaccept_allreduce",
+def gpuaccept_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_host: HostReading,
+                        gpuaccept_models: GpuModels, gpuaccept_nvlink_counters_before: bool) -> AllReduceRuns:
+    """Every all_reduce run the contract asks for (`repeats`), parsed; `tool` names what measured.
+
+    nccl-tests' all_reduce_perf by default; PyTorch distributed only where the contract says `tool: torch`.
+    The NVLink error counters are read before it starts (gpuaccept_nvlink_counters_before), where asked.
+    """
+    runner = gpuaccept_state.runner
+    section = SECTION.of(gpuaccept_contract)
+    args = nccl_tests.all_reduce_args(gpu_count(gpuaccept_contract), section.min_bytes.nbytes,
+                                      section.max_bytes.nbytes, section.args)
+    readings = []
+    for repeat in range(1, section.repeats + 1):
+        if section.tool == "torch":
+            run = runner.run("python", ["-m", TORCH_ALLREDUCE, *args[:6], "-f", "2"], key=f"torch_all_reduce.run{repeat}")
+        else:
+            run = nccl_tests.run_all_reduce(runner, args, repeat)
+        readings.append(parse_run(run, nccl_tests.parse_all_reduce))
+    tool = "PyTorch distributed (NCCL backend), not nccl-tests" if section.tool == "torch" else "nccl-tests"
+    return AllReduceRuns(tuple(readings), tool, tuple(gpu.name for gpu in gpuaccept_host.host.gpus), gpuaccept_models,
+                         gpuaccept_host.host)
+
+
+CLAUSE = Clause("allreduce", SECTION, "test_allreduce_busbw", HostWide("all_reduce", "`all_reduce`"), gpuaccept_allreduce,
                 judge, "out-of-place busbw at `max_bytes`, best of `repeats` runs", "GB/s")
 CLAUSES = (CLAUSE,)
+MEASUREMENTS = (gpuaccept_allreduce,)

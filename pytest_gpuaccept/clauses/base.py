@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
 
 from ..subjects import Subject
-from ..verdict import Check
+from ..verdict import Check, Verdict
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -32,17 +32,22 @@ class Section(Generic[S]):
 
     name: str
     keys: dict[str, Key]
-    build: Callable[..., S]
+    build: type[S]  # the frozen dataclass of the section's keys
     doc: str
     needs_gpu_count: bool = False  # judged over gpus.count GPUs: invalid without it
     cross_check: CrossCheck | None = None
 
+    def get(self, contract: Contract) -> S | None:
+        """This section of a contract, typed; None where the contract does not have it."""
+        value = contract.by_section.get(self.name)
+        return value if isinstance(value, self.build) else None
+
     def of(self, contract: Contract) -> S:
         """This section of a contract; only called for clauses the contract has."""
-        value = contract.by_section.get(self.name)
+        value = self.get(contract)
         if value is None:
             raise LookupError(f"the contract has no {self.name} section")
-        return value  # type: ignore[no-any-return]
+        return value
 
 
 class SubjectRule(Protocol):
@@ -159,6 +164,7 @@ SUBJECT_RULES: dict[str, type] = {"host": HostWide, "gpu": PerGpu, "pair": GpuPa
                                   "both_ways": GpuPairsBothWays, "name": Named}
 
 Judge = Callable[[Any, Subject, Any, "Contract"], Check]
+Measure = Callable[..., Any]  # a measuring function; its parameters are the fixtures it reads (gpuaccept_state, ...)
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: one record per clause
@@ -169,11 +175,18 @@ class Clause:
     section: Section[Any]
     test: str  # the shipped suite's test function
     rule: SubjectRule
-    measurement: str  # the fixture that measures (once per run), given to the judge
+    # The measuring function, given to the judge: the registry makes it a session fixture of its own name
+    # (gpuaccept_host), whose parameters name the fixtures it reads, as any pytest fixture's do.
+    measure: Measure
     judge: Judge  # (section, subject, measurement, contract) -> Check
     doc: str  # what it checks, one line, for the docs tables
-    unit: str | None = None
+    unit: str | None = None  # the unit of every check of the clause (the judge's Verdict takes it from here)
     present: Callable[[Any], bool] = lambda _section: True  # which keys of the section ask for it
+
+    def verdict(self, subject: Subject | str, required: str = "", evidence: tuple[str, ...] = (),
+                threshold: float | None = None) -> Verdict:
+        """What the judge knows before it looks, with this clause's key and unit."""
+        return Verdict(self.key, subject, required, self.unit, evidence, threshold)
 
     def subjects(self, contract: Contract, names: Callable[[], HostNames]) -> list[Subject]:
         return self.rule.subjects(contract, self.section.of(contract), names)

@@ -17,13 +17,14 @@ from .._pyyaml import yaml
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, UnitError, parse_duration
-from ..verdict import Check, Verdict
+from ..verdict import Check
 from . import allreduce, network
 from .base import Clause, HostNames, HostWide, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..measurements import ClusterAllReduce, ClusterRun, LinkRuns, PairRuns
+    from ..state import State
 
 LISTING = "cluster_nodes"  # the names the engine expanded cluster.nodes to (HostNames key)
 @dataclass(frozen=True, slots=True)
@@ -172,7 +173,7 @@ def _same_gpus(name: str, run: ClusterRun) -> list[str]:
 
 
 def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contract: Contract) -> Check:
-    v = Verdict(NODES.key, subject)
+    v = NODES.verdict(subject)
     if run.error is not None:
         return v.not_measured(run.error)
     node = run.nodes.get(subject.local)
@@ -238,7 +239,7 @@ class NodeLinks:
 
 def judge_link(section: ClusterSection, subject: Subject, links: LinkRuns, contract: Contract) -> Check:
     assert section.links is not None and section.links.iperf3 is not None
-    v = Verdict(LINKS.key, subject, unit="Gb/s")
+    v = LINKS.verdict(subject)
     if links.error is not None:
         return v.not_measured(links.error)
     result = links.results.get(subject.local)
@@ -268,7 +269,7 @@ class NodePairs:
 def judge_pair(section: ClusterSection, subject: Subject, runs: PairRuns, contract: Contract) -> Check:
     pairs = section.pairs
     assert pairs is not None
-    v = Verdict(PAIRS.key, subject, unit="GB/s")
+    v = PAIRS.verdict(subject)
     if runs.error is not None:
         return v.not_measured(runs.error)
     a, _, b = subject.local.partition("+")
@@ -288,7 +289,7 @@ def judge_pair(section: ClusterSection, subject: Subject, runs: PairRuns, contra
 def judge_allreduce(section: ClusterSection, subject: Subject, run: ClusterAllReduce, contract: Contract) -> Check:
     keys = section.allreduce
     assert keys is not None
-    v = Verdict(ALLREDUCE.key, subject, unit="GB/s")
+    v = ALLREDUCE.verdict(subject)
     result = run.result
     details: dict[str, Any] = {"nodes": list(run.nodes), "evidence": list(result.evidence) if result else []}
     if run.error is not None or result is None:
@@ -305,19 +306,62 @@ def judge_allreduce(section: ClusterSection, subject: Subject, run: ClusterAllRe
                       suffix=f" over {len(run.nodes)} nodes x {run.ranks_per_node} GPUs")
 
 
-NODES = Clause("cluster.nodes", SECTION, "test_cluster_node", PerNode(), "gpuaccept_cluster", judge_node,
+# The engine's modules read this one (cluster/merge.py: the nodes clause): imported when a cluster is measured.
+
+def gpuaccept_cluster(gpuaccept_state: State, gpuaccept_contract: Contract) -> ClusterRun:
+    """Every node of the cluster: inventory through the engine, then the per-node suite on each schedulable
+    node at once, each node's bundle brought back into the evidence (nodes/<node>/) and verified."""
+    from ..cluster.engine import engine_for
+    from ..cluster.run import run_cluster
+
+    section = SECTION.of(gpuaccept_contract)
+    return run_cluster(gpuaccept_state, engine_for(section), section)
+
+
+def gpuaccept_cluster_pairs(gpuaccept_state: State, gpuaccept_contract: Contract,
+                            gpuaccept_cluster: ClusterRun) -> PairRuns:
+    """cluster.pairs: a 2-node all_reduce between every pair of nodes, in rounds of disjoint pairs at once."""
+    from ..cluster.engine import engine_for
+    from ..cluster.run import run_pairs
+
+    section = SECTION.of(gpuaccept_contract)
+    return run_pairs(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
+
+
+def gpuaccept_cluster_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract,
+                                gpuaccept_cluster: ClusterRun) -> ClusterAllReduce:
+    """cluster.allreduce: one all_reduce over every GPU of every available node."""
+    from ..cluster.engine import engine_for
+    from ..cluster.run import run_allreduce
+
+    section = SECTION.of(gpuaccept_contract)
+    return run_allreduce(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
+
+
+def gpuaccept_cluster_links(gpuaccept_state: State, gpuaccept_contract: Contract,
+                            gpuaccept_cluster: ClusterRun) -> LinkRuns:
+    """cluster.links: node to node per interface, both directions at once, in the pairs' rounds."""
+    from ..cluster.engine import engine_for
+    from ..cluster.run import run_links
+
+    section = SECTION.of(gpuaccept_contract)
+    return run_links(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
+
+
+NODES = Clause("cluster.nodes", SECTION, "test_cluster_node", PerNode(), gpuaccept_cluster, judge_node,
                "every node known to the scheduler, schedulable, with the contracted GPUs in its Gres, and its "
                "per-node run's bundle returned through the engine, verified and complete")
-PAIRS = Clause("cluster.pairs", SECTION, "test_cluster_pair", NodePairs(), "gpuaccept_cluster_pairs", judge_pair,
+PAIRS = Clause("cluster.pairs", SECTION, "test_cluster_pair", NodePairs(), gpuaccept_cluster_pairs, judge_pair,
                "a 2-node all_reduce (nccl-tests, MPI, one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes, "
                "in rounds of disjoint pairs at once; a failing pair names the bad node or the bad link", "GB/s",
                lambda s: s.pairs is not None)
 ALLREDUCE = Clause("cluster.allreduce", SECTION, "test_cluster_allreduce", HostWide("cluster", "`cluster`"),
-                   "gpuaccept_cluster_allreduce", judge_allreduce,
+                   gpuaccept_cluster_allreduce, judge_allreduce,
                    "one all_reduce (nccl-tests, MPI, one rank per GPU) over every GPU of every node; any node "
                    "missing and it is not passed", "GB/s", lambda s: s.allreduce is not None)
-LINKS = Clause("cluster.links", SECTION, "test_cluster_link", NodeLinks(), "gpuaccept_cluster_links", judge_link,
+LINKS = Clause("cluster.links", SECTION, "test_cluster_link", NodeLinks(), gpuaccept_cluster_links, judge_link,
                "node to node per interface, each direction its own check, measured one at a time (iperf3, then "
                "iperf3 -R, bound to each side's address on that interface), in the pairs' rounds", "Gb/s",
                lambda s: s.links is not None)
 CLAUSES = (NODES, ALLREDUCE, PAIRS, LINKS)
+MEASUREMENTS = (gpuaccept_cluster, gpuaccept_cluster_pairs, gpuaccept_cluster_allreduce, gpuaccept_cluster_links)

@@ -15,17 +15,19 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import schema
 from ..measurements import GpuModels, LoadRun
 from ..models import Model
-from ..probes._run import Reading
+from ..probes import gemm
+from ..probes._run import Command, Reading, parse_run
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Duration, parse_duration
-from ..verdict import Check, Verdict
-from .base import Clause, PerGpu, Section
-from .utilisation import timeline_details
+from ..verdict import Check
+from .base import Clause, PerGpu, Section, gpu_count
+from .utilisation import timeline_details, under_load
 
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.gemm import Gemm
+    from ..state import State
 
 DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32", "fp64")
 
@@ -75,7 +77,7 @@ def judge(section: Compute, subject: Subject, m: GemmLoad, contract: Contract) -
     index = subject.gpu
     model = m.models.model(index)
     published = _published(model, section.dtype)
-    v = Verdict(CLAUSE.key, subject, unit="TFLOPS", evidence=m.evidence)
+    v = CLAUSE.verdict(subject, evidence=m.evidence)
     if section.min_tflops is not None:
         minimum = section.min_tflops
     else:
@@ -112,7 +114,23 @@ def judge(section: Compute, subject: Subject, m: GemmLoad, contract: Contract) -
                       suffix=f" (burst {run.burst:.1f} TFLOPS, all GPUs at once, n={result.n}{note})")
 
 
-CLAUSE = Clause("compute", SECTION, "test_compute", PerGpu(), "gpuaccept_gemm", judge,
+def gpuaccept_gemm(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> GemmLoad:
+    """Dense GEMM on every GPU at once for the contract's duration, NVML sampling beside it (once per run)."""
+    section = SECTION.of(gpuaccept_contract)
+    count = gpu_count(gpuaccept_contract)
+    seconds = section.duration.seconds
+    command = Command("python", ("-m", gemm.MODULE, "--gpus", str(count), "--dtype", section.dtype, "--n", str(section.n),
+                                 "--duration", f"{seconds:g}"), key="gemm_torch")
+    # The program ends by itself after `duration`; sampling stops with it (or 120 s later, past any start-up).
+    load = under_load(gpuaccept_state, command, seconds + 120.0, count, "nvml-samples-gemm.json", seconds)
+    reading = parse_run(load.run, gemm.parse_gemm) if load.run is not None else None
+    if reading is None:
+        reading = Reading(None, None, load.failure or "the GEMM did not run")
+    return GemmLoad(reading, load, gpuaccept_models)
+
+
+CLAUSE = Clause("compute", SECTION, "test_compute", PerGpu(), gpuaccept_gemm, judge,
                 "sustained dense GEMM TFLOPS in `dtype`, every GPU at once, with burst, clock, power and temperature",
                 "TFLOPS")
 CLAUSES = (CLAUSE,)
+MEASUREMENTS = (gpuaccept_gemm,)

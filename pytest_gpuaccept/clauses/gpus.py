@@ -18,6 +18,7 @@ from ..subjects import Kind, Subject
 from ..units import Size, bytes_to_gb
 from ..verdict import NOT_MEASURED_PREFIX, Check, Outcome, Verdict, fmt
 from .base import Clause, HostWide, PerGpu, Section
+from .shared import gpuaccept_host, gpuaccept_models
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -58,8 +59,7 @@ def judge_count(section: Gpus, subject: Subject, m: HostReading, contract: Contr
     """The GPUs this run can use: NVML's list, and CUDA's count where it was read (the two must agree). NVIDIA
     GPU functions sysfs lists beyond NVML's (a container or VM given 4 of a node's 8) are information only."""
     assert section.count is not None
-    v = Verdict(COUNT.key, subject, f"== {section.count}", "GPUs",
-                m.evidence + (m.models.evidence if m.models else ()))
+    v = COUNT.verdict(subject, f"== {section.count}", m.evidence + (m.models.evidence if m.models else ()))
     if m.host.error:
         return v.not_measured(m.host.error)
     found = len(m.host.gpus)
@@ -90,7 +90,7 @@ def _beyond_nvml(m: HostReading) -> str:
 def judge_model(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
     """The contract's model is a case-insensitive substring of the GPU's name."""
     model = str(section.model)
-    v = Verdict(MODEL.key, subject, f"name contains {model!r}", None, m.evidence)
+    v = MODEL.verdict(subject, f"name contains {model!r}", m.evidence)
     early = _per_gpu(v, m, subject)
     if early:
         return early
@@ -117,7 +117,7 @@ def judge_memory(section: Gpus, subject: Subject, m: HostReading, contract: Cont
     """Total memory as the driver reports it, in GB (10^9 bytes), at least the contract's."""
     assert section.memory is not None
     minimum = bytes_to_gb(section.memory.nbytes)
-    v = Verdict(MEMORY.key, subject, f">= {fmt(minimum)}", "GB", m.evidence)
+    v = MEMORY.verdict(subject, f">= {fmt(minimum)}", m.evidence)
     early = _per_gpu(v, m, subject)
     if early:
         return early
@@ -142,12 +142,12 @@ def _version(v: Verdict, found: str | None, spec: SpecifierSet, m: HostReading) 
 
 def judge_driver(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
     assert section.driver is not None
-    return _version(Verdict(DRIVER.key, subject, str(section.driver), None, m.evidence), m.host.driver, section.driver, m)
+    return _version(DRIVER.verdict(subject, str(section.driver), m.evidence), m.host.driver, section.driver, m)
 
 
 def judge_cuda(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
     assert section.cuda is not None
-    return _version(Verdict(CUDA.key, subject, str(section.cuda), None, m.evidence), m.host.cuda, section.cuda, m)
+    return _version(CUDA.verdict(subject, str(section.cuda), m.evidence), m.host.cuda, section.cuda, m)
 
 
 def _every_gpu(v: Verdict, each: list[Check]) -> Check:
@@ -165,7 +165,7 @@ def _every_gpu(v: Verdict, each: list[Check]) -> Check:
 def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: Contract) -> Check:
     """The form factor of the GPU's PCI device ID in the model table: an H100 PCIe and an SXM5 share a name."""
     assert section.form_factor is not None
-    v = Verdict(FORM_FACTOR.key, subject, f"== {section.form_factor}", None, m.evidence)
+    v = FORM_FACTOR.verdict(subject, f"== {section.form_factor}", m.evidence)
     if subject.kind is Kind.ALL_GPUS:
         return _every_gpu(v, [judge_form_factor(section, Subject.of_gpu(i), m, contract) for i in sorted(m.device_ids)])
     assert subject.gpu is not None
@@ -188,7 +188,7 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
     bus ID NVML gives; unique UUID, serial and bus ID; as many GPUs as NVIDIA GPU functions on the PCI bus;
     visible to CUDA in this run; MIG off. Measured: the PCI device ID. A device ID the model table lacks is judged
     all the same (only the name's check against the table is left out, said); pci.ids' name is reported beside."""
-    v = Verdict(IDENTITY.key, subject, "NVML, sysfs and CUDA agree; MIG off", None, m.evidence +
+    v = IDENTITY.verdict(subject, "NVML, sysfs and CUDA agree; MIG off", m.evidence +
                 (m.models.evidence if m.models else ()))
     host, models = m.host, m.models
     if subject.kind is Kind.ALL_GPUS:
@@ -244,23 +244,30 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
 
 _FIELD = {"UUID": "uuid", "serial": "serial", "PCI bus ID": "pci_bus_id"}
 
-COUNT = Clause("gpus.count", SECTION, "test_gpu_count", HostWide(), "gpuaccept_host_identity", judge_count,
+
+def gpuaccept_host_identity(gpuaccept_host: HostReading, gpuaccept_models: GpuModels) -> HostReading:
+    """The NVML reading with each GPU's PCI device ID and model from sysfs: two sources for who a GPU is."""
+    return HostReading(gpuaccept_host.host, gpuaccept_host.evidence, gpuaccept_models)
+
+
+COUNT = Clause("gpus.count", SECTION, "test_gpu_count", HostWide(), gpuaccept_host_identity, judge_count,
                "exactly `count` GPUs (NVML and CUDA; more in sysfs: a slice, said)", "GPUs",
                lambda s: s.count is not None)
-MODEL = Clause("gpus.model", SECTION, "test_gpu_model", PerGpu(), "gpuaccept_host_identity", judge_model,
+MODEL = Clause("gpus.model", SECTION, "test_gpu_model", PerGpu(), gpuaccept_host_identity, judge_model,
                "case-insensitive substring of each GPU's name, or the marketing name of its PCI device ID", None,
                lambda s: s.model is not None)
-MEMORY = Clause("gpus.memory", SECTION, "test_gpu_memory", PerGpu(), "gpuaccept_host", judge_memory,
+MEMORY = Clause("gpus.memory", SECTION, "test_gpu_memory", PerGpu(), gpuaccept_host, judge_memory,
                 "total memory as the driver reports it, at least this", "GB", lambda s: s.memory is not None)
-DRIVER = Clause("gpus.driver", SECTION, "test_driver_version", HostWide(), "gpuaccept_host", judge_driver,
+DRIVER = Clause("gpus.driver", SECTION, "test_driver_version", HostWide(), gpuaccept_host, judge_driver,
                 "the driver version satisfies the specifier set", None, lambda s: s.driver is not None)
-CUDA = Clause("gpus.cuda", SECTION, "test_cuda_version", HostWide(), "gpuaccept_host", judge_cuda,
+CUDA = Clause("gpus.cuda", SECTION, "test_cuda_version", HostWide(), gpuaccept_host, judge_cuda,
               "the CUDA version the driver supports satisfies the specifier set", None, lambda s: s.cuda is not None)
-FORM_FACTOR = Clause("gpus.form_factor", SECTION, "test_gpu_form_factor", PerGpu(), "gpuaccept_models",
+FORM_FACTOR = Clause("gpus.form_factor", SECTION, "test_gpu_form_factor", PerGpu(), gpuaccept_models,
                      judge_form_factor, "the form factor of each GPU's PCI device ID (sxm, pcie, nvl, superchip), "
                      "not its name",
                      None, lambda s: s.form_factor is not None)
-IDENTITY = Clause("gpus.identity", SECTION, "test_gpu_identity", PerGpu(), "gpuaccept_host_identity", judge_identity,
+IDENTITY = Clause("gpus.identity", SECTION, "test_gpu_identity", PerGpu(), gpuaccept_host_identity, judge_identity,
                   "always: NVML's name and device ID agree with the PCI function in sysfs, UUID, serial and bus ID "
                   "unique, as many GPUs as the PCI bus has, each visible to CUDA in this run, MIG off")
 CLAUSES = (COUNT, MODEL, MEMORY, FORM_FACTOR, IDENTITY, DRIVER, CUDA)
+MEASUREMENTS = (gpuaccept_host_identity,)

@@ -15,18 +15,20 @@ from typing import TYPE_CHECKING
 from .. import schema
 from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
+from ..probes import nvbandwidth, torch_hostbw
 from ..probes._run import Reading
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
-from ..verdict import Check, Verdict, fmt
+from ..verdict import Check, fmt
 from . import plausible
-from .base import Clause, PerGpuAspect, Section
+from .base import Clause, PerGpuAspect, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.nvbandwidth import NvBandwidth
     from ..probes.torch_hostbw import HostBw
+    from ..state import State
 
 TESTCASES = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce"}
 
@@ -100,7 +102,7 @@ def from_torch(reading: Reading[HostBw], models: GpuModels, gpus: int, paths: pl
 def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Contract) -> Check:
     assert subject.gpu is not None and subject.aspect is not None
     minimum = section.min_bandwidth.gbyte_s
-    v = Verdict(CLAUSE.key, subject, f">= {fmt(minimum)}", "GB/s", m.evidence, minimum)
+    v = CLAUSE.verdict(subject, f">= {fmt(minimum)}", m.evidence, minimum)
     if m.failure:
         return v.not_measured(m.failure)
     if m.waived:
@@ -127,7 +129,24 @@ def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Con
     return v.at_least(value, minimum, f"{subject} {direction}", details, suffix=f" ({m.tool}{where}{note}{plausible.unchecked(cap)})")
 
 
+def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
+                          gpuaccept_models: GpuModels) -> HostCopies:
+    """Host <-> GPU copy bandwidth per GPU and direction: one nvbandwidth run, or our PyTorch workload with each
+    GPU's pinned buffer allocated on its own NUMA node (its local_cpulist in sysfs)."""
+    state = gpuaccept_state
+    section = SECTION.of(gpuaccept_contract)
+    paths = plausible.read_paths(state, gpuaccept_models)  # each GPU's PCIe link: the most a host copy carries
+    if section.tool == "torch":
+        count = gpu_count(gpuaccept_contract)
+        cpus = {gpu: local for gpu, local in state.local_cpus().items() if gpu < count}
+        reading = torch_hostbw.run_torch_hostbw(state.runner, count, section.size.nbytes, section.repeats, cpus)
+        return from_torch(reading, gpuaccept_models, count, paths)
+    nvb = nvbandwidth.run_nvbandwidth(state.runner, tuple(TESTCASES.values()), key="nvbandwidth_host")
+    return from_nvbandwidth(nvb, gpuaccept_models, paths)
+
+
 CLAUSE = Clause("host_bandwidth", SECTION, "test_host_bandwidth", PerGpuAspect(("h2d", "d2h"), "`GPU<i>:h2d`, `GPU<i>:d2h`"),
-                "gpuaccept_host_copies", judge, "pinned host memory <-> GPU copy bandwidth, each direction "
+                gpuaccept_host_copies, judge, "pinned host memory <-> GPU copy bandwidth, each direction "
                 "(nvbandwidth host_to_device / device_to_host_memcpy_ce)", "GB/s")
 CLAUSES = (CLAUSE,)
+MEASUREMENTS = (gpuaccept_host_copies,)

@@ -24,18 +24,20 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import schema
 from ..measurements import GpuModels
 from ..models import fraction_note
+from ..probes import membw, nvbandwidth
 from ..probes._run import Reading
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, Verdict
 from . import plausible
-from .base import Clause, PerGpu, Section
+from .base import Clause, PerGpu, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.membw import MemCopy
     from ..probes.nvbandwidth import NvBandwidth
+    from ..state import State
 
 TOOLS = ("nvbandwidth", "torch")
 LOCAL_COPY = "device_local_copy"
@@ -135,7 +137,7 @@ def _minimum(section: MemoryBandwidth, m: MemoryCopies, index: int, v: Verdict) 
 def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract: Contract) -> Check:
     assert subject.gpu is not None
     index = subject.gpu
-    v = Verdict(CLAUSE.key, subject, unit="GB/s", evidence=m.evidence)
+    v = CLAUSE.verdict(subject, evidence=m.evidence)
     minimum = _minimum(section, m, index, v)
     if isinstance(minimum, Check):
         return minimum
@@ -161,7 +163,21 @@ def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract:
                       suffix=f" ({copy.how}{note})")
 
 
-CLAUSE = Clause("memory_bandwidth", SECTION, "test_memory_bandwidth", PerGpu(), "gpuaccept_memory_copies", judge,
+def gpuaccept_memory_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
+                            gpuaccept_models: GpuModels) -> MemoryCopies:
+    """Each GPU's device-local copy bandwidth, once per run, with the GPUs' models: nvbandwidth's device_local_copy
+    (`tool: nvbandwidth`, or no tool named and nvbandwidth found), else our PyTorch workload."""
+    runner = gpuaccept_state.runner
+    section = SECTION.of(gpuaccept_contract)
+    if section.tool == "nvbandwidth" or (section.tool is None and runner.which(nvbandwidth.TOOL)):
+        nvb = nvbandwidth.run_nvbandwidth(runner, (LOCAL_COPY,), key="nvbandwidth_local")
+        return from_nvbandwidth(nvb, gpuaccept_models)
+    reading = membw.run_membw(runner, gpu_count(gpuaccept_contract), section.size.nbytes, section.repeats)
+    return from_torch(reading, gpuaccept_models)
+
+
+CLAUSE = Clause("memory_bandwidth", SECTION, "test_memory_bandwidth", PerGpu(), gpuaccept_memory_copies, judge,
                 "device-local copy, bytes read + written per second (nvbandwidth device_local_copy x 2, or PyTorch); "
                 "or a fraction of the model's figure", "GB/s")
 CLAUSES = (CLAUSE,)
+MEASUREMENTS = (gpuaccept_memory_copies,)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import schema
 from ..measurements import Iperf3Path, NicLinks, RdmaDevices
+from ..probes import ethtool, ib_write_bw, iperf3, iproute, sysfs
+from ..probes._run import Reading
 from ..probes.sysfs import SAFE_NAME, Function
 from ..schema import Key
 from ..subjects import Subject
@@ -16,6 +18,9 @@ from .base import Clause, HostWide, Named, Section, match_names
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..state import State
+
+RDMA_BASE_PORT = 18515  # perftest's default; each device gets its own port
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +122,7 @@ def _port(v: Verdict, subject: Subject, what: str, names: tuple[str, ...], patte
 def judge_nic(section: Nics, subject: Subject, m: NicLinks, contract: Contract) -> Check:
     """Negotiated speed from ethtool, in Gb/s, of a physical port (sysfs); no link or an unknown speed fails."""
     minimum = section.min_speed.gbit_s
-    v = Verdict(NIC_SPEED.key, subject, f">= {fmt(minimum)}", "Gb/s")
+    v = NIC_SPEED.verdict(subject, f">= {fmt(minimum)}")
     refused, function, function_evidence = _port(v, subject, "interface", m.names, section.interfaces, m.function,
                                                  section.physical)
     if refused:
@@ -141,7 +146,7 @@ def judge_nic(section: Nics, subject: Subject, m: NicLinks, contract: Contract) 
 def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contract) -> Check:
     """ib_write_bw BW average in Gb/s against fraction x line rate; above line rate is implausible."""
     fraction = section.min_fraction_of_line_rate
-    v = Verdict(RDMA_BW.key, subject, f">= {fraction:g} x line rate", "Gb/s")
+    v = RDMA_BW.verdict(subject, f">= {fraction:g} x line rate")
     refused, _function, function_evidence = _port(v, subject, "RDMA device", m.names, section.devices, m.function,
                                                   section.physical)
     if refused:
@@ -188,14 +193,14 @@ def judge_iperf3(section: Iperf3, subject: Subject, path: Iperf3Path, contract: 
     minimum = section.min_throughput.gbit_s
     m = path.runs
     evidence = tuple(name for r in m.readings for name in r.evidence) + path.evidence
-    v = Verdict(IPERF3_TCP.key, subject, f">= {fmt(minimum)}", "Gb/s", evidence, minimum)
+    v = IPERF3_TCP.verdict(subject, f">= {fmt(minimum)}", evidence, minimum)
     route = path.route.value
     if route is None:
         return v.not_measured(f"the route to {section.server} is unknown: {path.route.failure}")
     if route.local:
         return v.failed(None, f"{section.server} is an address of this host: `ip route get` says {route.kind} via "
                         f"{route.dev}; iperf3 would measure the loopback, not a NIC")
-    nics = contract.by_section.get(NICS.name)
+    nics = NICS.get(contract)
     if nics is not None and not any(name == route.dev for _p, name in match_names(nics.interfaces, [route.dev])):
         return v.failed(None, f"traffic to {section.server} leaves through {route.dev} (`ip route get`), which is not "
                         f"one of the contracted interfaces {list(nics.interfaces)}")
@@ -240,30 +245,85 @@ def judge_nic_count(section: Nics, subject: Subject, m: NicLinks, contract: Cont
     """With `count`: each matching interface judged as `nics` judges it; at least `count` of them pass."""
     each = [judge_nic(section, Subject.named(pattern, name), m, contract)
             for pattern, name in match_names(section.interfaces, list(m.names)) if name is not None]
-    return _at_least_count(Verdict(NIC_COUNT.key, subject, unit="interfaces"), "interfaces", section.count or 0, each)
+    return _at_least_count(NIC_COUNT.verdict(subject), "interfaces", section.count or 0, each)
 
 
 def judge_rdma_count(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contract) -> Check:
     """With `count`: each matching device judged as `rdma` judges it; at least `count` of them pass."""
     each = [judge_rdma(section, Subject.named(pattern, name), m, contract)
             for pattern, name in match_names(section.devices, list(m.names)) if name is not None]
-    return _at_least_count(Verdict(RDMA_COUNT.key, subject, unit="devices"), "devices", section.count or 0, each)
+    return _at_least_count(RDMA_COUNT.verdict(subject), "devices", section.count or 0, each)
+
+
+def gpuaccept_host_names(gpuaccept_state: State) -> dict[str, list[str]]:
+    """What the host lists in sysfs ({"net": interfaces, "infiniband": RDMA devices}): what names and globs match."""
+    return dict(gpuaccept_state.listings())
+
+
+def gpuaccept_nic_links(gpuaccept_state: State, gpuaccept_host_names: dict[str, list[str]]) -> NicLinks:
+    """The interfaces the host lists, and `ethtool IFACE` for any of them (each run once per run)."""
+    state = gpuaccept_state
+    return NicLinks(tuple(gpuaccept_host_names.get("net", [])), lambda name: ethtool.read_ethtool(state.runner, name),
+                    lambda name: state.function("net", name))
+
+
+def gpuaccept_rdma_devices(gpuaccept_state: State, gpuaccept_contract: Contract,
+                           gpuaccept_host_names: dict[str, list[str]]) -> RdmaDevices:
+    """The RDMA devices the host lists, their ports from sysfs, and ib_write_bw through a port (once each)."""
+    state = gpuaccept_state
+    section = RDMA.of(gpuaccept_contract)
+    devices = sorted(gpuaccept_host_names.get("infiniband", []))
+
+    def ports(device: str) -> tuple[list[sysfs.IbPort], str]:
+        reading, evidence = state.ib_device(device)
+        return sysfs.parse_ib_device(reading), evidence
+
+    def write_bw(device: str, port: sysfs.IbPort) -> Reading[ib_write_bw.WriteBw]:
+        gid = port.roce_v2_gid_index if port.link_layer == "Ethernet" else None
+        offset = devices.index(device) if device in devices else 0
+        return ib_write_bw.run_ib_write_bw(state.runner, device, section.message_size.nbytes, RDMA_BASE_PORT + offset,
+                                           section.peer, gid, port.port, section.qps or 1)
+
+    return RdmaDevices(tuple(gpuaccept_host_names.get("infiniband", [])), ports, write_bw,
+                       lambda name: state.function("infiniband", name))
+
+
+def gpuaccept_iperf3(gpuaccept_state: State, gpuaccept_contract: Contract) -> Iperf3Path:
+    """iperf3 clients against the contract's server (one per port before iperf3 3.16), run once, with the route
+    to the server and its interface's byte counters read before and after."""
+    state = gpuaccept_state
+    section = IPERF3.of(gpuaccept_contract)
+    route = iproute.read_route(state.runner, section.server)
+    dev = route.value.dev if route.value is not None and sysfs.SAFE_NAME.match(route.value.dev) else None
+
+    def counters(when: str) -> tuple[dict[str, Any] | None, str | None]:
+        if dev is None:
+            return None, None
+        name = f"sysfs-net-{dev}-counters-{when}.json"
+        return state.runner.reading(name, lambda: sysfs.read_counters(state.sys_root, dev)), name
+
+    before, before_file = counters("before")
+    runs = iperf3.run_iperf3(state.runner, section.server, section.port, section.streams, section.duration.seconds)
+    after, after_file = counters("after")
+    files = tuple(f for f in (before_file, after_file) if f)
+    return Iperf3Path(runs, route, before, after, route.evidence + files)
 
 
 NIC_SPEED = Clause("nics", NICS, "test_nic_speed",
                    Named("net", lambda s: s.interfaces, "each matching interface (or the pattern that matched none)"),
-                   "gpuaccept_nic_links", judge_nic, "negotiated speed from `ethtool IFACE` (without `count`)", "Gb/s",
+                   gpuaccept_nic_links, judge_nic, "negotiated speed from `ethtool IFACE` (without `count`)", "Gb/s",
                    lambda s: s.count is None)
-NIC_COUNT = Clause("nics.count", NICS, "test_nic_count", HostWide(), "gpuaccept_nic_links", judge_nic_count,
+NIC_COUNT = Clause("nics.count", NICS, "test_nic_count", HostWide(), gpuaccept_nic_links, judge_nic_count,
                    "with `count`: at least `count` matching interfaces at `min_speed`; the others listed", "interfaces",
                    lambda s: s.count is not None)
 RDMA_BW = Clause("rdma", RDMA, "test_rdma_bandwidth",
                  Named("infiniband", lambda s: s.devices, "each matching device (or the pattern that matched none)"),
-                 "gpuaccept_rdma_devices", judge_rdma, "ib_write_bw BW average against fraction x line rate "
+                 gpuaccept_rdma_devices, judge_rdma, "ib_write_bw BW average against fraction x line rate "
                  "(without `count`)", "Gb/s", lambda s: s.count is None)
-RDMA_COUNT = Clause("rdma.count", RDMA, "test_rdma_count", HostWide(), "gpuaccept_rdma_devices", judge_rdma_count,
+RDMA_COUNT = Clause("rdma.count", RDMA, "test_rdma_count", HostWide(), gpuaccept_rdma_devices, judge_rdma_count,
                     "with `count`: at least `count` matching devices pass as `rdma` judges each; the others listed",
                     "devices", lambda s: s.count is not None)
 IPERF3_TCP = Clause("iperf3", IPERF3, "test_iperf3_throughput", HostWide(lambda s: s.server, "the server"),
-                    "gpuaccept_iperf3", judge_iperf3, "received throughput, summed over the clients", "Gb/s")
+                    gpuaccept_iperf3, judge_iperf3, "received throughput, summed over the clients", "Gb/s")
 CLAUSES = (NIC_SPEED, NIC_COUNT, RDMA_BW, RDMA_COUNT, IPERF3_TCP)
+MEASUREMENTS = (gpuaccept_host_names, gpuaccept_nic_links, gpuaccept_rdma_devices, gpuaccept_iperf3)

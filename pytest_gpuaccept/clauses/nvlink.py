@@ -7,20 +7,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
-from ..measurements import NvlinkErrorReadings, WithModels
+from ..measurements import GpuModels, HostReading, NvlinkErrorReadings, WithModels
+from ..probes import nvidia_smi
 from ..probes.nvidia_smi import LinkStatus, Topology
 from ..probes.sysfs import sysfs_bus_id
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth
-from ..verdict import Check, Verdict, fmt
+from ..verdict import Check, fmt
 from . import allreduce
 from .base import Clause, GpuPairs, PerGpu, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..measurements import AllReduceRuns
     from ..models import Model
+    from ..probes._run import Reading
     from ..probes.nvml import Host
+    from ..state import State
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +94,7 @@ def judge_pair(section: NVLink, subject: Subject, measured: WithModels[Topology]
     assert subject.gpu is not None and subject.peer is not None
     i, j = subject.gpu, subject.peer
     m = measured.reading
-    v = Verdict(PAIRS.key, subject, f">= {section.min_links}", "links", m.evidence, float(section.min_links))
+    v = PAIRS.verdict(subject, f">= {section.min_links}", m.evidence, float(section.min_links))
     if m.value is None:
         return v.not_measured(m.failure or "no topology")
     topo = m.value
@@ -120,7 +124,7 @@ def judge_links(section: NVLink, subject: Subject, measured: WithModels[LinkStat
     index, per_gpu = subject.gpu, section.links_per_gpu
     speed = section.link_speed.gbyte_s if section.link_speed else None
     wants = [f">= {per_gpu} active" if per_gpu else "", f"each >= {fmt(speed)} GB/s" if speed else ""]
-    v = Verdict(LINKS.key, subject, ", ".join(w for w in wants if w), "links", m.evidence)
+    v = LINKS.verdict(subject, ", ".join(w for w in wants if w), m.evidence)
     if m.value is None:
         return v.not_measured(m.failure or "no link status")
     links = m.value.links.get(index)
@@ -157,7 +161,7 @@ def judge_errors(section: NVLink, subject: Subject, m: NvlinkErrorReadings, cont
     """NVLink error counters of a GPU must not increase across the load (nvlink -e before and after)."""
     assert subject.gpu is not None
     index = subject.gpu
-    v = Verdict(ERRORS.key, subject, "== 0 new", "errors", m.before.evidence + m.after.evidence)
+    v = ERRORS.verdict(subject, "== 0 new", m.before.evidence + m.after.evidence)
     before, after = m.before.value, m.after.value
     if before is None or after is None:
         return v.not_measured(m.before.failure or m.after.failure or "no error counters")
@@ -185,12 +189,48 @@ def judge_errors(section: NVLink, subject: Subject, m: NvlinkErrorReadings, cont
     return v.passed(0, f"no NVLink error counter increased ({after.total(index)} in total, as before the load)")
 
 
-PAIRS = Clause("nvlink", SECTION, "test_nvlink_pair", GpuPairs(), "gpuaccept_nvlink_topology", judge_pair,
+def gpuaccept_nvlink_status(gpuaccept_state: State) -> Reading[LinkStatus]:
+    """`nvidia-smi nvlink -s`: the state and speed of every NVLink of every GPU, once per run."""
+    return nvidia_smi.read_nvlink_status(gpuaccept_state.runner)
+
+
+def gpuaccept_nvlink_topology(gpuaccept_topology: Reading[Topology], gpuaccept_models: GpuModels,
+                              gpuaccept_host: HostReading) -> WithModels[Topology]:
+    """`topo -m`, with the GPUs' models and NVML's per-link state: each pair's NVLinks from two sources."""
+    return WithModels(gpuaccept_topology, gpuaccept_models, gpuaccept_host.host)
+
+
+def gpuaccept_nvlink_links(gpuaccept_nvlink_status: Reading[LinkStatus], gpuaccept_models: GpuModels,
+                           gpuaccept_host: HostReading) -> WithModels[LinkStatus]:
+    """`nvlink -s`, with the GPUs' models and NVML's per-link state: each link's speed beside the published one."""
+    return WithModels(gpuaccept_nvlink_status, gpuaccept_models, gpuaccept_host.host)
+
+
+def gpuaccept_nvlink_counters_before(gpuaccept_state: State, gpuaccept_contract: Contract) -> bool:
+    """The NVLink error counters before the all_reduce load, where nvlink.errors_stable asks: the all_reduce
+    measurement reads this first, whichever of the two runs first. Whether they were read."""
+    section = SECTION.get(gpuaccept_contract)
+    if section is None or not section.errors_stable:
+        return False
+    nvidia_smi.run_nvlink_errors(gpuaccept_state.runner, "before")
+    return True
+
+
+def gpuaccept_nvlink_errors(gpuaccept_state: State, gpuaccept_allreduce: AllReduceRuns) -> NvlinkErrorReadings:
+    """NVLink error counters read before and after the all_reduce load (which runs once per run)."""
+    runner = gpuaccept_state.runner  # `before` was read as the all_reduce measurement began
+    return NvlinkErrorReadings(nvidia_smi.read_nvlink_errors(runner, "before"),
+                               nvidia_smi.read_nvlink_errors(runner, "after"))
+
+
+PAIRS = Clause("nvlink", SECTION, "test_nvlink_pair", GpuPairs(), gpuaccept_nvlink_topology, judge_pair,
                "NVLinks between each GPU pair i<j, from `nvidia-smi topo -m` (NV# -> #, PCIe paths -> 0)", "links")
-LINKS = Clause("nvlink.links", SECTION, "test_nvlink_links_active", PerGpu(), "gpuaccept_nvlink_links", judge_links,
+LINKS = Clause("nvlink.links", SECTION, "test_nvlink_links_active", PerGpu(), gpuaccept_nvlink_links, judge_links,
                "every NVLink of each GPU active and at speed, from `nvidia-smi nvlink -s`", "links",
                lambda s: s.links_per_gpu is not None or s.link_speed is not None)
-ERRORS = Clause("nvlink.errors", SECTION, "test_nvlink_errors_stable", PerGpu(), "gpuaccept_nvlink_errors",
+ERRORS = Clause("nvlink.errors", SECTION, "test_nvlink_errors_stable", PerGpu(), gpuaccept_nvlink_errors,
                 judge_errors, "no NVLink error counter grows across the all_reduce load (`nvidia-smi nvlink -e`)",
                 "errors", lambda s: s.errors_stable)
 CLAUSES = (PAIRS, LINKS, ERRORS)
+MEASUREMENTS = (gpuaccept_nvlink_status, gpuaccept_nvlink_topology, gpuaccept_nvlink_links,
+                gpuaccept_nvlink_counters_before, gpuaccept_nvlink_errors)

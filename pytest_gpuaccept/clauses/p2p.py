@@ -28,19 +28,22 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import schema
 from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
+from ..probes import nvbandwidth, p2p_latency, torch_p2p
 from ..probes._run import Reading
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, Verdict, fmt
 from . import plausible
-from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, Section
+from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.nvbandwidth import NvBandwidth
+    from ..probes.nvidia_smi import Topology
     from ..probes.p2p_latency import P2pLatency
     from ..probes.torch_p2p import TorchP2p
+    from ..state import State
 
 TOOLS = ("nvbandwidth", "p2pBandwidthLatencyTest", "torch")
 WRITE_CE, READ_CE = "device_to_device_memcpy_write_ce", "device_to_device_memcpy_read_ce"
@@ -208,7 +211,7 @@ def judge_one_way(section: P2p, subject: Subject, m: P2pView, contract: Contract
     """Data from GPU i to GPU j, the lower of every figure the tool gave for that direction."""
     i, j = _pair(subject)
     minimum = section.min_bandwidth.gbyte_s
-    v = Verdict(ONE_WAY.key, subject, f">= {fmt(minimum)}", "GB/s", m.evidence, minimum)
+    v = ONE_WAY.verdict(subject, f">= {fmt(minimum)}", m.evidence, minimum)
     early = _unmeasurable(v, m, [(i, j)])
     if early:
         return early
@@ -241,7 +244,7 @@ def _cap(m: P2pView, i: int, j: int, both: bool = False) -> plausible.Cap:
 def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contract) -> Check:
     i, j = _pair(subject)
     assert section.min_bidirectional is not None
-    v = Verdict(BOTH_WAYS.key, subject, f">= {fmt(section.min_bidirectional.gbyte_s)}", "GB/s", m.evidence)
+    v = BOTH_WAYS.verdict(subject, f">= {fmt(section.min_bidirectional.gbyte_s)}", m.evidence)
     early = _unmeasurable(v, m, [(i, j), (j, i)])
     if early:
         return early
@@ -258,10 +261,29 @@ def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contra
                       suffix=f" ({m.tool}, both directions at once{note}{plausible.unchecked(cap)})")
 
 
-ONE_WAY = Clause("p2p", SECTION, "test_p2p_bandwidth", OrderedGpuPairs(), "gpuaccept_p2p", judge_one_way,
+def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+                  gpuaccept_topology: Reading[Topology]) -> P2pView:
+    """GPU-to-GPU copy bandwidth, once per run, with the contract's tool (nvbandwidth by default), and what each
+    pair's path can carry (`topo -m`, NVML's links, sysfs's PCIe links: clauses/plausible.py)."""
+    runner = gpuaccept_state.runner
+    section = SECTION.of(gpuaccept_contract)
+    count = gpu_count(gpuaccept_contract)
+    both = section.min_bidirectional is not None
+    paths = plausible.read_paths(gpuaccept_state, gpuaccept_models, gpuaccept_topology)
+    if section.tool == "torch":
+        reading = torch_p2p.run_torch_p2p(runner, count, section.size.nbytes, section.repeats, both)
+        return with_models(from_torch(reading, count), gpuaccept_models, paths)
+    if section.tool == "p2pBandwidthLatencyTest":
+        return with_models(from_p2p_latency(p2p_latency.run_p2p_latency(runner), both), gpuaccept_models, paths)
+    cases = (WRITE_CE, READ_CE) + ((BIDIR_CE,) if both else ())
+    return with_models(from_nvbandwidth(nvbandwidth.run_nvbandwidth(runner, cases), both), gpuaccept_models, paths)
+
+
+ONE_WAY = Clause("p2p", SECTION, "test_p2p_bandwidth", OrderedGpuPairs(), gpuaccept_p2p, judge_one_way,
                  "copy bandwidth from GPU i to GPU j over peer access (nvbandwidth read and write CE, or "
                  "p2pBandwidthLatencyTest P2P writes)", "GB/s")
-BOTH_WAYS = Clause("p2p.bidirectional", SECTION, "test_p2p_bidirectional", GpuPairsBothWays(), "gpuaccept_p2p",
+BOTH_WAYS = Clause("p2p.bidirectional", SECTION, "test_p2p_bidirectional", GpuPairsBothWays(), gpuaccept_p2p,
                    judge_both_ways, "both directions at once, summed, with `min_bidirectional`", "GB/s",
                    lambda s: s.min_bidirectional is not None)
 CLAUSES = (ONE_WAY, BOTH_WAYS)
+MEASUREMENTS = (gpuaccept_p2p,)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
-from .base import Clause, HostNames, Section
+from . import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, shared, utilisation
+from .base import Clause, HostNames, Measure, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -25,6 +25,9 @@ SECTION_NAMES: tuple[str, ...] = tuple(section.name for section in SECTIONS)
 BY_KEY: dict[str, Clause] = {clause.key: clause for clause in CLAUSES}
 BY_TEST: dict[str, Clause] = {clause.test: clause for clause in CLAUSES}
 ALL_CLAUSES: tuple[str, ...] = tuple(BY_KEY)
+# The measuring functions, each a session fixture of its own name (suite.measurement_fixtures makes them).
+MEASUREMENTS: tuple[Measure, ...] = tuple(dict.fromkeys(
+    measure for module in (shared, *_MODULES) for measure in module.MEASUREMENTS))
 
 
 def clauses_of(section: str) -> tuple[Clause, ...]:

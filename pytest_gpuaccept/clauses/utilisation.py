@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
+import importlib.util
+import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
-from ..measurements import LoadRun
+from ..measurements import GpuModels, LoadRun
+from ..probes import kernel_log, nvml
+from ..probes._run import Command, Reading
 from ..probes.nvml import BAD_THROTTLE, GpuSeries, decode_reasons
 from ..probes.sysfs import sysfs_bus_id
 from ..schema import Key
+from ..state import NVML_HOST_FILE
 from ..subjects import Subject
 from ..units import Duration, parse_duration
 from ..verdict import Check, Verdict, fmt
-from .base import Clause, PerGpu, Section
+from .base import Clause, PerGpu, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..models import Model
-    from ..probes._run import Reading
     from ..probes.kernel_log import KernelLog, KernelXid
+    from ..state import State
+
+TRAIN = "pytest_gpuaccept.workloads.train"
+SAMPLES_FILE = "nvml-samples.json"
+SAMPLE_INTERVAL_S = 0.15  # NVML utilisation is a rolling fraction; 100-200 ms sampling resolves dips
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +110,7 @@ def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contra
     index, minimum, warmup_s = _gpu(subject), section.min_percent, section.warmup.seconds
     series, failure = m.of(index)
     failure = failure or m.workload_failure
-    v = Verdict(UTIL.key, subject, f">= {fmt(minimum)}", "%", m.evidence, minimum)
+    v = UTIL.verdict(subject, f">= {fmt(minimum)}", m.evidence, minimum)
     lost = m.lost(index)
     if lost:
         return v.failed(None, lost)
@@ -151,7 +161,7 @@ def _ecc_off(series: GpuSeries) -> str | None:
 def judge_ecc(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """No volatile uncorrectable ECC error. ECC disabled fails (NVML's ECC mode 0): nothing was counted. An older
     recording without the ECC mode and no counters is not measured, as before."""
-    v = Verdict(ECC.key, subject, "== 0", "errors", m.evidence, 0.0)
+    v = ECC.verdict(subject, "== 0", m.evidence, 0.0)
     series = _sampled(v, m, subject)
     if isinstance(series, Check):
         return series
@@ -168,7 +178,7 @@ def judge_ecc(section: Health, subject: Subject, m: LoadRun, contract: Contract)
 
 def judge_row_remapping(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """No pending or failed row remapping; retired pages pending where the GPU retires pages instead."""
-    v = Verdict(ROW_REMAPPING.key, subject, "no pending or failed remapping", None, m.evidence)
+    v = ROW_REMAPPING.verdict(subject, "no pending or failed remapping", m.evidence)
     series = _sampled(v, m, subject)
     if isinstance(series, Check):
         return series
@@ -191,7 +201,8 @@ def judge_row_remapping(section: Health, subject: Subject, m: LoadRun, contract:
 
 def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """No hardware slowdown, thermal slowdown or power brake at any moment of the load."""
-    v = Verdict(THROTTLE.key, subject, "no HW slowdown / thermal / power brake", None, m.evidence)
+    # No unit until there are samples to count: a check not measured says none.
+    v = THROTTLE.verdict(subject, "no HW slowdown / thermal / power brake", m.evidence).but(unit=None)
     series = _sampled(v, m, subject, strict=True)
     if isinstance(series, Check):
         return series
@@ -201,7 +212,7 @@ def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Cont
     seen = sorted({name for mask in set(masks) for name in decode_reasons(mask)})  # each distinct mask once
     bad = [(s.t_s, s.throttle_reasons) for s in series.samples if s.throttle_reasons and s.throttle_reasons & BAD_THROTTLE]
     details: dict[str, Any] = {"throttle_reasons_seen": seen}
-    v = v.but(unit="samples")
+    v = v.but(unit=THROTTLE.unit)
     if bad:
         first_t, first_mask = bad[0]
         names = ", ".join(decode_reasons(first_mask & BAD_THROTTLE))
@@ -214,11 +225,11 @@ def judge_pcie(section: Health, subject: Subject, m: LoadRun, contract: Contract
     """The PCIe link under load (after warmup: idle links downshift to save power) at least gen and width."""
     gen, width = section.pcie_gen, section.pcie_width
     required = " ".join(x for x in (f"gen >= {gen}" if gen else "", f"x{width} or wider" if width else "") if x)
-    v = Verdict(PCIE.key, subject, required, None, m.evidence)
+    v = PCIE.verdict(subject, required, m.evidence)
     series = _sampled(v, m, subject, strict=True)
     if isinstance(series, Check):
         return series
-    warmup_s = contract.by_section["utilisation"].warmup.seconds
+    warmup_s = UTILISATION.of(contract).warmup.seconds
     steady = [(s.pcie_gen, s.pcie_width) for s in series.samples
               if s.t_s >= warmup_s and s.pcie_gen is not None and s.pcie_width is not None]
     if not steady:
@@ -241,7 +252,7 @@ def judge_power_limit(section: Health, subject: Subject, m: LoadRun, contract: C
     inside them, enforced not below default; a configurable-TDP card shipped below the table's figure passes.
     The published TDP only bounds the card's own maximum (a shim lowering everything fails). A recording
     without the constraints (made before they were read) is judged as before: 85 % of the published TDP."""
-    v = Verdict(POWER_LIMIT.key, subject, "", "W", m.evidence)
+    v = POWER_LIMIT.verdict(subject, "", m.evidence)
     series = _sampled(v, m, subject)
     if isinstance(series, Check):
         return series
@@ -331,7 +342,7 @@ def judge_xid(section: Health, subject: Subject, m: LoadRun, contract: Contract)
     PCI address within the load's window. Beside a live load (or its replay) a kernel log that cannot be read
     (dmesg needs root; journalctl -k the systemd-journal group) leaves the check not measured: NVML alone is not
     the second source the clause promises. Beside an NVML recording there is no kernel log of that host."""
-    v = Verdict(XID.key, subject, "== 0", "events", m.evidence, 0.0)
+    v = XID.verdict(subject, "== 0", m.evidence, 0.0)
     series = _sampled(v, m, subject)
     if isinstance(series, Check):
         return series
@@ -359,7 +370,7 @@ def judge_xid(section: Health, subject: Subject, m: LoadRun, contract: Contract)
 def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
     """Rows already remapped for uncorrectable errors (or pages retired for double-bit ECC): a worn card's history."""
     assert section.max_remapped_rows is not None
-    v = Verdict(REMAPPED_ROWS.key, subject, f"<= {section.max_remapped_rows}", "rows", m.evidence)
+    v = REMAPPED_ROWS.verdict(subject, f"<= {section.max_remapped_rows}", m.evidence)
     series = _sampled(v, m, subject)
     if isinstance(series, Check):
         return series
@@ -376,24 +387,99 @@ def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract:
     return v.judged(count <= section.max_remapped_rows, count, f"{count} {source} (at most {section.max_remapped_rows})")
 
 
-UTIL = Clause("utilisation", UTILISATION, "test_utilisation", PerGpu(), "gpuaccept_load", judge_utilisation,
+def under_load(state: State, command: Command, duration_s: float, count: int, samples_file: str,
+               expected_s: float, models: GpuModels | None = None) -> LoadRun:
+    """Run a workload while NVML samples every GPU (or the recording replays its samples); once per run."""
+
+    def sample(stop: threading.Event) -> dict[str, Any]:
+        if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
+            ends = time.monotonic() + duration_s
+            samples = state.recorded_samples()
+            state.runner.keep_during(samples_file, samples)  # while the window runs: it would wait idle
+            stop.wait(max(0.0, ends - time.monotonic()))
+            return samples
+        def told(elapsed: float, lowest: float | None) -> None:
+            if state.runner.progress is not None:
+                busy = f", lowest GPU {lowest:g} %" if lowest is not None else ""
+                state.runner.progress(f"gpuaccept: {command.key or command.tool} {elapsed:.0f}/{expected_s:g} s{busy}")
+
+        return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop, told)
+
+    started = kernel_log.uptime()
+    run = state.runner.run_during(command, duration_s, sample, samples_file)
+    ended = kernel_log.uptime()
+    evidence = (*run.evidence, samples_file)
+    if run.error:
+        return LoadRun(run, {}, run.error, None, run.evidence, samples_file=samples_file)
+    # The kernel log is this machine's: beside a live load (or its replay), never beside an NVML recording.
+    kernel, window = None, None
+    if state.nvml_recording is None:
+        times = state.runner.reading("load-window.json", lambda: {"started_uptime_s": started, "ended_uptime_s": ended})
+        if times.get("started_uptime_s") is not None and times.get("ended_uptime_s") is not None:
+            window = (float(times["started_uptime_s"]), float(times["ended_uptime_s"]))
+            kernel, tried = kernel_log.read_xids(state.runner)
+            evidence = (*evidence, "load-window.json", *tried)
+        else:  # no boot clock to place the kernel's lines on: the kernel log cannot be judged, never "no Xid"
+            kernel = Reading(None, None, "the load's window on the boot clock (/proc/uptime) could not be read")
+            evidence = (*evidence, "load-window.json")
+    buses = {g.index: g.pci_bus_id for g in state.host().gpus}
+
+    def load(series: dict[int, nvml.GpuSeries], failure: str | None, workload_failure: str | None) -> LoadRun:
+        return LoadRun(run, series, failure, workload_failure, evidence, kernel, window, buses, models,
+                       samples_file)
+    recording = state.runner.reading(samples_file, lambda: {"error": "no NVML samples were recorded"})
+    try:
+        series = {s.index: s for s in nvml.parse_samples(recording)}
+    except ValueError as exc:
+        return load({}, str(exc), None)
+    workload_failure = run.failure
+    if workload_failure is None and run.stopped_after_s is None and run.duration_s < expected_s:
+        workload_failure = f"`{run.command}` ended after {run.duration_s:g} s, before the {expected_s:g} s duration"
+    if workload_failure:
+        tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
+        workload_failure += f"; its last output: {tail}" if tail else ""
+    return load(series, None, workload_failure)
+
+
+def gpuaccept_load(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> LoadRun:
+    """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive)."""
+    state = gpuaccept_state
+    section = UTILISATION.of(gpuaccept_contract)
+    count = gpu_count(gpuaccept_contract)
+    host = state.host()
+    if host.error and state.runner.replay_dir is None:
+        return LoadRun(None, {}, host.error, None, (NVML_HOST_FILE,))
+    if section.workload == "builtin":
+        if state.runner.replay_dir is None and importlib.util.find_spec("torch") is None:
+            return LoadRun(None, {}, "PyTorch is not installed for the builtin workload: "
+                           "pip install 'pytest-gpuaccept[torch]'", None, ())
+        command = Command("python", ("-m", TRAIN, "--gpus", str(count), "--duration", f"{section.duration.seconds + 60:g}"),
+                          key="workload_builtin")
+    else:
+        command = Command(section.workload[0], tuple(section.workload[1:]), key="workload")
+    return under_load(state, command, section.duration.seconds, count, SAMPLES_FILE, section.duration.seconds,
+                      gpuaccept_models)
+
+
+UTIL = Clause("utilisation", UTILISATION, "test_utilisation", PerGpu(), gpuaccept_load, judge_utilisation,
               "lowest utilisation after warmup, with mean and 5th percentile", "%")
-ECC = Clause("health.ecc", HEALTH, "test_ecc", PerGpu(), "gpuaccept_load", judge_ecc,
+ECC = Clause("health.ecc", HEALTH, "test_ecc", PerGpu(), gpuaccept_load, judge_ecc,
              "no volatile uncorrectable ECC error", "errors", lambda s: s.ecc)
-ROW_REMAPPING = Clause("health.row_remapping", HEALTH, "test_row_remapping", PerGpu(), "gpuaccept_load",
+ROW_REMAPPING = Clause("health.row_remapping", HEALTH, "test_row_remapping", PerGpu(), gpuaccept_load,
                        judge_row_remapping, "no pending or failed row remapping (or retired page)", None,
                        lambda s: s.row_remapping)
-THROTTLE = Clause("health.throttle", HEALTH, "test_throttle", PerGpu(), "gpuaccept_load", judge_throttle,
+THROTTLE = Clause("health.throttle", HEALTH, "test_throttle", PerGpu(), gpuaccept_load, judge_throttle,
                   "no HW slowdown, thermal slowdown or power brake during the load", "samples", lambda s: s.throttle)
-PCIE = Clause("health.pcie", HEALTH, "test_pcie_link", PerGpu(), "gpuaccept_load", judge_pcie,
+PCIE = Clause("health.pcie", HEALTH, "test_pcie_link", PerGpu(), gpuaccept_load, judge_pcie,
               "PCIe generation and width under load", None, lambda s: s.pcie_gen is not None or s.pcie_width is not None)
-POWER_LIMIT = Clause("health.power_limit", HEALTH, "test_power_limit", PerGpu(), "gpuaccept_load", judge_power_limit,
+POWER_LIMIT = Clause("health.power_limit", HEALTH, "test_power_limit", PerGpu(), gpuaccept_load, judge_power_limit,
                      "the enforced power limit under load is not below the GPU's default limit", "W",
                      lambda s: s.power_limit is not None)
-REMAPPED_ROWS = Clause("health.remapped_rows", HEALTH, "test_remapped_rows", PerGpu(), "gpuaccept_load",
+REMAPPED_ROWS = Clause("health.remapped_rows", HEALTH, "test_remapped_rows", PerGpu(), gpuaccept_load,
                        judge_remapped_rows, "rows remapped for uncorrectable errors (or double-bit retired pages), "
                        "at most `max_remapped_rows`", "rows", lambda s: s.max_remapped_rows is not None)
-XID = Clause("health.xid", HEALTH, "test_xid", PerGpu(), "gpuaccept_load", judge_xid,
+XID = Clause("health.xid", HEALTH, "test_xid", PerGpu(), gpuaccept_load, judge_xid,
              "no Xid error event during the load (NVML events; the kernel log's NVRM Xid lines, unread: not measured)",
              "events", lambda s: s.xid)
 CLAUSES = (UTIL, ECC, ROW_REMAPPING, THROTTLE, PCIE, POWER_LIMIT, REMAPPED_ROWS, XID)
+MEASUREMENTS = (gpuaccept_load,)

@@ -1,0 +1,38 @@
+"""Measurements the clauses of several sections read: NVML's reading of the host, each GPU's model, `topo -m`.
+
+A measuring function, here or in a clause module, is what a clause's judge is given. The registry lists them and
+makes each a session fixture of its own name (run once per run, whatever asks); its parameters name the
+fixtures it reads, as a pytest fixture's do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..measurements import GpuModels, HostReading
+from ..probes import nvidia_smi
+from ..state import NVML_HOST_FILE
+
+if TYPE_CHECKING:
+    from ..probes._run import Reading
+    from ..probes.nvidia_smi import Topology
+    from ..state import State
+
+
+def gpuaccept_host(gpuaccept_state: State) -> HostReading:
+    """The NVML reading of the host (driver, CUDA, GPUs), taken once per run, and its evidence file."""
+    return HostReading(gpuaccept_state.host(), (NVML_HOST_FILE,))
+
+
+def gpuaccept_models(gpuaccept_state: State) -> GpuModels:
+    """Each GPU's PCI device ID from sysfs and its model in the published-figures table (None: unknown)."""
+    return gpuaccept_state.gpu_models()
+
+
+def gpuaccept_topology(gpuaccept_state: State) -> Reading[Topology]:
+    """`nvidia-smi topo -m`, run once per run and parsed into a Topology (or the reason it could not be)."""
+    runner = gpuaccept_state.runner
+    return nvidia_smi.read_topo(runner, timeout_s=min(runner.default_timeout_s, 120.0))
+
+
+MEASUREMENTS = (gpuaccept_host, gpuaccept_models, gpuaccept_topology)
