@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .bundle import sign, verify, verify_signatures
+from .bundle import SIGNATURES, check_signatures, evidence_folder, sign, signature_files, verify
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("verify", help="verify a bundle (the report's folder, or gpuaccept-evidence/)")
     check.add_argument("folder", type=Path)
     check.add_argument("--report", type=Path, default=None, help="the HTML report, if not in the bundle folder")
-    check.add_argument("--allowed-signers", type=Path, default=None,
+    check.add_argument("--allowed-signers", type=_allowed_signers, default=None,
                        help="an OpenSSH allowed_signers file: the bundle must carry valid signatures by these keys")
     signing = commands.add_parser("sign", help="sign a bundle's manifest with an SSH key (ssh-keygen -Y sign)")
     signing.add_argument("folder", type=Path)
@@ -58,28 +58,52 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"signed: {target}")
         return 0
-    result = verify(args.folder, args.report)
+    return run_verify(args.folder, args.report, args.allowed_signers)
+
+
+def _allowed_signers(value: str) -> Path:
+    """A usage error, not a failed signature, when the file is not there."""
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"allowed-signers file {path} {'is not a file' if path.exists() else 'does not exist'}")
+    return path
+
+
+def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None) -> int:
+    """Every digest and the verdict; the signatures too when `allowed_signers` says whose keys count.
+    Without it a signature is never called valid: the output says it was not checked, and how to check it."""
+    result = verify(folder, report)
     problems = list(result.problems)
-    signers: list[str] = []
-    if args.allowed_signers is not None:
-        signers, signature_problems = verify_signatures(args.folder, args.allowed_signers)
-        problems += signature_problems
+    signatures = signature_files(folder)
+    checked = [] if allowed_signers is None else check_signatures(folder, allowed_signers)
+    if allowed_signers is not None and not signatures:
+        problems.append(f"no signature in {evidence_folder(folder) / SIGNATURES}")
+    problems += [signature.problem for signature in checked if signature.problem]
     for problem in problems:
         print(f"FAIL {problem}")
     if problems:
         print(f"bundle does NOT verify ({len(problems)} problems); manifest SHA-256 {result.manifest_sha256}")
-        return 1
-    print(f"OK: every file matches the manifest; manifest SHA-256 {result.manifest_sha256}")
-    for signer in signers:
-        print(f"signed by: {signer}")
-    return 0
+    else:
+        print(f"OK: every file matches the manifest; manifest SHA-256 {result.manifest_sha256}")
+        for signature in checked:  # a good signature over a bundle that does not verify vouches for nothing
+            print(f"signed by: {signature.signer} with {signature.key or 'a key'} in {allowed_signers} "
+                  f"({signature.file.relative_to(folder)} verified)")
+    if allowed_signers is None and signatures:
+        names = ", ".join(str(sig.relative_to(folder)) for sig in signatures)
+        print(f"signatures NOT checked: {names} (who signed is not known; to check: "
+              f"python -m pytest_gpuaccept verify {folder} --allowed-signers FILE)")
+    return 1 if problems else 0
 
 
 def run_doctor(name: str, nvml: Path | None) -> int:
     from .contract import ContractError, load_contract
     from .doctor import diagnose, render
-    from .presets import resolve
+    from .presets import resolve, unknown
 
+    mistyped = unknown(name)
+    if mistyped is not None:
+        print(mistyped)
+        return 4
     try:
         contract = load_contract(resolve(name))
     except ContractError as exc:
@@ -94,23 +118,23 @@ def contracts(name: str | None, dest: Path | None) -> int:
     """`pytest --contract=NAME` runs a preset as it is; copy one to write the vendor's own figures into it."""
     import shutil
 
-    from .presets import describe, presets
+    from .presets import describe, find, key, presets, suggest
 
-    known = presets()
     if name is None:
-        for preset, path in known.items():
+        for preset, path in presets().items():
             print(f"{preset:24} {describe(path)}")
         print("\nrun one: pytest --contract=NAME    copy one to edit: python -m pytest_gpuaccept contracts --copy NAME")
         return 0
-    if name not in known:
-        print(f"no preset {name!r}; the presets are: {', '.join(known)}")
+    source = find(name)
+    if source is None:
+        print(f"{name}: no such preset; {suggest(name)}")
         return 2
-    target = dest or Path(f"{name}.yaml")
+    target = dest or Path(f"{key(name)}.yaml")
     if target.exists():
         print(f"{target} exists: not overwritten")
         return 1
-    shutil.copyfile(known[name], target)
-    print(f"copied {name} to {target}")
+    shutil.copyfile(source, target)
+    print(f"copied {key(name)} to {target}")
     return 0
 
 

@@ -186,25 +186,42 @@ def sign(path: Path, key: Path) -> Path:
     return target
 
 
-def verify_signatures(path: Path, allowed_signers: Path) -> tuple[list[str], list[str]]:
-    """(signers, problems): every signature must verify against the manifest as it is now; at least one."""
+def signature_files(path: Path) -> list[Path]:
+    """The bundle's signature files (`signatures/*.sig` in its evidence folder), in order."""
+    signatures = evidence_folder(path) / SIGNATURES
+    return sorted(signatures.glob("*.sig")) if signatures.is_dir() else []
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """One signature file, checked against an allowed-signers file: by whom, with which key, or what is wrong."""
+
+    file: Path
+    signer: str  # the principal the allowed-signers file names for the signing key; "" when none does
+    key: str  # as ssh-keygen names it, "ED25519 key SHA256:..."; "" unless the signature verified
+    problem: str  # "" when the signature verifies
+
+
+_GOOD = re.compile(r'^Good "[^"]*" signature for .* with (\S+ key \S+)', re.MULTILINE)
+
+
+def check_signatures(path: Path, allowed_signers: Path) -> list[Signature]:
+    """Every signature file against the manifest as it is now: each must be by a key in `allowed_signers`."""
     folder = evidence_folder(path)
     manifest = (folder / MANIFEST).read_bytes() if (folder / MANIFEST).is_file() else b""
-    signatures = sorted((folder / SIGNATURES).glob("*.sig")) if (folder / SIGNATURES).is_dir() else []
-    if not signatures:
-        return [], [f"no signature in {folder / SIGNATURES}"]
-    signers, problems = [], []
-    for sig in signatures:
+    checked = []
+    for sig in signature_files(path):
         found = _ssh_keygen(["-Y", "find-principals", "-s", str(sig), "-f", str(allowed_signers)])
         principals = found.stdout.decode(errors="replace").split() if found.returncode == 0 else []
         if not principals:
-            problems.append(f"signature {sig.name}: signed by a key not in {allowed_signers}")
+            checked.append(Signature(sig, "", "", f"signature {sig.name}: signed by a key not in {allowed_signers}"))
             continue
         done = _ssh_keygen(["-Y", "verify", "-f", str(allowed_signers), "-I", principals[0], "-n", NAMESPACE,
                             "-s", str(sig)], manifest)
         if done.returncode != 0:
-            problems.append(f"signature {sig.name} of {principals[0]}: does not match the manifest "
-                            f"({done.stderr.decode(errors='replace').strip()[:200] or 'bad signature'})")
-        else:
-            signers.append(principals[0])
-    return signers, problems
+            checked.append(Signature(sig, principals[0], "", f"signature {sig.name} of {principals[0]}: does not match "
+                                     f"the manifest ({done.stderr.decode(errors='replace').strip()[:200] or 'bad signature'})"))
+            continue
+        good = _GOOD.search(done.stdout.decode(errors="replace"))
+        checked.append(Signature(sig, principals[0], good.group(1) if good else "", ""))
+    return checked

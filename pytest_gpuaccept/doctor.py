@@ -10,6 +10,8 @@ import ctypes.util
 import glob
 import importlib.util
 import os
+import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,15 @@ from .contract import Contract
 from .probes._run import find_tool
 
 TOOL_IPERF3 = "iperf3"  # the tool, named as the contract's `tools:` key
+SCHEDULER = "scheduler"  # the kind of a need that is a daemon answering, not a file: Slurm's controller
+PING_TIMEOUT_S = 15.0  # Slurm whose SLURM_CONF names no file retries for 60 s before it says so
+_UP = re.compile(r"^Slurmctld\((primary|backup)\) at \S+ is UP$")
 
 
 @dataclass
 class Need:
     name: str  # a tool on PATH, a Python module, or a library
-    kind: str  # tool | python | library
+    kind: str  # tool | python | library | scheduler
     hint: str  # how to get it on this host
     clauses: list[str] = field(default_factory=list)
     found: str | None = None  # where it is; None: missing
@@ -70,6 +75,8 @@ def _hints() -> dict[str, str]:
         "scontrol": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm), "
                     "on the login node",
         "srun": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm)",
+        "slurmctld": "Slurm's controller must answer this login node: slurm.conf where Slurm looks for it (or SLURM_CONF "
+                     "naming it), munge running with the cluster's key, slurmctld up (systemctl status slurmctld)",
         "mpirun": "Open MPI (Debian/Ubuntu: apt install openmpi-bin; RHEL: dnf install openmpi) on every node, "
                   "and ssh from the login node to each",
     }
@@ -93,6 +100,8 @@ def needs(contract: Contract) -> list[Need]:
         engine = ("scontrol", "srun") if site.engine == "slurm" else ("mpirun",)
         for command in engine:
             add(command, "tool", cluster.SECTION.name)
+        if site.engine == "slurm":
+            add("slurmctld", SCHEDULER, cluster.SECTION.name)
         if site.pairs is not None or site.allreduce is not None:
             add("all_reduce_perf", "tool", cluster.SECTION.name)
         return list(table.values())
@@ -147,6 +156,13 @@ def look(need: Need, paths: dict[str, str], nvml_recording: Path | None = None, 
             package = origin.get("package") or origin.get("package_note") or "no package"
             need.detail = f"{origin.get('kind', '?')}, {package}" + "".join(
                 f"; look twice: {flag}" for flag in flags(origin, expects_binary=True))
+    elif need.kind == SCHEDULER:
+        scontrol = find_tool("scontrol", paths)
+        if scontrol is None:
+            need.detail = "not asked: scontrol is missing"
+        else:
+            answered, need.detail = slurm_answers(scontrol)
+            need.found = scontrol if answered else None
     elif need.kind == "python":
         spec = importlib.util.find_spec(need.name)
         need.found = spec.origin if spec is not None and spec.origin else None
@@ -169,6 +185,33 @@ def look(need: Need, paths: dict[str, str], nvml_recording: Path | None = None, 
             except OSError as exc:
                 need.found, need.detail = None, str(exc)[:160]
     return need
+
+
+def slurm_answers(scontrol: str, timeout_s: float = PING_TIMEOUT_S) -> tuple[bool, str]:
+    """Whether Slurm's controller answers `scontrol ping`, and what Slurm said, in its own words.
+
+    Slurm 22.05 prints one line per controller, `Slurmctld(primary) at ctl is UP` (exit 0) or `... is DOWN` (exit 1,
+    then a banner of asterisks). With no slurm.conf and no DNS SRV record it exits 1 after `scontrol: fatal: Could
+    not establish a configuration source`; with SLURM_CONF naming a missing file it retries for 60 s
+    (`scontrol: error: s_p_parse_file: cannot stat file ...`): the timeout cuts that short.
+    """
+    try:
+        done = subprocess.run([scontrol, "ping"], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        said = _decoded(exc.stderr).strip().splitlines() or _decoded(exc.stdout).strip().splitlines()
+        return False, f"scontrol ping: no answer in {timeout_s:g} s" + (f" ({said[-1].strip()})" if said else "")
+    except OSError as exc:
+        return False, f"scontrol ping could not start: {exc}"
+    lines = [line.strip() for line in (done.stdout + "\n" + done.stderr).splitlines()
+             if line.strip() and not line.startswith("*")]
+    if any(_UP.match(line) for line in lines):
+        return True, "scontrol ping: " + "; ".join(lines)
+    return False, f"scontrol ping exit {done.returncode}: " + ("; ".join(lines[-2:]) or "no output")
+
+
+def _decoded(output: str | bytes | None) -> str:
+    """What a timed-out run printed so far: bytes even when text was asked for."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def diagnose(contract: Contract, nvml_recording: Path | None = None, provenance: bool = True) -> list[Need]:
@@ -194,8 +237,10 @@ def render(found: list[Need], contract: Contract) -> str:
 
 
 def summary(contract: Contract, nvml_recording: Path | None) -> str | None:
-    """The one line a run prints at its start (lookups only, no package queries): None when nothing is missing."""
-    missing = [n for n in diagnose(contract, nvml_recording, provenance=False) if n.found is None]
+    """The one line a run prints at its start (lookups only, no package queries, the scheduler not asked: the run
+    asks it at once): None when nothing is missing."""
+    looked = [look(n, contract.tools.paths, nvml_recording, provenance=False) for n in needs(contract) if n.kind != SCHEDULER]
+    missing = [n for n in looked if n.found is None]
     if not missing:
         return None
     shown = "; ".join(f"{n.name} ({', '.join(n.clauses)})" for n in missing)

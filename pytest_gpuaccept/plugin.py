@@ -101,11 +101,14 @@ def pytest_configure(config: pytest.Config) -> None:
     from .clauses.advice import advise
     from .contract import ContractError, load_contract
     from .evidence import new_key
-    from .presets import presets, resolve
+    from .presets import presets, resolve, unknown
     from .probes._run import ToolRunner
     from .state import STATE, State
     from .suite import measurement_fixtures
 
+    mistyped = unknown(contract_path)  # a bare name that is no preset: did-you-mean, not "file not found"
+    if mistyped is not None:
+        raise pytest.UsageError(mistyped)
     contract_path = resolve(contract_path)
     try:
         contract = load_contract(contract_path)

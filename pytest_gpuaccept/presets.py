@@ -1,7 +1,11 @@
-"""The example contracts shipped with the package, named by preset: `--contract=h100-sxm5-8gpu`."""
+"""The example contracts shipped with the package, named by preset: `--contract=h100-sxm5-8gpu`.
+
+A preset's name is its file's stem; `-` and `_` are alike in it (h100-sxm5-8gpu, h100_sxm5_8gpu), so is case.
+"""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 
@@ -17,7 +21,17 @@ def folder() -> Path | None:
 def presets() -> dict[str, Path]:
     """Preset name (the file's stem, dashes for underscores) -> the contract file."""
     where = folder()
-    return {p.stem.replace("_", "-"): p for p in sorted(where.glob("*.yaml"))} if where else {}
+    return {key(p.stem): p for p in sorted(where.glob("*.yaml"))} if where else {}
+
+
+def key(name: str) -> str:
+    """A preset name as presets are compared: no `.yaml`, `-` for `_`, lower case."""
+    return name.removesuffix(".yaml").replace("_", "-").lower()
+
+
+def find(name: str) -> Path | None:
+    """The preset's contract file, or None."""
+    return presets().get(key(name))
 
 
 def resolve(value: str) -> str:
@@ -25,8 +39,25 @@ def resolve(value: str) -> str:
     (loading it then says the file is not found, and lists the presets)."""
     if Path(value).exists():
         return value
-    found = presets().get(value.removesuffix(".yaml").replace("_", "-"))
+    found = find(value)
     return str(found) if found else value
+
+
+def suggest(name: str) -> str:
+    """For a name that is no preset: the presets it may have meant (those it begins, then difflib's closest two),
+    and every preset."""
+    names = list(presets())
+    close = [n for n in names if n.startswith(key(name))] + difflib.get_close_matches(key(name), names, n=2)
+    meant = list(dict.fromkeys(close))[:2]  # in order, once each
+    return (f"did you mean {' or '.join(meant)}? " if meant else "") + f"the shipped presets are: {', '.join(names) or 'none'}"
+
+
+def unknown(value: str) -> str | None:
+    """What to say of a --contract value that is a bare name (no folder, no .yaml) naming neither a file here nor
+    a preset; None otherwise (a path that is not there keeps the loader's `file not found`)."""
+    if Path(value).exists() or find(value) is not None or "/" in value or value.endswith((".yaml", ".yml")):
+        return None
+    return f"{value}: no such preset, nor a contract file here; {suggest(value)}"
 
 
 def describe(path: Path) -> str:

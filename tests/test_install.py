@@ -53,11 +53,11 @@ def test_a_preset_runs_by_name_from_an_empty_directory(tmp_path):
     assert done.stdout.rstrip().splitlines()[-1].startswith("gpuaccept verdict: REJECTED")
 
 
-def test_an_unknown_contract_name_lists_the_presets(tmp_path):
+def test_an_unknown_contract_name_suggests_the_closest_presets_and_lists_them(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "--contract=h100-sxm9", "-p", "no:cacheprovider"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 4
-    assert "h100-sxm9:0: contract: file not found" in done.stderr
+    assert "h100-sxm9: no such preset, nor a contract file here; did you mean h100-sxm5-8gpu or h200-sxm-1gpu?" in done.stderr
     assert "the shipped presets are: a100-sxm4-80gb-8gpu, h100-sxm5-8gpu, h200-sxm-1gpu, l40s-pcie-4gpu" in done.stderr
 
 
