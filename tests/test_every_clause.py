@@ -4,6 +4,9 @@ Guards the whole path (parametrization, subjects, results, completeness) for eve
 a clause whose checks could not be matched to what the contract asked would leave the run incomplete.
 """
 
+import json
+from pathlib import Path
+
 from conftest import DATA, nccl_log, routed_nic
 from test_compute import as_gpus
 from test_host_bandwidth import pci_tree
@@ -21,7 +24,8 @@ CONTRACT = """\
 gpuaccept: 1
 vendor: "Example GPU Cloud"
 reference: "SLA-1"
-gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4", form_factor: sxm}
+gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4", form_factor: sxm,
+       persistence_mode: true}
 nvlink: {every_pair: true, min_links: 6, links_per_gpu: 18, link_speed: "26.5 GB/s", errors_stable: true}
 tools: {python: "/usr/bin/python3"}
 p2p: {min_bandwidth: "120 GB/s", min_bidirectional: "240 GB/s"}
@@ -86,8 +90,12 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     pci_tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json")  # the GPUs' PCI functions: H100 SXM5
     health = {i: {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_limit_enforced_w": 700.0,
                   "power_limit_default_w": 700.0} for i in range(4)}
-    run = accept(CONTRACT.replace("/usr/bin/python3", str(fake_tools.bin_dir / "python")), recording(tmp_path, health=health),
-                 sysfs)
+    nvml = recording(tmp_path, health=health)
+    reading = json.loads(Path(nvml.split("=", 1)[1]).read_text())
+    for gpu in reading["gpus"]:
+        gpu["persistence_mode"] = 1  # as record-nvml reads it now (the recording predates the field)
+    Path(nvml.split("=", 1)[1]).write_text(json.dumps(reading))
+    run = accept(CONTRACT.replace("/usr/bin/python3", str(fake_tools.bin_dir / "python")), nvml, sysfs)
     failing = [(c["clause"], c["subject"], c["message"]) for c in run.checks() if c["outcome"] != "passed"]
     assert failing == []
     # nics.count and rdma.count replace nics and rdma when a count is given: the one pair no contract has both of.
@@ -98,7 +106,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and seven health clauses per GPU: every check once.
     # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth, compute, form_factor and identity per GPU;
-    # host 4 x 2.
-    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 8
+    # host 4 x 2; persistence_mode per GPU.
+    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 8 + 4
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

@@ -32,13 +32,15 @@ class Gpus:
     driver: SpecifierSet | None
     cuda: SpecifierSet | None
     form_factor: str | None  # sxm | pcie | nvl | superchip: judged from the PCI device ID, never from the name
+    persistence_mode: bool  # true: NVML's persistence mode on for every GPU
 
 
 SECTION = Section(
     "gpus",
     {"count": Key(schema.whole(1, 64)), "model": Key(schema.text), "memory": Key(schema.size),
      "driver": Key(schema.specifier), "cuda": Key(schema.specifier),
-     "form_factor": Key(schema.one_of("sxm", "pcie", "nvl", "superchip"))},
+     "form_factor": Key(schema.one_of("sxm", "pcie", "nvl", "superchip")),
+     "persistence_mode": Key(schema.boolean, default=False)},
     Gpus, "the GPUs as NVML reports them")
 
 
@@ -245,6 +247,26 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
 _FIELD = {"UUID": "uuid", "serial": "serial", "PCI bus ID": "pci_bus_id"}
 
 
+def judge_persistence_mode(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
+    """NVML's persistence mode (nvmlDeviceGetPersistenceMode) on: the driver keeps the GPU initialised while no
+    process holds it, so a job does not start by waiting for it nor find its state torn down between jobs."""
+    v = PERSISTENCE_MODE.verdict(subject, "on", m.evidence)
+    if subject.kind is Kind.ALL_GPUS and not m.host.error:
+        return _every_gpu(v, [judge_persistence_mode(section, Subject.of_gpu(g.index), m, contract) for g in m.host.gpus])
+    early = _per_gpu(v, m, subject)
+    if early:
+        return early
+    assert subject.gpu is not None
+    mode = m.host.gpus[subject.gpu].persistence_mode
+    if mode is None:
+        return v.not_measured(f"{subject}'s persistence mode is not in this NVML reading (a recording made before "
+                              "it was read, or NVML does not support it here)")
+    if mode != 1:
+        return v.failed("off", f"{subject} persistence mode is off: the driver tears the GPU down whenever no process "
+                               "holds it (nvidia-smi -pm 1, or run nvidia-persistenced)")
+    return v.passed("on", f"{subject} persistence mode is on")
+
+
 def gpuaccept_host_identity(gpuaccept_host: HostReading, gpuaccept_models: GpuModels) -> HostReading:
     """The NVML reading with each GPU's PCI device ID and model from sysfs: two sources for who a GPU is."""
     return HostReading(gpuaccept_host.host, gpuaccept_host.evidence, gpuaccept_models)
@@ -269,5 +291,8 @@ FORM_FACTOR = Clause("gpus.form_factor", SECTION, "test_gpu_form_factor", PerGpu
 IDENTITY = Clause("gpus.identity", SECTION, "test_gpu_identity", PerGpu(), gpuaccept_host_identity, judge_identity,
                   "always: NVML's name and device ID agree with the PCI function in sysfs, UUID, serial and bus ID "
                   "unique, as many GPUs as the PCI bus has, each visible to CUDA in this run, MIG off")
-CLAUSES = (COUNT, MODEL, MEMORY, FORM_FACTOR, IDENTITY, DRIVER, CUDA)
+PERSISTENCE_MODE = Clause("gpus.persistence_mode", SECTION, "test_persistence_mode", PerGpu(), gpuaccept_host,
+                          judge_persistence_mode, "with `persistence_mode: true`: NVML's persistence mode on for "
+                          "each GPU", None, lambda s: s.persistence_mode)
+CLAUSES = (COUNT, MODEL, MEMORY, FORM_FACTOR, IDENTITY, DRIVER, CUDA, PERSISTENCE_MODE)
 MEASUREMENTS = (gpuaccept_host_identity,)

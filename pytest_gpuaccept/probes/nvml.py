@@ -30,6 +30,7 @@ class Gpu:
     mig_mode: int | None = None  # current MIG mode: 0 off, 1 on, None not supported (no MIG on this model)
     nvlinks: tuple[NvLink, ...] | None = None  # None: not read (an older recording)
     nvlink_error: str | None = None  # why NVML gave no per-link state (NotSupported on a PCIe card)
+    persistence_mode: int | None = None  # 1 on, 0 off; None: not read (an older recording) or not supported
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +164,7 @@ def read_host() -> dict[str, Any]:
                 serial = ""  # consumer cards have no serial
             pci = pynvml.nvmlDeviceGetPciInfo(handle)
             mig = _or_none(pynvml.nvmlDeviceGetMigMode, handle)
+            persistence = _or_none(pynvml.nvmlDeviceGetPersistenceMode, handle)
             links, link_error = _nvlinks(pynvml, handle)
             reading["gpus"].append({
                 "index": index,
@@ -175,6 +177,7 @@ def read_host() -> dict[str, Any]:
                 "mig_mode": None if mig is None else int(mig[0]),
                 "nvlinks": links,
                 "nvlink_error": link_error,
+                "persistence_mode": None if persistence is None else int(persistence),
                 **_health(pynvml, handle),
             })
     except pynvml.NVMLError as exc:
@@ -195,7 +198,8 @@ def parse_host(reading: dict[str, Any]) -> Host:
                 None if g.get("mig_mode") is None else int(g["mig_mode"]),
                 None if g.get("nvlinks") is None else tuple(
                     NvLink(int(n["link"]), bool(n["active"]), n.get("remote_bus_id")) for n in g["nvlinks"]),
-                g.get("nvlink_error"))
+                g.get("nvlink_error"),
+                None if g.get("persistence_mode") is None else int(g["persistence_mode"]))
             for g in reading.get("gpus", [])
         )
         cuda = reading.get("cuda_devices")
