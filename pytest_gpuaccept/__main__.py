@@ -6,10 +6,17 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
+import threading
 from pathlib import Path
 
 from .bundle import SIGNATURES, check_signatures, evidence_folder, sign, signature_files, verify
+from .presets import describe, find, key, presets, resolve, suggest, unknown
+
+# The contract, the doctor (every clause module), the cluster's node side and the NVML probe are imported by the
+# command that needs them: together about a second that `verify` and `sign` do not need.
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     node.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the login node's options")
     args = parser.parse_args(argv)
     if args.command == "node-run":
-        from .cluster.node import node_run
+        from .cluster.node import node_run  # noqa: PLC0415 (lazy: see the imports)
 
         return node_run(args.node, args.contract_b64, [a for a in args.pytest_args if a != "--"][:64])
     if args.command == "doctor":
@@ -96,9 +103,8 @@ def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None) 
 
 
 def run_doctor(name: str, nvml: Path | None) -> int:
-    from .contract import ContractError, load_contract
-    from .doctor import diagnose, render
-    from .presets import resolve, unknown
+    from .contract import ContractError, load_contract  # noqa: PLC0415 (lazy: see the imports)
+    from .doctor import diagnose, render  # noqa: PLC0415 (lazy: see the imports)
 
     mistyped = unknown(name)
     if mistyped is not None:
@@ -116,10 +122,6 @@ def run_doctor(name: str, nvml: Path | None) -> int:
 
 def contracts(name: str | None, dest: Path | None) -> int:
     """`pytest --contract=NAME` runs a preset as it is; copy one to write the vendor's own figures into it."""
-    import shutil
-
-    from .presets import describe, find, key, presets, suggest
-
     if name is None:
         for preset, path in presets().items():
             print(f"{preset:24} {describe(path)}")
@@ -140,10 +142,7 @@ def contracts(name: str | None, dest: Path | None) -> int:
 
 def record_nvml(out: Path, seconds: float) -> int:
     """The host reading, and `seconds` of samples (utilisation, clocks, power, Xid events, health) of every GPU."""
-    import json
-    import threading
-
-    from .probes import nvml
+    from .probes import nvml  # noqa: PLC0415 (lazy: see the imports)
 
     reading = nvml.read_host()
     if seconds > 0 and not reading.get("error"):

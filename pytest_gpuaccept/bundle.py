@@ -111,12 +111,7 @@ def verify(path: Path, report: Path | None = None, evidence_only: bool = False) 
     problems = []
     if manifest.get("checksum") != _self_sum(manifest) or manifest.get("evidence_digest") != _digest(manifest["files"]):
         problems.append(f"changed: {MANIFEST} (its own checksum does not match its content)")
-    for relative, expected in sorted(listed.items()):
-        file = folder / relative
-        if not file.is_file():
-            problems.append(f"missing: {relative}")
-        elif sha256_file(file) != expected:
-            problems.append(f"changed: {relative}")
+    problems += _changed({relative: (folder / relative, sha) for relative, sha in listed.items()})
     present = set(files_under(folder))
     for extra in sorted(present - set(listed) - {MANIFEST}):
         if not extra.startswith(SIGNATURES + "/"):
@@ -124,16 +119,23 @@ def verify(path: Path, report: Path | None = None, evidence_only: bool = False) 
     if evidence_only:
         return Verification(problems, manifest_sha)
     root = folder.parent
-    for relative, expected in sorted(documents.items()):
-        file = report if report is not None and relative.endswith(".html") else root / relative
-        if not file.is_file():
-            problems.append(f"missing: {relative}")
-        elif sha256_file(file) != expected:
-            problems.append(f"changed: {relative}")
+    problems += _changed({relative: (report if report is not None and relative.endswith(".html") else root / relative, sha)
+                          for relative, sha in documents.items()})
     if not any(p.endswith(".html") for p in documents):
         problems.append("missing: the report (the manifest lists none)")
     problems += _verdict_problems(folder, root, documents, manifest)
     return Verification(problems, manifest_sha)
+
+
+def _changed(listed: dict[str, tuple[Path, str]]) -> list[str]:
+    """`missing: X` or `changed: X` for each file the manifest lists (X -> the file, its SHA-256) not as listed."""
+    problems = []
+    for relative, (file, expected) in sorted(listed.items()):
+        if not file.is_file():
+            problems.append(f"missing: {relative}")
+        elif sha256_file(file) != expected:
+            problems.append(f"changed: {relative}")
+    return problems
 
 
 def _verdict_problems(folder: Path, root: Path, documents: dict[str, str], manifest: dict[str, Any]) -> list[str]:

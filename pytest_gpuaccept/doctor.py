@@ -13,12 +13,14 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from .clauses import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
 from .contract import Contract
 from .probes._run import find_tool
+from .probes.provenance import flags, read_provenance
 
 TOOL_IPERF3 = "iperf3"  # the tool, named as the contract's `tools:` key
 SCHEDULER = "scheduler"  # the kind of a need that is a daemon answering, not a file: Slurm's controller
@@ -82,34 +84,51 @@ def _hints() -> dict[str, str]:
     }
 
 
-def needs(contract: Contract) -> list[Need]:
-    """What each clause of the contract needs, one entry per thing, with the clauses that need it."""
-    hints = _hints()
-    table: dict[str, Need] = {}
+@dataclass
+class _Needs:
+    """The needs found so far: one per thing, each with the clauses that need it."""
 
-    def add(name: str, kind: str, clause: str) -> None:
-        need = table.setdefault(name, Need(name, kind, hints.get(name, f"install {name}")))
+    hints: dict[str, str] = field(default_factory=_hints)
+    found: dict[str, Need] = field(default_factory=dict)
+
+    def add(self, name: str, kind: str, clause: str) -> None:
+        need = self.found.setdefault(name, Need(name, kind, self.hints.get(name, f"install {name}")))
         if clause not in need.clauses:
             need.clauses.append(clause)
 
-    sections = contract.by_section
+
+def needs(contract: Contract) -> list[Need]:
+    """What each clause of the contract needs, one entry per thing, with the clauses that need it."""
+    table = _Needs()
     site = cluster.SECTION.get(contract)
     if site is not None and contract.node is None:
-        # The login node of a cluster needs the engine (and nccl-tests at the same path as on the nodes); what
-        # each node needs is the per-node sections' list, on that node: run doctor there.
-        engine = ("scontrol", "srun") if site.engine == "slurm" else ("mpirun",)
-        for command in engine:
-            add(command, "tool", cluster.SECTION.name)
-        if site.engine == "slurm":
-            add("slurmctld", SCHEDULER, cluster.SECTION.name)
-        if site.pairs is not None or site.allreduce is not None:
-            add("all_reduce_perf", "tool", cluster.SECTION.name)
-        return list(table.values())
+        _login_node(site, table)
+    else:
+        _gpu_host(contract, table)
+        _network_and_load(contract, table)
+    return list(table.found.values())
+
+
+def _login_node(site: cluster.ClusterSection, table: _Needs) -> None:
+    """The login node of a cluster needs the engine (and nccl-tests at the same path as on the nodes); what each
+    node needs is the per-node sections' list, on that node: run doctor there."""
+    engine = ("scontrol", "srun") if site.engine == "slurm" else ("mpirun",)
+    for command in engine:
+        table.add(command, "tool", cluster.SECTION.name)
+    if site.engine == "slurm":
+        table.add("slurmctld", SCHEDULER, cluster.SECTION.name)
+    if site.pairs is not None or site.allreduce is not None:
+        table.add("all_reduce_perf", "tool", cluster.SECTION.name)
+
+
+def _gpu_host(contract: Contract, table: _Needs) -> None:
+    """The driver, and the tools that measure the GPUs and their links."""
+    sections = contract.by_section
     if gpus.SECTION.name in sections:
         for name, kind in (("pynvml", "python"), ("libnvidia-ml.so.1", "library"), ("libcuda.so.1", "library")):
-            add(name, kind, gpus.SECTION.name)
+            table.add(name, kind, gpus.SECTION.name)
     if nvlink.SECTION.name in sections:
-        add("nvidia-smi", "tool", nvlink.SECTION.name)
+        table.add("nvidia-smi", "tool", nvlink.SECTION.name)
     tools = {
         p2p.SECTION.name: getattr(sections.get(p2p.SECTION.name), "tool", None),
         host_bandwidth.SECTION.name: getattr(sections.get(host_bandwidth.SECTION.name), "tool", None),
@@ -118,31 +137,35 @@ def needs(contract: Contract) -> list[Need]:
     for section_name, tool in tools.items():
         if section_name in sections:
             wanted = "torch" if tool == "torch" else "all_reduce_perf" if section_name == allreduce.SECTION.name else tool
-            add(str(wanted), "python" if wanted == "torch" else "tool", section_name)
+            table.add(str(wanted), "python" if wanted == "torch" else "tool", section_name)
     local = memory_bandwidth.SECTION.get(contract)
     if local is not None:  # no tool named: nvbandwidth where the run finds it, else PyTorch
         copier = local.tool or ("nvbandwidth" if find_tool("nvbandwidth", contract.tools.paths) else "torch")
-        add(copier, "python" if copier == "torch" else "tool", memory_bandwidth.SECTION.name)
+        table.add(copier, "python" if copier == "torch" else "tool", memory_bandwidth.SECTION.name)
     if compute.SECTION.name in sections:
-        add("torch", "python", compute.SECTION.name)
+        table.add("torch", "python", compute.SECTION.name)
+
+
+def _network_and_load(contract: Contract, table: _Needs) -> None:
+    """The network tools, the training load and the kernel log."""
+    sections = contract.by_section
     if network.NICS.name in sections:
-        add("ethtool", "tool", network.NICS.name)
+        table.add("ethtool", "tool", network.NICS.name)
     if network.RDMA.name in sections:
-        add("ib_write_bw", "tool", network.RDMA.name)
+        table.add("ib_write_bw", "tool", network.RDMA.name)
     if network.IPERF3.name in sections:
-        add(TOOL_IPERF3, "tool", network.IPERF3.name)
-        add("ip", "tool", network.IPERF3.name)
+        table.add(TOOL_IPERF3, "tool", network.IPERF3.name)
+        table.add("ip", "tool", network.IPERF3.name)
     load = utilisation.UTILISATION.get(contract)
     if load is not None:
-        add("pynvml", "python", utilisation.UTILISATION.name)
+        table.add("pynvml", "python", utilisation.UTILISATION.name)
         if load.workload == "builtin":
-            add("torch", "python", utilisation.UTILISATION.name)
+            table.add("torch", "python", utilisation.UTILISATION.name)
         else:
-            add(load.workload[0], "tool", utilisation.UTILISATION.name)
+            table.add(load.workload[0], "tool", utilisation.UTILISATION.name)
     health = utilisation.HEALTH.get(contract)
     if health is not None and health.xid:
-        add("dmesg", "tool", utilisation.HEALTH.name)
-    return list(table.values())
+        table.add("dmesg", "tool", utilisation.HEALTH.name)
 
 
 def look(need: Need, paths: dict[str, str], nvml_recording: Path | None = None, provenance: bool = True) -> Need:
@@ -150,8 +173,6 @@ def look(need: Need, paths: dict[str, str], nvml_recording: Path | None = None, 
     if need.kind == "tool":
         found = need.found = find_tool(need.name, paths)  # as the run will look for it
         if found and provenance:
-            from .probes.provenance import flags, read_provenance
-
             origin = read_provenance(found)
             package = origin.get("package") or origin.get("package_note") or "no package"
             need.detail = f"{origin.get('kind', '?')}, {package}" + "".join(
@@ -167,8 +188,6 @@ def look(need: Need, paths: dict[str, str], nvml_recording: Path | None = None, 
         spec = importlib.util.find_spec(need.name)
         need.found = spec.origin if spec is not None and spec.origin else None
         if need.found:
-            from importlib.metadata import PackageNotFoundError, version
-
             try:
                 need.detail = "version " + version("nvidia-ml-py" if need.name == "pynvml" else need.name)
             except PackageNotFoundError:
