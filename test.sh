@@ -2,6 +2,8 @@
 # The project's own tests, from a fresh machine: the system tools the tests drive (installed when this
 # runs as root with apt-get or dnf; otherwise named), a virtual environment when not already in one,
 # the package with its test extra, then the tests. Extra arguments go to pytest (e.g. ./test.sh -n 2).
+# PYTHON picks the interpreter (default python3), GPUACCEPT_TEST_VENV the environment (default .venv-test):
+# .ci/run runs it on Python 3.11 and 3.13 with one environment each.
 set -euo pipefail
 cd "$(dirname "$0")"
 
