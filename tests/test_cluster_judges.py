@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_gpuaccept.clauses.cluster import NODES, judge_node
+from pytest_gpuaccept.clauses.cluster import NODES, SECTION, judge_node
 from pytest_gpuaccept.cluster.engine import NodeState
 from pytest_gpuaccept.cluster.run import _fresh
 from pytest_gpuaccept.contract import parse_contract
@@ -19,7 +19,7 @@ def node(name: str, uuids: list[str], mode: str = "live") -> NodeOutcome:
 
 
 def judged(run: ClusterRun, name: str):
-    return judge_node(CONTRACT.cluster, Subject.whole(name), run, CONTRACT)
+    return judge_node(SECTION.of(CONTRACT), Subject.whole(name), run, CONTRACT)
 
 
 def test_a_node_whose_bundle_names_another_nodes_gpus_fails_both():

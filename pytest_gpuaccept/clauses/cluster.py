@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .. import schema
 from .._pyyaml import yaml
+from ..cluster.engine import engine_for
+from ..cluster.run import run_allreduce, run_cluster, run_links, run_pairs
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, UnitError, parse_duration
@@ -306,14 +308,9 @@ def judge_allreduce(section: ClusterSection, subject: Subject, run: ClusterAllRe
                       suffix=f" over {len(run.nodes)} nodes x {run.ranks_per_node} GPUs")
 
 
-# The engine's modules read this one (cluster/merge.py: the nodes clause): imported when a cluster is measured.
-
 def gpuaccept_cluster(gpuaccept_state: State, gpuaccept_contract: Contract) -> ClusterRun:
     """Every node of the cluster: inventory through the engine, then the per-node suite on each schedulable
     node at once, each node's bundle brought back into the evidence (nodes/<node>/) and verified."""
-    from ..cluster.engine import engine_for
-    from ..cluster.run import run_cluster
-
     section = SECTION.of(gpuaccept_contract)
     return run_cluster(gpuaccept_state, engine_for(section), section)
 
@@ -321,9 +318,6 @@ def gpuaccept_cluster(gpuaccept_state: State, gpuaccept_contract: Contract) -> C
 def gpuaccept_cluster_pairs(gpuaccept_state: State, gpuaccept_contract: Contract,
                             gpuaccept_cluster: ClusterRun) -> PairRuns:
     """cluster.pairs: a 2-node all_reduce between every pair of nodes, in rounds of disjoint pairs at once."""
-    from ..cluster.engine import engine_for
-    from ..cluster.run import run_pairs
-
     section = SECTION.of(gpuaccept_contract)
     return run_pairs(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
 
@@ -331,9 +325,6 @@ def gpuaccept_cluster_pairs(gpuaccept_state: State, gpuaccept_contract: Contract
 def gpuaccept_cluster_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract,
                                 gpuaccept_cluster: ClusterRun) -> ClusterAllReduce:
     """cluster.allreduce: one all_reduce over every GPU of every available node."""
-    from ..cluster.engine import engine_for
-    from ..cluster.run import run_allreduce
-
     section = SECTION.of(gpuaccept_contract)
     return run_allreduce(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
 
@@ -341,11 +332,9 @@ def gpuaccept_cluster_allreduce(gpuaccept_state: State, gpuaccept_contract: Cont
 def gpuaccept_cluster_links(gpuaccept_state: State, gpuaccept_contract: Contract,
                             gpuaccept_cluster: ClusterRun) -> LinkRuns:
     """cluster.links: node to node per interface, both directions at once, in the pairs' rounds."""
-    from ..cluster.engine import engine_for
-    from ..cluster.run import run_links
-
     section = SECTION.of(gpuaccept_contract)
-    return run_links(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
+    return run_links(gpuaccept_state, engine_for(section), section, gpuaccept_cluster,
+                     link_interfaces(section, gpuaccept_contract.by_section))
 
 
 NODES = Clause("cluster.nodes", SECTION, "test_cluster_node", PerNode(), gpuaccept_cluster, judge_node,

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from .engine import ClusterError
 
+NODES_FOLDER = "nodes"  # in the login node's evidence: nodes/<node>/ holds that node's bundle
 TAG = "gpuaccept-bundle"
 END = "gpuaccept-bundle-end"
 LINE_BYTES = 3 * 1024  # of the tar in one line (4 KiB of base64): far below any launcher's line limit

@@ -11,7 +11,6 @@ from typing import Any
 from ..clauses.cluster import NODES
 
 NODES_CLAUSE = NODES.key
-NODES_FOLDER = "nodes"  # in the evidence: nodes/<node>/ holds that node's bundle
 HEAVY_DETAILS = ("timeline", "tables", "each")
 
 

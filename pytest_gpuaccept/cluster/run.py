@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..bundle import verify
 from ..probes import strip_escapes
 from ..probes._run import Command, ToolRun
-from .bundles import decode, members
+from .bundles import NODES_FOLDER, decode, members
 from .engine import ClusterError, Engine, NodeState
-from .merge import NODES_FOLDER
 
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection
@@ -230,11 +229,11 @@ def _pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float],
     return PairResult(number, largest.oop_busbw_gbyte_s, human(largest.size_bytes), None, evidence)
 
 
-def run_links(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> LinkRuns:
-    """cluster.links: in the pairs' rounds, for each pair and interface, iperf3 from the first node to a one-off
-    server on the second, each bound to its node's address on that interface, then the same reversed (-R):
-    each direction its own result, as its receiver counted it. Every node's addresses are read first."""
-    from ..clauses.cluster import link_interfaces
+def run_links(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun,
+              devices: tuple[str, ...]) -> LinkRuns:
+    """cluster.links: in the pairs' rounds, for each pair and interface (`devices`), iperf3 from the first node to
+    a one-off server on the second, each bound to its node's address on that interface, then the same reversed
+    (-R): each direction its own result, as its receiver counted it. Every node's addresses are read first."""
     from ..measurements import LinkResult, LinkRuns
     from ..probes import ParseError, iperf3, iproute
     from .pairs import plan
@@ -243,7 +242,6 @@ def run_links(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     assert links is not None
     if cluster.error is not None:
         return LinkRuns({}, cluster.error)
-    devices = link_interfaces(section, state.contract.by_section)
     nodes = list(cluster.nodes)
     ready = cluster.available
     wanted = [(n, d) for n in ready for d in devices]
