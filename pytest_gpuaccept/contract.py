@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from . import schema
-from ._pyyaml import yaml
 from .clauses import registry
 from .units import Duration
 

@@ -1,7 +1,7 @@
 """Foreign code cannot judge: find code of this package replaced at run time, and list what else was loaded.
 
 Conftest files are not loaded when the shipped suites run (the plugin sets --noconftest), and judges
-are bound in the clause records at import. What remains possible, a plugin replacing a function or
+are bound in the clause definitions at import. What remains possible, a plugin replacing a function or
 method of this package, or one of its fixtures, is found here and rejects the run; every plugin and
 conftest that was loaded is listed with its SHA-256 so that a reader of the report can tell.
 """
@@ -86,7 +86,7 @@ def _replaced_attribute(name: str, attr: str, value: Any) -> str | None:
 
 
 def replaced_code() -> list[str]:
-    """Functions, classes and methods of this package (and the clause records' judges) whose code lives elsewhere."""
+    """Functions, classes and methods of this package (and the clauses' judges) whose code lives elsewhere."""
     problems = []
     ours = sorted((name, module) for name, module in list(sys.modules.items())
                   if name == PACKAGE or name.startswith(PACKAGE + "."))

@@ -94,7 +94,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if contract_path is None:
         config.pluginmanager.register(run_fixtures(None), "gpuaccept-run-fixtures")  # a user's test is told why
         return  # loaded in every pytest run of the environment: do nothing unless asked
-    _collect_young_objects_less(config)  # before the imports below, which make tens of thousands
     from . import report
     from .bundle import evidence_folder, verify
     from .clauses import cluster
@@ -184,46 +183,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")
     else:
         config.pluginmanager.register(_NothingJudged(), "gpuaccept-nothing-judged")
-    _spare_the_collector(config)
-
-
-def _spare_the_collector(config: pytest.Config) -> None:
-    """Move what is alive now (modules, classes, the contract: some 40,000 objects that live until exit) out of
-    the garbage collector's sight for the run: every full collection during the run, and the two pytest makes
-    at its end, then walk only what the run itself made. Undone at the very end (a cleanup registered here runs
-    after pytest's own), so that a process that goes on (pytester's inline runs) collects as before.
-
-    And at the process's exit, everything alive is moved out of sight again (atexit, once a process): the
-    interpreter's teardown then frees the run's objects by their reference counts without its full collections
-    walking all of them, 0.1 s of every run's end (benchmarks/overhead.py: 0.16 s of teardown after the last
-    atexit handler, 0.02 s with the freeze). What that gives up is finalizing objects that are in reference
-    cycles when the process ends, which Python never promises (the data model, object.__del__); this run's
-    files (report, results, evidence) are written and closed before pytest returns."""
-    import gc
-
-    gc.freeze()
-    config.add_cleanup(gc.unfreeze)
-    if not _FROZEN_AT_EXIT:
-        import atexit
-
-        atexit.register(gc.freeze)
-        _FROZEN_AT_EXIT.append(True)
-
-
-def _collect_young_objects_less(config: pytest.Config) -> None:
-    """YOUNG_OBJECTS for the run, from the start of configure; Python's own threshold again at the very end."""
-    import gc
-
-    before = gc.get_threshold()
-    gc.set_threshold(YOUNG_OBJECTS, *before[1:])
-    config.add_cleanup(lambda: gc.set_threshold(*before))
-
-
-# The run's young objects are walked once this many are made, not once 700 are (Python's default): the run's
-# objects mostly die young (parsed lines, rows, strings of the report), and each walk of them also moved the
-# survivors on to be walked again. The 8-GPU benchmark run made 75 young collections, 16 ms, now none.
-YOUNG_OBJECTS = 50_000
-_FROZEN_AT_EXIT: list[bool] = []  # registered once a process, whatever the number of runs in it (pytester)
 
 
 # Options of pytest's that show or collect without running: with them nothing is measured or judged.

@@ -442,15 +442,8 @@ def _distributions(config: pytest.Config) -> dict[int, str]:
 
 
 def _name_version(dist: Any) -> str:
-    """Name and Version from the head of a distribution's core metadata (single-line fields, RFC 822 style),
-    read as lines: importlib.metadata's parse with the email package took 5 ms for seven plugins."""
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
-    head: dict[str, str] = {}
-    for line in text.split("\n\n", 1)[0].splitlines():
-        key, colon, value = line.partition(":")
-        if colon and key in ("Name", "Version") and key not in head:
-            head[key] = value.strip()
-    return f"{head.get('Name')}=={head.get('Version')}"
+    """name==version of an importlib.metadata distribution (pluggy hands it over as a DistFacade)."""
+    return f"{dist.metadata['Name']}=={dist.version}"
 
 
 def _environment(config: pytest.Config) -> dict[str, Any]:

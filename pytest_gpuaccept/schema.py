@@ -10,9 +10,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from ._pyyaml import yaml
 from .units import UnitError, parse_bandwidth, parse_duration, parse_size
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:*?\[\]-]+$")

@@ -387,14 +387,19 @@ def test_a_pytest_gpuaccept_planted_in_the_working_directory_never_runs_as_a_wor
     assert {c["outcome"] for c in run.checks("memory_bandwidth")} != {"passed"}
 
 
-def test_each_plugin_s_distribution_is_named_as_importlib_metadata_names_it():
-    """The plugins list reads Name and Version from the metadata's head itself: the same as the email parse."""
+def test_each_plugin_s_distribution_is_named_by_importlib_metadata_whatever_the_case_of_its_fields(tmp_path):
+    """plugins.json names a plugin's distribution as importlib.metadata reads it: core metadata field names are
+    case-insensitive, so a METADATA that writes `name:` and `version:` is named all the same."""
     import importlib.metadata
 
     from pytest_gpuaccept.report import _name_version
 
     for dist in importlib.metadata.distributions():
-        assert _name_version(dist) == f"{dist.metadata['Name']}=={dist.metadata['Version']}"
+        assert _name_version(dist) == f"{dist.metadata['Name']}=={dist.version}"
+    info = tmp_path / "some_plugin-2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("metadata-version: 2.1\nname: some-plugin\nversion: 2.0\n\nA description.\n")
+    assert _name_version(importlib.metadata.PathDistribution(info)) == "some-plugin==2.0"
 
 
 # ------------------------------------------------------------------ the ledger of seals, between processes

@@ -195,40 +195,27 @@ def test_a_sample_row_is_read_by_the_recording_format_s_field_names():
         nvml.parse_samples({"fields": list(nvml.SAMPLE_FIELDS), "gpus": [{"index": 0, "samples": [[0.0, 99]]}]})
 
 
-def test_samples_kept_during_the_window_are_written_once_and_the_window_is_not_lengthened(tmp_path):
-    """An NVML recording's samples are known when the window opens: they are kept as evidence inside it (their JSON
-    took 7 ms after it, benchmarks/overhead.py), and run_during does not write the same object again after it."""
+def test_the_samples_sampled_during_the_window_are_kept_as_evidence_once(tmp_path):
+    """What `during` returns (the NVML samples) is sealed as evidence once, after the window, under its name."""
     import time
 
     from pytest_gpuaccept.probes._run import Command, ToolRunner
 
     runner = ToolRunner(tmp_path / "evidence")
     samples = {"interval_s": 0.2, "fields": FIELDS, "gpus": [{"index": 0, "samples": series(1.0)}]}
-    written = {}
+    written = []
+    write_json = runner.evidence.write_json
+    runner.evidence.write_json = lambda name, data: (written.append(name), write_json(name, data))[1]
 
     def during(stop):
         ends = time.monotonic() + 0.3
-        runner.keep_during("nvml-samples.json", samples)
-        written["stat"] = (tmp_path / "evidence" / "nvml-samples.json").stat()
         stop.wait(max(0.0, ends - time.monotonic()))
         return samples
 
     run = runner.run_during(Command("sleep", ("30",), key="workload"), 0.3, during, "nvml-samples.json")
-    kept = tmp_path / "evidence" / "nvml-samples.json"
-    assert kept.stat().st_mtime_ns == written["stat"].st_mtime_ns and kept.stat().st_ino == written["stat"].st_ino
-    assert json.loads(kept.read_text()) == samples and runner.evidence.read_json("nvml-samples.json") is samples
-    assert run.stopped_after_s is not None and 0.3 <= run.stopped_after_s < 1.0  # the window, not the window + write
-
-    # What `during` returns is what is kept: another object (here a different one) is written after the window.
-    other = ToolRunner(tmp_path / "other")
-    changed = {**samples, "interval_s": 0.1}
-
-    def returns_another(stop):
-        other.keep_during("nvml-samples.json", samples)
-        return changed
-
-    other.run_during(Command("sleep", ("30",), key="workload"), 0.05, returns_another, "nvml-samples.json")
-    assert json.loads((tmp_path / "other" / "nvml-samples.json").read_text()) == changed
+    assert written.count("nvml-samples.json") == 1
+    assert json.loads((tmp_path / "evidence" / "nvml-samples.json").read_text()) == samples
+    assert run.stopped_after_s is not None and 0.3 <= run.stopped_after_s < 1.0
 
 
 def test_a_thinned_timeline_still_draws_a_one_sample_dip_and_stays_small():

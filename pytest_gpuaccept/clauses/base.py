@@ -1,7 +1,7 @@
-"""The records a clause module declares: its Section (schema) and its Clauses (subjects, measurement, judge).
+"""The dataclasses a clause module declares: its Section (schema) and its Clauses (subjects, measurement, judge).
 
 Modelled on pytest-xdist's schedulers: a small Protocol (`SubjectRule`) with a few implementations, and
-records that say which one each clause uses. Nothing here knows a particular clause.
+dataclasses that say which one each clause uses. Nothing here knows a particular clause.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import yaml
+
 from .. import schema
-from .._pyyaml import yaml
 from ..cluster.engine import engine_for
 from ..cluster.run import run_allreduce, run_cluster, run_links, run_pairs
 from ..schema import Key

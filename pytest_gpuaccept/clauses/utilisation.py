@@ -395,7 +395,6 @@ def under_load(state: State, command: Command, duration_s: float, count: int, sa
         if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
             ends = time.monotonic() + duration_s
             samples = state.recorded_samples()
-            state.runner.keep_during(samples_file, samples)  # while the window runs: it would wait idle
             stop.wait(max(0.0, ends - time.monotonic()))
             return samples
         def told(elapsed: float, lowest: float | None) -> None:

@@ -423,18 +423,9 @@ class ToolRunner:
             return self._remember(name, self._replayed_json(name) if self.replay_dir is not None else take())
 
     def _remember(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
-        if self._readings.get(name) is data:
-            return data  # kept already (keep_during): the same object is not encoded and written twice
         self._readings[name] = data
         self.record_json(name, data)
         return data
-
-    def keep_during(self, name: str, data: dict[str, Any]) -> None:
-        """From run_during's `during`, which runs inside this session's lock: keep a reading as evidence now,
-        while the workload's window runs, where it is known before the window ends (an NVML recording's
-        samples: their JSON is 7 ms that the window spends waiting anyway). run_during keeps what `during`
-        returns; when that is this same object, it is not written a second time."""
-        self._remember(name, data)
 
     def record_json(self, name: str, data: object) -> str:
         """Save a reading that came from a library, not a tool (NVML), as sealed evidence; returns its file name."""
