@@ -11,7 +11,6 @@ run of the environment, so it imports nothing else at import.
 from __future__ import annotations
 
 import functools
-import types
 from typing import TYPE_CHECKING, Callable
 
 import pytest
@@ -26,24 +25,15 @@ if TYPE_CHECKING:
 NO_CONTRACT = "pytest-gpuaccept fixtures need --contract=PATH"
 
 
-def run_fixtures(state: State | None) -> types.ModuleType:
-    """The fixtures of one run, a plugin registered by pytest_configure: gpuaccept_state, from which the other
-    session fixtures start (without --contract, a clear failure). It takes no argument, neither `request` nor
-    `pytestconfig` (which takes `request`): pytest makes a new `request` fixture definition, with an
-    inspect.signature, each time a test's closure reaches one (925 in the 8-GPU benchmark run, 0.06 s of its
-    profile). A module, as pytest reads fixtures from a plugin's type (a method of an instance would be a
-    deprecated instance fixture)."""
-    plugin = types.ModuleType(f"{__name__}.run")
+@pytest.fixture(scope="session")
+def gpuaccept_state(pytestconfig: pytest.Config) -> State:
+    """This run's state: the contract, the tool runner, the evidence folder, the checks judged so far."""
+    from .state import STATE  # this module is loaded in every pytest run of the environment
 
-    @pytest.fixture(scope="session", name="gpuaccept_state")
-    def run_state() -> State:
-        """This run's state: the contract, the tool runner, the evidence folder, the checks judged so far."""
-        if state is None:
-            pytest.fail(NO_CONTRACT, pytrace=False)
-        return state
-
-    plugin.gpuaccept_state = run_state  # type: ignore[attr-defined]
-    return plugin
+    state = pytestconfig.stash.get(STATE, None)
+    if state is None:
+        pytest.fail(NO_CONTRACT, pytrace=False)
+    return state
 
 
 @pytest.fixture(scope="session")

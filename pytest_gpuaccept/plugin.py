@@ -1,8 +1,8 @@
 """pytest glue: options, configuration, parametrization from the registry, collection, verdict.
 
 Loaded in every pytest run of the environment: without --contract it registers options and a marker
-and imports nothing but the fixtures module, the other plugin pytest loads anyway (the contract, schema,
-probes and YAML are imported only when asked).
+and imports nothing of its own package (the contract, schema, probes and YAML are imported only when
+asked; the fixtures are the other plugin pytest loads, fixtures.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from .fixtures import run_fixtures
 
 if TYPE_CHECKING:
     from .state import State
@@ -92,7 +90,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpuaccept(clause): an acceptance test judging this contract clause")
     contract_path = _option(config, "gpuaccept_contract")
     if contract_path is None:
-        config.pluginmanager.register(run_fixtures(None), "gpuaccept-run-fixtures")  # a user's test is told why
         return  # loaded in every pytest run of the environment: do nothing unless asked
     from . import report
     from .bundle import evidence_folder, verify
@@ -177,7 +174,6 @@ def pytest_configure(config: pytest.Config) -> None:
                                 is_controller=workerinput is None,
                                 sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode,
                                 advice=advise(contract))
-    config.pluginmanager.register(run_fixtures(config.stash[STATE]), "gpuaccept-run-fixtures")
     config.pluginmanager.register(measurement_fixtures(), "gpuaccept-measurements")
     if judging:
         config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")

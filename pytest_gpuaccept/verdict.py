@@ -1,7 +1,8 @@
 """Checks and the one builder that makes them: outcome, measured value with unit, threshold as data.
 
-A judge names the clause, subject, requirement and unit once (`Verdict(...)`) and then says what it
-found (`passed`, `failed`, `not_measured`, `at_least`); nothing else constructs a Check.
+A judge starts from its clause (`CLAUSE.verdict(subject, required, evidence)`: key and unit come from the
+clause record) and then says what it found (`passed`, `failed`, `not_measured`, `at_least`); nothing else
+constructs a Check. A user's own test builds its `Verdict(clause, subject, required, unit)` directly.
 """
 
 from __future__ import annotations
