@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
+from .models import not_in_table
+from .models.pciids import describe
+
 if TYPE_CHECKING:
     from .cluster.engine import NodeState
     from .cluster.pairs import Blame
@@ -47,14 +50,10 @@ class GpuModels:
 
     def missing(self, index: int) -> str:
         """Why GPU `index` has no published figure: its device ID (named) is not in the table, or was not read."""
-        from .models import not_in_table
-
         return f"GPU{index}'s {not_in_table(self.device_ids.get(index))}"
 
     def pci_name(self, index: int) -> str:
         """What pci.ids, the second source of a device's name, says of GPU `index`'s device ID."""
-        from .models.pciids import describe
-
         device = self.device_ids.get(index)
         return describe(self.pci_ids, device) if device else "no PCI device ID to look up in pci.ids"
 

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .clauses import cluster
+from .cluster.engine import ClusterError, engine_for
+from .cluster.run import expand
 from .measurements import GpuModels
 from .models import by_device_id
 from .models.pciids import with_pci_ids
@@ -127,26 +130,18 @@ class State:
     def listings(self) -> dict[str, list[str]]:
         """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as
         evidence; on a cluster's login node, the cluster's nodes ("cluster_nodes") instead."""
-        from .clauses.cluster import LISTING, SECTION
-
-        if SECTION.get(self.contract) is not None and self.contract.node is None:
-            from .cluster.engine import ClusterError
-
+        if cluster.SECTION.get(self.contract) is not None and self.contract.node is None:
             try:
-                return {LISTING: self.cluster_nodes()}
+                return {cluster.LISTING: self.cluster_nodes()}
             except ClusterError:
-                return {LISTING: []}  # one subject, "cluster", whose check says why
+                return {cluster.LISTING: []}  # one subject, "cluster", whose check says why
         names = self.runner.reading(NAMES_FILE, lambda: sysfs.list_names(self.sys_root))
         return {kind: list(names.get(kind, [])) for kind in ("net", "infiniband")}
 
     def cluster_nodes(self) -> list[str]:
         """The cluster's node names, expanded by its engine (the scheduler's command runs once per run, or is
         replayed); ClusterError if they cannot be listed."""
-        from .clauses.cluster import SECTION
-        from .cluster.engine import engine_for
-        from .cluster.run import expand
-
-        section = SECTION.of(self.contract)
+        section = cluster.SECTION.of(self.contract)
         return expand(self, engine_for(section), section)
 
     def function(self, kind: str, name: str) -> tuple[sysfs.Function, str]:

@@ -4,6 +4,7 @@ word; the terminal and the report say what looks like a mistake."""
 
 from __future__ import annotations
 
+import difflib
 from typing import TYPE_CHECKING
 
 from ..models import all_models, matching
@@ -24,8 +25,6 @@ def advise(contract: Contract) -> list[str]:
     if model_text and model_text.strip().lower() in _ANY_GPU:
         found.append(f"gpus.model {model_text!r} matches almost any NVIDIA GPU: name the model that was sold")
     elif model_text and not models:
-        import difflib  # only for a model the table lacks: 1 ms of every run's import otherwise
-
         names = [m.name for m in all_models()]
         near = difflib.get_close_matches(model_text, names, n=3, cutoff=0.3)
         found.append(f"gpus.model {model_text!r} names no GPU in the model table"

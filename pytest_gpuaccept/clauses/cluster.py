@@ -16,6 +16,7 @@ import yaml
 
 from .. import schema
 from ..cluster.engine import engine_for
+from ..cluster.pairs import plan
 from ..cluster.run import run_allreduce, run_cluster, run_links, run_pairs
 from ..schema import Key
 from ..subjects import Subject
@@ -232,8 +233,6 @@ class NodeLinks:
     describe: str = "`<node>:<device>-><node>:<device>`, per pair of nodes, interface and direction"
 
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
-        from ..cluster.pairs import plan
-
         devices = link_interfaces(section, contract.by_section)
         pairs = [pair for pairing in plan(names().get(LISTING, []), contract.sha256) for pair in pairing]
         return [Subject.whole(f"{x}:{d}->{y}:{d}") for a, b in sorted(pairs) for d in devices
@@ -262,8 +261,6 @@ class NodePairs:
     describe: str = "`<node>+<node>`, one per pair of nodes (up to 16 nodes; above, 3 random pairings)"
 
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
-        from ..cluster.pairs import plan
-
         pairs = [pair for pairing in plan(names().get(LISTING, []), contract.sha256) for pair in pairing]
         return [Subject.whole(f"{a}+{b}") for a, b in sorted(pairs, key=lambda p: (p[0], p[1]))] or \
             [Subject.whole("cluster")]

@@ -22,6 +22,7 @@ from .shared import gpuaccept_host, gpuaccept_models
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..probes.nvml import CudaDevices, Gpu, Host
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,20 +212,12 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
     elif model is not None and not answers_to(model, gpu.name) and not vgpu_of(model, gpu.name):
         problems.append(f"NVML names {subject} {gpu.name!r}, but sysfs says PCI device 0x{device} at {bus}, "
                         f"a {model.name} (NVML name {model.nvml_name!r})")
-    for what, value in (("UUID", gpu.uuid), ("serial", gpu.serial), ("PCI bus ID", gpu.pci_bus_id)):
-        twins = [g.index for g in host.gpus if value and g.index != gpu.index and getattr(g, _FIELD[what]) == value]
-        if twins:
-            problems.append(f"NVML gives {subject} the same {what} {value!r} as " + ", ".join(f"GPU{t}" for t in twins))
+    problems += _twins(subject, gpu, host)
     if models.sysfs_gpus is not None and len(models.sysfs_gpus) < len(host.gpus):  # more in sysfs: a slice (gpus.count)
         problems.append(f"NVML lists {len(host.gpus)} GPUs, the PCI bus in sysfs has {len(models.sysfs_gpus)} NVIDIA "
                         f"GPU functions ({', '.join(models.sysfs_gpus[:16]) or 'none'})")
     cuda = host.cuda_devices
-    visible = "" if cuda is None or cuda.visible_devices is None else f", CUDA_VISIBLE_DEVICES={cuda.visible_devices!r}"
-    if cuda is not None and cuda.error:
-        problems.append(f"CUDA in this run cannot use {subject}: {cuda.error}{visible}")
-    elif cuda is not None and bus not in cuda.bus_ids:
-        problems.append(f"{subject} ({bus}) is listed by NVML but not visible to CUDA in this run: CUDA sees "
-                        f"{cuda.count} device(s){' at ' + ', '.join(cuda.bus_ids) if cuda.bus_ids else ''}{visible}")
+    problems += _unusable_by_cuda(subject, bus, cuda)
     if gpu.mig_mode:
         problems.append(f"MIG mode is on for {subject}: it is partitioned into instances, not one whole GPU")
     measured = f"0x{device}" if device else None
@@ -245,6 +238,29 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
 
 
 _FIELD = {"UUID": "uuid", "serial": "serial", "PCI bus ID": "pci_bus_id"}
+
+
+def _twins(subject: Subject, gpu: Gpu, host: Host) -> list[str]:
+    """The GPUs NVML gives the same UUID, serial or PCI bus ID as this one."""
+    problems = []
+    for what, value in (("UUID", gpu.uuid), ("serial", gpu.serial), ("PCI bus ID", gpu.pci_bus_id)):
+        twins = [g.index for g in host.gpus if value and g.index != gpu.index and getattr(g, _FIELD[what]) == value]
+        if twins:
+            problems.append(f"NVML gives {subject} the same {what} {value!r} as " + ", ".join(f"GPU{t}" for t in twins))
+    return problems
+
+
+def _unusable_by_cuda(subject: Subject, bus: str, cuda: CudaDevices | None) -> list[str]:
+    """Why CUDA in this run cannot use the GPU at `bus` (nothing where CUDA's list was not read)."""
+    if cuda is None:
+        return []
+    visible = "" if cuda.visible_devices is None else f", CUDA_VISIBLE_DEVICES={cuda.visible_devices!r}"
+    if cuda.error:
+        return [f"CUDA in this run cannot use {subject}: {cuda.error}{visible}"]
+    if bus not in cuda.bus_ids:
+        return [f"{subject} ({bus}) is listed by NVML but not visible to CUDA in this run: CUDA sees "
+                f"{cuda.count} device(s){' at ' + ', '.join(cuda.bus_ids) if cuda.bus_ids else ''}{visible}"]
+    return []
 
 
 def judge_persistence_mode(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:

@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..probes.nvbandwidth import parse_nvbandwidth
+from ..probes.p2p_latency import parse_p2p_latency
+from ..probes.sysfs import sysfs_bus_id
 from ..units import human_bytes
 
 if TYPE_CHECKING:
@@ -71,8 +74,6 @@ def _read(path: Path) -> str | None:
 
 def read_pci_links(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
     """Each GPU's PCIe link files (current and maximum speed and width), by GPU index."""
-    from ..probes.sysfs import sysfs_bus_id
-
     gpus: dict[str, Any] = {}
     for index, bus_id in sorted(bus_ids.items()):
         folder = sys_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
@@ -156,8 +157,6 @@ def _model(paths: Paths, index: int) -> Model | None:
 
 def _nvml_links(paths: Paths, i: int, j: int) -> int | None:
     """NVML's active NVLinks from GPU i that reach GPU j, directly or through an NVSwitch; None: not read."""
-    from ..probes.sysfs import sysfs_bus_id
-
     by_index = {g.index: g for g in paths.gpus}
     if i not in by_index or j not in by_index:
         return None
@@ -335,9 +334,6 @@ def too_fast(run: ToolRun | None, work: Work) -> str | None:
 
 def claimed_seconds(tool: str, text: str) -> float:
     """The least time a tool's output says its copies took (0 where it cannot be read): for test fakes."""
-    from ..probes.nvbandwidth import parse_nvbandwidth
-    from ..probes.p2p_latency import parse_p2p_latency
-
     try:
         if tool == "nvbandwidth":
             return nvbandwidth_work(parse_nvbandwidth(text), ()).seconds

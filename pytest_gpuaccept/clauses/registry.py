@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..subjects import Subject
 from . import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, shared, utilisation
 from .base import Clause, HostNames, Measure, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
-    from ..subjects import Subject
 
 # Modules in the order of the format; within each, its sections and clauses in report order.
 _MODULES = (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, network, utilisation, cluster)
@@ -48,8 +48,6 @@ def expected_checks(contract: Contract, names: Callable[[], HostNames]) -> list[
 
     A clause that enumerates no subject still expects one check (on the host): it can never pass unmeasured.
     """
-    from ..subjects import Subject
-
     return [(clause.key, subject) for clause in present_clauses(contract)
             for subject in clause.subjects(contract, names) or [Subject.whole()]]
 
