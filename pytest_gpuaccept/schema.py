@@ -6,6 +6,7 @@ clause modules declare their sections with it (`Key`), and `section()` validates
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -102,8 +103,6 @@ INVALID = object()
 
 
 def closest(name: str, allowed: tuple[str, ...]) -> str:
-    import difflib
-
     match = difflib.get_close_matches(name, allowed, n=1)
     return f" (did you mean '{match[0]}'?)" if match else ""
 

@@ -44,20 +44,23 @@ def encode(node: str, data: bytes) -> list[str]:
     return [*lines, f"{END} {node} {len(chunks)} {hashlib.sha256(data).hexdigest()}"]
 
 
+def _tagged(line: str) -> list[str]:
+    """A bundle line's words from its tag on (a launcher may prefix a label, "0: " or "[1,0]<stdout>:", so the tag
+    is found wherever it starts); [] for any other line."""
+    parts = line.strip().split(" ")
+    for tag in (TAG, END):
+        if tag in parts:
+            return parts[parts.index(tag):]
+    return []
+
+
 def decode(node: str, output: str) -> bytes:
     """This node's tar from a launcher's output (other lines, other nodes' lines ignored); ClusterError if it
     is missing, incomplete, duplicated or does not match its SHA-256."""
     chunks: dict[int, bytes] = {}
     end: tuple[int, str] | None = None
     for line in output.splitlines():
-        parts = line.strip().split(" ")
-        # A launcher may prefix a label ("0: ", "[1,0]<stdout>:"): the tag is found wherever it starts.
-        if TAG in parts:
-            parts = parts[parts.index(TAG):]
-        elif END in parts:
-            parts = parts[parts.index(END):]
-        else:
-            continue
+        parts = _tagged(line)
         if len(parts) != 4 or parts[1] != node:
             continue
         if parts[0] == END:

@@ -8,6 +8,7 @@ of its partners is the bad node; a failing pair that no bad node explains is a b
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 Pair = tuple[str, str]
@@ -72,8 +73,6 @@ def plan(nodes: list[str], seed: str) -> list[list[Pair]]:
     if len(order) <= EVERY_PAIR_UP_TO:
         chosen = rounds(list(order))
     else:
-        import random
-
         generator = random.Random(seed)
         seen: set[Pair] = set()
         chosen = []

@@ -11,17 +11,21 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..bundle import verify
-from ..probes import strip_escapes
+from ..clauses.base import gpu_count
+from ..measurements import ClusterAllReduce, ClusterRun, LinkResult, LinkRuns, NodeOutcome, PairResult, PairRuns
+from ..probes import ParseError, iperf3, iproute, nccl_tests, strip_escapes
 from ..probes._run import Command, ToolRun
+from ..units import human_bytes
 from .bundles import NODES_FOLDER, decode, members
 from .engine import ClusterError, Engine, NodeState
+from .pairs import blame, plan
 
 if TYPE_CHECKING:
-    from ..clauses.cluster import ClusterSection
-    from ..measurements import ClusterAllReduce, ClusterRun, LinkRuns, NodeOutcome, PairResult, PairRuns
+    from ..clauses.cluster import ClusterSection, Iperf3Links
     from ..state import State
 
 RESULTS = "gpuaccept-results.json"
@@ -56,8 +60,6 @@ def node_argv(state: State, node: str) -> list[str]:
 
 
 def run_cluster(state: State, engine: Engine, section: ClusterSection) -> ClusterRun:
-    from ..measurements import ClusterRun
-
     evidence: list[str] = []
     try:
         names = state.cluster_nodes()
@@ -89,8 +91,6 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
 
 
 def _outcome(state: State, node: str, node_state: NodeState, run: ToolRun | None) -> NodeOutcome:
-    from ..measurements import NodeOutcome
-
     folder = node_folder(node)
     if run is None:
         return NodeOutcome(node_state, folder, None, "not run")
@@ -126,8 +126,6 @@ CLOCK_SLACK_S = 600.0  # nodes' clocks may differ from the login node's by this 
 
 def _fresh(started: str, run_started: str) -> bool:
     """A node's results were started during this run (a canned bundle from an earlier day is not)."""
-    from datetime import datetime
-
     try:
         return (datetime.fromisoformat(started) - datetime.fromisoformat(run_started)).total_seconds() > -CLOCK_SLACK_S
     except ValueError:
@@ -137,12 +135,6 @@ def _fresh(started: str, run_started: str) -> bool:
 def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> PairRuns:
     """cluster.pairs: a 2-node all_reduce (one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes, the
     pairs of a round at once; a pair with a node that is not available is not run. Then the blame."""
-    from ..clauses.base import gpu_count
-    from ..measurements import PairResult, PairRuns
-    from ..probes import nccl_tests
-    from ..units import human_bytes
-    from .pairs import blame, plan
-
     pairs = section.pairs
     assert pairs is not None
     if cluster.error is not None:
@@ -174,11 +166,6 @@ def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: Cl
 def run_allreduce(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> ClusterAllReduce:
     """cluster.allreduce: one all_reduce over every GPU of every available node (one rank per GPU); with a
     node missing it still runs over the others, as information."""
-    from ..clauses.base import gpu_count
-    from ..measurements import ClusterAllReduce
-    from ..probes import nccl_tests
-    from ..units import human_bytes
-
     keys = section.allreduce
     assert keys is not None
     per_node = gpu_count(state.contract) or 1
@@ -203,9 +190,6 @@ def _unavailable(node: NodeOutcome) -> str:
 
 
 def _pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], str], hosts_wanted: int = 2) -> PairResult:
-    from ..measurements import PairResult
-    from ..probes import ParseError, nccl_tests
-
     evidence = tuple(run.evidence)
     if run.failure:
         return PairResult(number, None, "", run.failure, evidence)
@@ -234,16 +218,30 @@ def run_links(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     """cluster.links: in the pairs' rounds, for each pair and interface (`devices`), iperf3 from the first node to
     a one-off server on the second, each bound to its node's address on that interface, then the same reversed
     (-R): each direction its own result, as its receiver counted it. Every node's addresses are read first."""
-    from ..measurements import LinkResult, LinkRuns
-    from ..probes import ParseError, iperf3, iproute
-    from .pairs import plan
-
     links = section.links.iperf3 if section.links else None
     assert links is not None
     if cluster.error is not None:
         return LinkRuns({}, cluster.error)
-    nodes = list(cluster.nodes)
     ready = cluster.available
+    addresses = _addresses(state, engine, ready, devices)
+    results: dict[str, LinkResult] = {}
+    for number, pairing in enumerate(plan(list(cluster.nodes), state.contract.sha256), start=1):
+        for k, device in enumerate(devices):  # one interface at a time: a node is exclusive to one step
+            measured = _link_ends(number, pairing, device, ready, addresses, results)
+            # One direction at a time (the second with -R, the server sending): both at once, a direction that
+            # is slow starves the other's acknowledgements, and a one-way fault would look two-way.
+            for reverse in (False, True):
+                _iperf3_step(state, engine, links, number, (k, device), measured, reverse, results)
+    return LinkRuns(results)
+
+
+# A link measured in a step: (client node, server node, client address, server address, name there, name back)
+LinkEnds = tuple[str, str, str, str, str, str]
+
+
+def _addresses(state: State, engine: Engine, ready: list[str],
+               devices: tuple[str, ...]) -> dict[tuple[str, str], str | None]:
+    """Every available node's IPv4 address on each interface, None where it has none or it could not be read."""
     wanted = [(n, d) for n in ready for d in devices]
     looked = state.runner.run_together([Command(*_split(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show", "dev", d])),
                                                 key=f"link-address-{n}-{d}") for n, d in wanted]) if wanted else []
@@ -253,45 +251,52 @@ def run_links(state: State, engine: Engine, section: ClusterSection, cluster: Cl
             addresses[(n, d)] = None if run.failure else iproute.parse_addresses(strip_escapes(run.stdout))[0]
         except ParseError:
             addresses[(n, d)] = None
+    return addresses
+
+
+def _link_ends(number: int, pairing: list[tuple[str, str]], device: str, ready: list[str],
+               addresses: dict[tuple[str, str], str | None], results: dict[str, LinkResult]) -> list[LinkEnds]:
+    """The pairs of this round that can be measured on `device`; the others' two directions go into `results`
+    as not run, saying which node is not available or has no address."""
+    measured: list[LinkEnds] = []
+    for a, b in pairing:
+        there, back = f"{a}:{device}->{b}:{device}", f"{b}:{device}->{a}:{device}"
+        ends = (addresses.get((a, device)), addresses.get((b, device)))
+        missing = [n for n in (a, b) if n not in ready] or \
+            [f"{n} (no IPv4 address on {device})" for n, e in zip((a, b), ends) if e is None]
+        if missing:
+            for name in (there, back):
+                results[name] = LinkResult(number, None, "", f"not run: {', '.join(missing)} not available")
+            continue
+        measured.append((a, b, str(ends[0]), str(ends[1]), there, back))
+    return measured
+
+
+def _iperf3_step(state: State, engine: Engine, links: Iperf3Links, number: int, interface: tuple[int, str],
+                 measured: list[LinkEnds], reverse: bool, results: dict[str, LinkResult]) -> None:
+    """One direction of every measured link on one interface (the k-th, whose servers listen on port + k), at
+    once: a one-off server on the second node, the client on the first; each result as its receiver counted it."""
+    k, device = interface
     seconds = str(max(1, round(links.duration.seconds)))
-    results: dict[str, LinkResult] = {}
-    for number, pairing in enumerate(plan(nodes, state.contract.sha256), start=1):
-        for k, device in enumerate(devices):  # one interface at a time: a node is exclusive to one step
-            measured: list[tuple[str, str, str, str, str, str]] = []
-            for a, b in pairing:
-                there, back = f"{a}:{device}->{b}:{device}", f"{b}:{device}->{a}:{device}"
-                ends = (addresses.get((a, device)), addresses.get((b, device)))
-                missing = [n for n in (a, b) if n not in ready] or \
-                    [f"{n} (no IPv4 address on {device})" for n, e in zip((a, b), ends) if e is None]
-                if missing:
-                    for name in (there, back):
-                        results[name] = LinkResult(number, None, "", f"not run: {', '.join(missing)} not available")
-                    continue
-                measured.append((a, b, str(ends[0]), str(ends[1]), there, back))
-            # One direction at a time (the second with -R, the server sending): both at once, a direction that
-            # is slow starves the other's acknowledgements, and a one-way fault would look two-way.
-            for reverse in (False, True):
-                commands: list[Command] = []
-                for a, b, source, target, _there, _back in measured:
-                    port = str(links.port + k)
-                    server = engine.on_node(b, [iperf3.TOOL, "-s", "-1", "-B", target, "-p", port])
-                    client = engine.on_node(a, [iperf3.TOOL, "-c", target, "-B", source, "-p", port, "-J", "-t", seconds,
-                                                *(["-R"] if reverse else [])])
-                    way = "back" if reverse else "there"
-                    commands += [Command(*_split(server), key=f"link-server-{b}-{device}-{way}"),
-                                 Command(*_split(client), key=f"link-{a}-{b}-{device}-{way}", start_after_s=1.0)]
-                runs = state.runner.run_together(commands, timeout_s=links.duration.seconds + 60) if commands else []
-                for (_a, _b, source, target, there, back), served, asked in zip(measured, runs[0::2], runs[1::2]):
-                    name, route = (back, f"{target} -> {source}") if reverse else (there, f"{source} -> {target}")
-                    evidence = (*asked.evidence, *served.evidence)
-                    problem = asked.failure
-                    try:
-                        rate = iperf3.parse_iperf3_json(strip_escapes(asked.stdout)).received_bits_per_s if problem is None else 0.0
-                    except ParseError as exc:
-                        problem = str(exc)
-                    results[name] = LinkResult(number, None if problem else round(rate / 1e9, 3), route, problem,
-                                               evidence)
-    return LinkRuns(results)
+    commands: list[Command] = []
+    for a, b, source, target, _there, _back in measured:
+        port = str(links.port + k)
+        server = engine.on_node(b, [iperf3.TOOL, "-s", "-1", "-B", target, "-p", port])
+        client = engine.on_node(a, [iperf3.TOOL, "-c", target, "-B", source, "-p", port, "-J", "-t", seconds,
+                                    *(["-R"] if reverse else [])])
+        way = "back" if reverse else "there"
+        commands += [Command(*_split(server), key=f"link-server-{b}-{device}-{way}"),
+                     Command(*_split(client), key=f"link-{a}-{b}-{device}-{way}", start_after_s=1.0)]
+    runs = state.runner.run_together(commands, timeout_s=links.duration.seconds + 60) if commands else []
+    for (_a, _b, source, target, there, back), served, asked in zip(measured, runs[0::2], runs[1::2]):
+        name, route = (back, f"{target} -> {source}") if reverse else (there, f"{source} -> {target}")
+        evidence = (*asked.evidence, *served.evidence)
+        problem = asked.failure
+        try:
+            rate = iperf3.parse_iperf3_json(strip_escapes(asked.stdout)).received_bits_per_s if problem is None else 0.0
+        except ParseError as exc:
+            problem = str(exc)
+        results[name] = LinkResult(number, None if problem else round(rate / 1e9, 3), route, problem, evidence)
 
 
 def _split(argv: list[str]) -> tuple[str, tuple[str, ...]]:

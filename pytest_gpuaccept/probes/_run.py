@@ -27,6 +27,7 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
 from . import strip_escapes
+from .provenance import read_provenance
 
 # Where a tool is installed by a package rather than on PATH (DCGM 4 ships nvbandwidth per CUDA version).
 PACKAGED: dict[str, tuple[str, ...]] = {
@@ -194,8 +195,6 @@ class ToolRunner:
     def _origin(self, tool: str, executable: str) -> dict[str, Any]:
         """The provenance of an executable, read once per session."""
         if executable not in self._provenance:
-            from .provenance import read_provenance
-
             self._provenance[executable] = {"tool": tool, **read_provenance(executable)}
         return self._provenance[executable]
 
@@ -250,17 +249,7 @@ class ToolRunner:
                     returncodes[n] = proc.returncode
         except BaseException:
             # Ctrl-C, SIGTERM: stop every tool's whole group, keep what they printed, then go on unwinding.
-            for n, proc in enumerate(procs):
-                if proc is not None and proc.poll() is None:
-                    kill_group(proc)
-                    errors[n] = "interrupted while the tool ran"
-            for handle in files:
-                handle.close()
-            for n, (key, argv) in enumerate(zip(keys, argvs)):
-                error = errors[n] if n < len(errors) else "interrupted before the tool started"
-                proc_n = procs[n] if n < len(procs) else None
-                self._finish(key, argv, proc_n.returncode if proc_n is not None else None,
-                             started, timeout, False, error or "interrupted while the tool ran")
+            self._interrupted(keys, argvs, procs, errors, started, timeout, files)
             raise
         for handle in files:
             handle.close()
@@ -269,6 +258,22 @@ class ToolRunner:
                              pid=procs[n].pid if n < len(procs) and procs[n] is not None else None,  # type: ignore[union-attr]
                              provenance=origins[n])
                 for n, (key, argv) in enumerate(zip(keys, argvs))]
+
+    def _interrupted(self, keys: list[str], argvs: list[list[str]], procs: list[subprocess.Popen[bytes] | None],
+                     errors: list[str | None], started: float, timeout: float, files: list[Any]) -> None:
+        """An interrupted _execute: every tool still running is stopped (its whole group), its output `files`
+        closed, and each tool's run recorded as interrupted with what it printed."""
+        for n, proc in enumerate(procs):
+            if proc is not None and proc.poll() is None:
+                kill_group(proc)
+                errors[n] = "interrupted while the tool ran"
+        for handle in files:
+            handle.close()
+        for n, (key, argv) in enumerate(zip(keys, argvs)):
+            error = errors[n] if n < len(errors) else "interrupted before the tool started"
+            proc_n = procs[n] if n < len(procs) else None
+            self._finish(key, argv, proc_n.returncode if proc_n is not None else None,
+                         started, timeout, False, error or "interrupted while the tool ran")
 
     def run_during(self, command: Command, duration_s: float, during: Callable[[threading.Event], object],
                    record_as: str) -> ToolRun:

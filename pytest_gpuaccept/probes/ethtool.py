@@ -52,23 +52,31 @@ def parse_ethtool(text: str) -> LinkSettings:
         value = value.strip()
         if key == "Speed":
             seen_speed = True
-            if value.startswith("Unknown"):
-                speed = None
-            elif match := _SPEED.match(value):
-                speed = int(match.group(1))
-            else:
-                raise ParseError(TOOL, "unreadable Speed", raw)
+            speed = _speed(value, raw)
         elif key == "Duplex":
             duplex = None if value.startswith("Unknown") else value
         elif key == "Link detected":
-            if value not in ("yes", "no"):
-                raise ParseError(TOOL, "unreadable Link detected", raw)
-            link = value == "yes"
+            link = _link_detected(value, raw)
         elif key == "Lanes" and value.isdigit():
             lanes = int(value)
     if not seen_speed:
         raise ParseError(TOOL, "no 'Speed:' line in ethtool output")
     return LinkSettings(name, speed, duplex, link, lanes)
+
+
+def _speed(value: str, raw: str) -> int | None:
+    """`25000Mb/s` in Mb/s; `Unknown!` is no speed; anything else is refused."""
+    if value.startswith("Unknown"):
+        return None
+    if match := _SPEED.match(value):
+        return int(match.group(1))
+    raise ParseError(TOOL, "unreadable Speed", raw)
+
+
+def _link_detected(value: str, raw: str) -> bool:
+    if value not in ("yes", "no"):
+        raise ParseError(TOOL, "unreadable Link detected", raw)
+    return value == "yes"
 
 
 def run_ethtool(runner: ToolRunner, interface: str, timeout_s: float = 30.0) -> ToolRun:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import ParseError
 from ._run import ToolRun, ToolRunner, slug
@@ -122,70 +122,88 @@ def parse_all_reduce(text: str) -> NcclResult:
     launcher prefixes, NCCL INFO/WARN lines and other noise between rows, and the 2.17+ version and
     start/end lines. A row that does not fit the header's columns is refused, quoting it.
     """
-    header: list[str] | None = None
-    rows: list[Row] = []
-    ranks: set[int] = set()
-    rank_lines: list[RankLine] = []
-    iters: tuple[int, int] | None = None
-    errors: list[str] = []
-    n_gpus = max_bytes = None
-    tests_version = nccl_version = collective = None
-    avg = None
-    validation_off = False
     text = text.replace("\r\n", "\n")
     # A line can only match where the whole text does (the pattern has no anchor): most logs are looked at once.
-    may_have_errors = _ERROR_LINE.search(text) is not None
+    log = _Log(may_have_errors=_ERROR_LINE.search(text) is not None)
     for raw in text.split("\n"):
-        line = _PREFIX.sub("", raw, count=1).rstrip()
-        stripped = line.strip()
+        log.read(raw)
+    if log.header is None and not log.errors:
+        raise ParseError(TOOL, "no result table (no '# size ... busbw' header) in the output")
+    return log.result()
+
+
+@dataclass
+class _Log:
+    """What parse_all_reduce has read so far of one log, a line at a time."""
+
+    may_have_errors: bool
+    header: list[str] | None = None
+    rows: list[Row] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+    rank_lines: list[RankLine] = field(default_factory=list)
+    iters: tuple[int, int] | None = None
+    errors: list[str] = field(default_factory=list)
+    n_gpus: int | None = None
+    max_bytes: int | None = None
+    tests_version: str | None = None
+    nccl_version: str | None = None
+    collective: str | None = None
+    avg: float | None = None
+    validation_off: bool = False
+
+    def read(self, raw: str) -> None:
+        """One line: an error, a rank's placement, a fact of the run, the table's header, a row, or noise."""
+        stripped = _PREFIX.sub("", raw, count=1).strip()
         if not stripped:
-            continue
-        if may_have_errors and _ERROR_LINE.search(stripped):
-            errors.append(stripped)
-            continue
-        if match := _RANK.match(stripped):
-            ranks.add(int(match.group(1)))
+            return
+        if self.may_have_errors and _ERROR_LINE.search(stripped):
+            self.errors.append(stripped)
+        elif match := _RANK.match(stripped):
+            self.ranks.add(int(match.group(1)))
             if (placed := parse_rank_line(stripped)) is not None:
-                rank_lines.append(placed)
-            continue
-        if "nThread" in stripped and (match := _PARAMS.search(stripped)):
-            n_gpus, max_bytes = int(match.group(2)), int(match.group(4))
-            validation_off = "validation: 0" in stripped
-            if counted := _ITERS.search(stripped):
-                iters = (int(counted.group(1)), int(counted.group(2)))
-            continue
-        if match := _TESTS_VERSION.match(stripped):
-            tests_version = match.group(1)
-            continue
-        if match := _NCCL_VERSION.match(stripped):
-            nccl_version = match.group(1)
-            continue
-        if match := _COMPILED_WITH.match(stripped):
-            nccl_version = match.group(1)
-            continue
-        if match := _STARTING.match(stripped):
-            collective = re.sub(r"_perf(_mpi)?$", "", match.group(1))
-            continue
-        if match := _AVERAGE.match(stripped):
-            avg = float(match.group(1))
-            continue
-        if stripped.startswith("#"):
+                self.rank_lines.append(placed)
+        elif self._fact(stripped):
+            pass
+        elif stripped.startswith("#"):
             tokens = stripped.lstrip("#").split()
             if tokens and tokens[0] in ("size", "bytes") and "busbw" in tokens:
-                header = tokens
-            continue
-        tokens = stripped.split()
-        if header is None or not tokens[0].isdigit():
-            continue  # launcher and library noise before or between rows
-        if len(tokens) != len(header):
-            raise ParseError(TOOL, f"a row of {len(tokens)} columns under a header of {len(header)}", raw)
-        rows.append(_row(header, tokens, raw))
-    if header is None and not errors:
-        raise ParseError(TOOL, "no result table (no '# size ... busbw' header) in the output")
-    check = next((c for c in _CHECK_COLUMNS if c in (header or [])), None)
-    return NcclResult(tuple(rows), max(ranks) + 1 if ranks else None, n_gpus, max_bytes, tests_version,
-                      nccl_version, collective, avg, check, tuple(errors), validation_off, tuple(rank_lines),
-                      iters[1] if iters else None, iters[0] if iters else None)
+                self.header = tokens
+        else:
+            self._row(stripped.split(), raw)
+
+    def _fact(self, stripped: str) -> bool:
+        """A line that says how the run was made (parameters, versions, the collective, the average): kept."""
+        if "nThread" in stripped and (match := _PARAMS.search(stripped)):
+            self.n_gpus, self.max_bytes = int(match.group(2)), int(match.group(4))
+            self.validation_off = "validation: 0" in stripped
+            if counted := _ITERS.search(stripped):
+                self.iters = (int(counted.group(1)), int(counted.group(2)))
+        elif match := _TESTS_VERSION.match(stripped):
+            self.tests_version = match.group(1)
+        elif match := _NCCL_VERSION.match(stripped) or _COMPILED_WITH.match(stripped):
+            self.nccl_version = match.group(1)
+        elif match := _STARTING.match(stripped):
+            self.collective = re.sub(r"_perf(_mpi)?$", "", match.group(1))
+        elif match := _AVERAGE.match(stripped):
+            self.avg = float(match.group(1))
+        else:
+            return False
+        return True
+
+    def _row(self, tokens: list[str], raw: str) -> None:
+        if self.header is None or not tokens[0].isdigit():
+            return  # launcher and library noise before or between rows
+        if len(tokens) != len(self.header):
+            raise ParseError(TOOL, f"a row of {len(tokens)} columns under a header of {len(self.header)}", raw)
+        self.rows.append(_row(self.header, tokens, raw))
+
+    def result(self) -> NcclResult:
+        check = next((c for c in _CHECK_COLUMNS if c in (self.header or [])), None)
+        iters = self.iters
+        return NcclResult(tuple(self.rows), max(self.ranks) + 1 if self.ranks else None, self.n_gpus, self.max_bytes,
+                          self.tests_version, self.nccl_version, self.collective, self.avg, check, tuple(self.errors),
+                          self.validation_off, tuple(self.rank_lines), iters[1] if iters else None,
+                          iters[0] if iters else None)
 
 
 def parse_rank_line(line: str) -> RankLine | None:

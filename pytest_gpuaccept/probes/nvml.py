@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
@@ -242,8 +243,6 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any,
                 progress: Callable[[float, float | None], None] | None = None) -> dict[str, Any]:
     """Sample every GPU each `interval_s` for `duration_s` (or until `stop` is set); a plain-data recording.
     `progress(elapsed_s, lowest utilisation in the last sample)` is told every 10 s."""
-    import time
-
     import pynvml
 
     try:

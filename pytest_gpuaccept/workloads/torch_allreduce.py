@@ -53,13 +53,31 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
     if cuda:
         torch.cuda.set_device(rank)
     dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if rank == 0:
         print(f"# gpuaccept torch.distributed all_reduce, backend {args.backend}, torch {torch.__version__}")
         print(f"# nThread 1 nGpus {world} minBytes {args.b} maxBytes {args.e} step: {args.f}(factor) "
               f"warmup iters: {args.w} iters: {args.n} agg iters: 1 validation: 1 graph: 0")
         print("#")
         print("# Using devices")
+    _say_placement(rank, world, cuda)
+    if rank == 0:
+        print("# torch.distributed.all_reduce is in-place: the out-of-place columns hold it, the in-place ones N/A")
+        print("#\n#                                                              out-of-place                       in-place")
+        print("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong")
+        print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)", flush=True)
+    for size in _sizes(args.b, args.e, args.f):
+        _time_size(size, rank, world, cuda, args)
+    dist.barrier()
+    if rank == 0:
+        print("# Out of bounds values : 0 OK")
+    dist.destroy_process_group()
+
+
+def _say_placement(rank: int, world: int, cuda: bool) -> None:
+    """Each rank's `#  Rank ... Pid ... on HOST device N [ADDRESS] NAME` line, in rank order."""
+    import torch
+    import torch.distributed as dist
+
     dist.barrier()
     for r in range(world):
         if r == rank:
@@ -73,39 +91,37 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
             print(f"#  Rank {rank:2d} Group  0 Pid {os.getppid():6d} on {socket.gethostname()} device {rank:2d} {where}",
                   flush=True)
         dist.barrier()
-    if rank == 0:
-        print("# torch.distributed.all_reduce is in-place: the out-of-place columns hold it, the in-place ones N/A")
-        print("#\n#                                                              out-of-place                       in-place")
-        print("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong")
-        print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)", flush=True)
-    for size in _sizes(args.b, args.e, args.f):
-        count = size // 4
-        data = torch.ones(count, dtype=torch.float32, device=device)
-        for _ in range(args.w):
-            dist.all_reduce(data)
-        _sync(cuda)
-        start = time.perf_counter()
-        for _ in range(args.n):
-            dist.all_reduce(data)
-        _sync(cuda)
-        seconds = (time.perf_counter() - start) / args.n
-        # Validate: all ones reduced (w + n) times by sum over `world` ranks.
-        data.fill_(1.0)
+
+
+def _time_size(size: int, rank: int, world: int, cuda: bool, args: argparse.Namespace) -> None:
+    """One row of the table: `size` bytes all-reduced (warm-up, then timed, then validated); rank 0 prints it."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    count = size // 4
+    data = torch.ones(count, dtype=torch.float32, device=device)
+    for _ in range(args.w):
         dist.all_reduce(data)
-        _sync(cuda)
-        wrong = torch.tensor([int((data != world).sum().item())], device=device)
-        dist.all_reduce(wrong)
-        algbw = size / seconds / 1e9
-        busbw = algbw * 2 * (world - 1) / world
-        if rank == 0:
-            cells = f"{seconds * 1e6:8.1f} {algbw:7.2f} {busbw:7.2f} {int(wrong.item()):7d}"
-            print(f"{size:12d} {count:13d}     float     sum      -1 {cells} {'N/A':>8} {'N/A':>7} {'N/A':>7} {'N/A':>7}",
-                  flush=True)
-        del data
-    dist.barrier()
+    _sync(cuda)
+    start = time.perf_counter()
+    for _ in range(args.n):
+        dist.all_reduce(data)
+    _sync(cuda)
+    seconds = (time.perf_counter() - start) / args.n
+    # Validate: all ones reduced (w + n) times by sum over `world` ranks.
+    data.fill_(1.0)
+    dist.all_reduce(data)
+    _sync(cuda)
+    wrong = torch.tensor([int((data != world).sum().item())], device=device)
+    dist.all_reduce(wrong)
+    algbw = size / seconds / 1e9
+    busbw = algbw * 2 * (world - 1) / world
     if rank == 0:
-        print("# Out of bounds values : 0 OK")
-    dist.destroy_process_group()
+        cells = f"{seconds * 1e6:8.1f} {algbw:7.2f} {busbw:7.2f} {int(wrong.item()):7d}"
+        print(f"{size:12d} {count:13d}     float     sum      -1 {cells} {'N/A':>8} {'N/A':>7} {'N/A':>7} {'N/A':>7}",
+              flush=True)
+    del data
 
 
 def _sync(cuda: bool) -> None:
