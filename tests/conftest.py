@@ -17,6 +17,9 @@ import pytest
 # while parts of the first copy live on; importing them here, before any run, keeps one copy.
 import pytest_gpuaccept.contract  # noqa: F401
 import pytest_gpuaccept.report  # noqa: F401
+from pytest_gpuaccept.clauses.plausible import claimed_seconds
+from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
+from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 DATA = Path(__file__).parent / "data"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -45,8 +48,6 @@ class FakeTools:
         else:
             data = stdout
         if sleep is None:
-            from pytest_gpuaccept.clauses.plausible import claimed_seconds
-
             timed = claimed_seconds(name, data.decode(errors="replace"))
             sleep = timed + 0.05 if timed else 0.0
         blob = self.bin_dir / f".{name}.{len(self.tools.get(name, []))}.out"
@@ -88,8 +89,6 @@ class FakeTools:
 
     def add_nccl(self, log: bytes, iters: int = 20, **kwargs) -> None:
         """all_reduce_perf printing `log` no sooner than the work its table reports could take (iters per size)."""
-        from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
-
         timed = parse_all_reduce(log.decode()).timed_seconds(iters)
         self.add("all_reduce_perf", log, sleep=timed + 0.05, **kwargs)
 
@@ -152,8 +151,6 @@ def pci_tree(root: Path, device: str | None = None, recording: str | Path = "h10
     """bus/pci/devices/<bus id>/{vendor,device,class,local_cpulist} for every GPU of an NVML recording, as the
     kernel lists them: the device ID the recording's NVML gives unless `device` says otherwise, and four
     NVSwitches (bridge class, never counted as GPUs) beside them."""
-    from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
-
     try:  # an absolute path stays itself; a recording that is not JSON (a hostile one) has no GPUs to list
         gpus = json.loads((DATA / "nvml" / recording).read_text()).get("gpus", [])
     except ValueError:

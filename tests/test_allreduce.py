@@ -8,8 +8,11 @@ import pytest
 import yaml
 from conftest import DATA, nccl_log, nvml_recording
 
+from pytest_gpuaccept.clauses.allreduce import not_this_run
 from pytest_gpuaccept.probes import ParseError
+from pytest_gpuaccept.probes._run import ToolRun
 from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
+from pytest_gpuaccept.probes.nvml import parse_host
 
 EXPECTED = yaml.safe_load((DATA / "EXPECTED.yaml").read_text())["allreduce"]
 FILES = sorted((DATA / "allreduce").iterdir())
@@ -257,10 +260,6 @@ def test_real_8_gpu_logs_judged_as_this_host_prints_them(accept, fake_tools, nam
 
 def test_the_real_h200_torch_rank_line_is_placed_on_its_gpu_by_bus_and_device():
     """Recorded on the H200 VM: every GPU of a VM sits on bus 0, so the device number tells them apart."""
-    from pytest_gpuaccept.clauses.allreduce import not_this_run
-    from pytest_gpuaccept.probes._run import ToolRun
-    from pytest_gpuaccept.probes.nvml import parse_host
-
     text = (DATA / "h200" / "torch-allreduce-1gpu.txt").read_text()
     result = parse_all_reduce(text)
     (rank,) = result.rank_lines

@@ -1,6 +1,7 @@
 """The evidence bundle: verify names any changed byte; a replayed bundle gives the same verdict."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 from conftest import DATA, nccl_log, nvml_recording
 
 from pytest_gpuaccept.__main__ import main as cli
+from pytest_gpuaccept.evidence import files_under
 
 CONTRACT = """\
 gpuaccept: 1
@@ -132,10 +134,6 @@ def test_the_evidence_walk_lists_what_pathlib_s_rglob_and_is_file_list_in_their_
     seals' check: the same files in the same order, or every bundle's digest would change. Tried on what a tool
     could leave: links to files and to folders, a broken link, a FIFO, dot files, names that sort differently
     as strings than as parts ("a-c" before "a/b" as text, after it by parts)."""
-    import os
-
-    from pytest_gpuaccept.evidence import files_under
-
     root = tmp_path / "evidence"
     for name in ("a/b", "a-c", "a/.hidden", "a/z/deep.txt", "b c", "ü.txt", ".ledger/x.seals", "nodes/n1/r.json"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from pytest_gpuaccept.clauses import registry
 from pytest_gpuaccept.clauses.cluster import NODES, SECTION, judge_node
 from pytest_gpuaccept.cluster.engine import NodeState
 from pytest_gpuaccept.cluster.run import _fresh
-from pytest_gpuaccept.contract import parse_contract
+from pytest_gpuaccept.contract import ContractError, parse_contract
 from pytest_gpuaccept.measurements import ClusterRun, NodeOutcome
 from pytest_gpuaccept.subjects import Subject
 
@@ -46,11 +49,6 @@ def test_results_started_before_this_run_are_not_this_runs():
 
 
 def test_links_name_their_interfaces_and_rdma_links_are_refused_before_anything_runs():
-    import pytest
-
-    from pytest_gpuaccept.clauses import registry
-    from pytest_gpuaccept.contract import ContractError
-
     base = "gpuaccept: 1\nvendor: V\ncluster:\n  engine: slurm\n  nodes: ['gpu[01-03]']\n"
     with_nics = parse_contract(base + "  links: {iperf3: {min_throughput: '90 Gb/s'}}\n"
                                "nics: {interfaces: [ens6f0, 'ib*'], min_speed: '100 Gb/s'}\n")

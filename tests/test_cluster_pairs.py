@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import DATA
 
-from pytest_gpuaccept.cluster.pairs import blame, rounds
+from pytest_gpuaccept.cluster.pairs import blame, plan, rounds
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 16, 17])
@@ -48,8 +48,6 @@ def test_a_pair_measured_both_ways_fails_when_one_direction_does():
 
 
 def test_above_sixteen_nodes_three_rounds_of_random_disjoint_pairs_reproducible_from_the_seed():
-    from pytest_gpuaccept.cluster.pairs import plan
-
     nodes = [f"gpu{n:04d}" for n in range(1, 1001)]
     rounds_ = plan(nodes, "a" * 64)
     assert len(rounds_) == 3 and all(len(r) == 500 for r in rounds_)

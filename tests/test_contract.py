@@ -1,9 +1,13 @@
 """The contract loader: valid files load, and every kind of mistake is one line naming file, line and key."""
 
+import hashlib
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from pytest_gpuaccept import schema
 from pytest_gpuaccept.clauses import allreduce, cluster, gpus, network, nvlink, utilisation
 from pytest_gpuaccept.contract import ContractError, load_contract, parse_contract
 
@@ -133,25 +137,18 @@ def test_a_missing_file_is_named(tmp_path):
 
 
 def test_the_contract_digest_is_of_its_bytes(tmp_path):
-    import hashlib
-
     path = tmp_path / "c.yaml"
     path.write_text(GOOD)
     assert load_contract(path).sha256 == hashlib.sha256(GOOD.encode()).hexdigest()
 
 
 def test_the_readme_example_contract_is_valid():
-    import re
-    from pathlib import Path
-
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     example = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
     assert parse_contract(example, "README.md").sections()
 
 
 def _tree(node):
-    import yaml
-
     if isinstance(node, yaml.MappingNode):
         return ("map", node.tag, node.start_mark.line, tuple((_tree(k), _tree(v)) for k, v in node.value))
     if isinstance(node, yaml.SequenceNode):
@@ -161,10 +158,6 @@ def _tree(node):
 
 @pytest.mark.parametrize("contract", sorted((Path(__file__).parent.parent / "contracts").glob("*.yaml")), ids=lambda p: p.name)
 def test_libyaml_composes_each_shipped_contract_as_the_pure_python_loader_does(contract):
-    import yaml
-
-    from pytest_gpuaccept import schema
-
     text = contract.read_text()
     assert schema._LIBYAML is not None  # PyYAML's wheels carry libyaml: the fast path is the one taken
     assert _tree(schema.compose(text)) == _tree(yaml.compose(text, Loader=schema.Loader))
@@ -172,8 +165,6 @@ def test_libyaml_composes_each_shipped_contract_as_the_pure_python_loader_does(c
 
 def test_a_contract_holding_a_control_character_is_refused_naming_its_line(tmp_path):
     """libyaml refuses it; PyYAML's pure-Python reader reads it again for its message, which names the line."""
-    from pytest_gpuaccept.contract import ContractError, load_contract
-
     bad = tmp_path / "vendor.yaml"
     bad.write_bytes(b"gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\x07\n")
     with pytest.raises(ContractError) as refused:

@@ -2,12 +2,19 @@
 every figure set beside the published one of the GPU's model, found by the PCI device ID sysfs gives."""
 
 
+import importlib.util
+import subprocess
+import sys
+
 import pytest
 from conftest import DATA, nvml_recording, pci_tree
+from test_bundle import p5_log
+from test_nvlink_health import h100_status
 
 from pytest_gpuaccept.models import by_device_id
 from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
 from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
+from pytest_gpuaccept.probes.torch_hostbw import parse_torch_hostbw
 
 H100_RUNS = DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt"
 B300 = DATA / "nvbandwidth" / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt"
@@ -77,8 +84,6 @@ def test_p2p_figures_are_set_beside_half_the_nvlink_bandwidth_of_the_model(accep
 
 
 def test_allreduce_busbw_is_set_beside_the_one_way_nvlink_figure(accept, fake_tools, tmp_path):
-    from test_bundle import p5_log
-
     fake_tools.add_nccl(p5_log(), iters=1)
     run = accept(CONTRACT.format(count=8, section="allreduce:\n  min_busbw: '450 GB/s'\n  max_bytes: '16 GiB'\n  args: ['-n', '1']\n"),
                  nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
@@ -114,12 +119,6 @@ def test_torch_host_copies_between_cpu_tensors_are_never_a_gpu_figure(accept, fa
 
 
 def test_the_host_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing():
-    import importlib.util
-    import subprocess
-    import sys
-
-    from pytest_gpuaccept.probes.torch_hostbw import parse_torch_hostbw
-
     done = subprocess.run([sys.executable, "-W", "ignore", "-m", "pytest_gpuaccept.workloads.hostbw", "--gpus", "1",
                            "--bytes", str(1 << 20), "--repeats", "2", "--cpus", "0=0", "--device", "cpu"],
                           capture_output=True, text=True, timeout=120)
@@ -132,8 +131,6 @@ def test_the_host_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing(
 
 
 def test_nvlink_pairs_and_links_are_set_beside_the_models_published_links(accept, fake_tools, tmp_path):
-    from test_nvlink_health import h100_status
-
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt", when="topo")
     fake_tools.add("nvidia-smi", h100_status(8), when="nvlink -s")
     run = accept(CONTRACT.format(count=8, section="nvlink:\n  every_pair: true\n  min_links: 18\n  links_per_gpu: 18\n"),

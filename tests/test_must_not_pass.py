@@ -9,7 +9,7 @@ from test_network_acceptance import IB_UP, RDMA, sysfs_tree
 from test_nvlink_health import CONTRACT as NVLINK_CONTRACT
 from test_nvlink_health import h100_errors, h100_status
 from test_utilisation import CONTRACT as LOAD_CONTRACT
-from test_utilisation import FIELDS, series
+from test_utilisation import FIELDS, recording, series
 
 
 def _errors_change_under_load(fake_tools, after: str) -> None:
@@ -99,8 +99,6 @@ HEALTHY = {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_
 
 
 def test_a_rack_capped_to_half_its_power_and_a_card_with_remapped_rows_fail(accept, fake_tools, tmp_path):
-    from test_utilisation import recording
-
     fake_tools.add("train-job", "training\n", hang=30)
     capped = {**HEALTHY, "power_limit_enforced_w": 350.0}
     worn = {**HEALTHY, "remapped_rows": [3, 2, 0, 0]}
@@ -117,8 +115,6 @@ def test_a_rack_capped_to_half_its_power_and_a_card_with_remapped_rows_fail(acce
 
 
 def test_power_limits_nvml_does_not_give_are_not_measured(accept, fake_tools, tmp_path):
-    from test_utilisation import recording
-
     fake_tools.add("train-job", "training\n", hang=30)
     run = accept(POWER, recording(tmp_path))  # the recording has no power limits
     assert {c["message"] for c in run.checks("health.power_limit")} == {

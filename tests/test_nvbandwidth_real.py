@@ -10,6 +10,8 @@ import pytest
 import yaml
 from conftest import DATA, nvml_recording, pci_tree
 
+from pytest_gpuaccept.contract import parse_contract
+from pytest_gpuaccept.doctor import needs
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.nvbandwidth import ALL_TESTCASES, parse_nvbandwidth
 
@@ -176,9 +178,6 @@ def test_tool_nvbandwidth_without_nvbandwidth_is_not_measured(accept, fake_tools
     ("", True, "nvbandwidth"), ("", False, "torch"), (", tool: torch", True, "torch"),
     (", tool: nvbandwidth", False, "nvbandwidth")])
 def test_doctor_asks_for_the_copier_the_run_will_use(fake_tools, tool, on_path, wanted):
-    from pytest_gpuaccept.contract import parse_contract
-    from pytest_gpuaccept.doctor import needs
-
     if on_path:
         fake_tools.add("nvbandwidth", H20)
     contract = parse_contract(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1 GB/s'", tool=tool), "v.yaml")

@@ -3,14 +3,19 @@ replayed through fake tools: each ordered pair measured from its own cells, a pa
 failing, never passing on a number that went through host memory."""
 
 
+import importlib.util
+import subprocess
+import sys
+
 import pytest
 import yaml
 from conftest import DATA, nvml_recording, pci_tree
 
 from pytest_gpuaccept.contract import ContractError, parse_contract
-from pytest_gpuaccept.probes import ParseError
+from pytest_gpuaccept.probes import ParseError, _run
 from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
 from pytest_gpuaccept.probes.p2p_latency import parse_p2p_latency
+from pytest_gpuaccept.probes.torch_p2p import parse_torch_p2p
 
 NVB = DATA / "nvbandwidth"
 P2P = DATA / "p2pBandwidthLatencyTest"
@@ -224,12 +229,6 @@ def test_torch_copies_between_cpu_tensors_are_never_a_gpu_figure(accept, fake_to
 
 
 def test_the_torch_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing():
-    import importlib.util
-    import subprocess
-    import sys
-
-    from pytest_gpuaccept.probes.torch_p2p import parse_torch_p2p
-
     done = subprocess.run([sys.executable, "-W", "ignore", "-m", "pytest_gpuaccept.workloads.p2p", "--gpus", "2",
                            "--bytes", str(1 << 20), "--repeats", "2", "--bidirectional", "--device", "cpu"],
                           capture_output=True, text=True, timeout=120)
@@ -242,8 +241,6 @@ def test_the_torch_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing
 
 
 def test_nvbandwidth_is_found_where_dcgm_ships_it_when_not_on_path(tmp_path, monkeypatch):
-    from pytest_gpuaccept.probes import _run
-
     for cuda in ("cuda12", "cuda13"):
         tool = tmp_path / "plugins" / cuda / "nvbandwidth"
         tool.parent.mkdir(parents=True)

@@ -13,11 +13,14 @@ import yaml
 from conftest import DATA, nccl_log, pci_tree
 
 from pytest_gpuaccept.clauses.allreduce import not_this_run, unplaced_ranks
+from pytest_gpuaccept.clauses.utilisation import _kernel_pci
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes._run import ToolRun
+from pytest_gpuaccept.probes.kernel_log import parse_xids
 from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce, parse_rank_line
 from pytest_gpuaccept.probes.nvml import parse_host
 from pytest_gpuaccept.probes.sysfs import pci_address, pci_name, sysfs_bus_id
+from pytest_gpuaccept.workloads.torch_allreduce import _address
 
 FOLDER = DATA / "pcidomains"
 EXPECTED = yaml.safe_load((FOLDER / "EXPECTED.yaml").read_text())
@@ -236,8 +239,6 @@ class _Props:
     ({}, "[unknown]"),
 ])
 def test_the_torch_workload_prints_what_torch_gives_never_a_guessed_zero(given, printed):
-    from pytest_gpuaccept.workloads.torch_allreduce import _address
-
     props = _Props()
     for key, value in given.items():
         setattr(props, key, value)
@@ -250,9 +251,6 @@ def test_the_torch_workload_prints_what_torch_gives_never_a_guessed_zero(given, 
 def test_a_real_azure_kernel_xid_is_matched_to_its_gpu_by_domain():
     """The real Azure NHC Xid 119 line names `PCI:0002:00:00`: GPU1 of the Azure-style host (NVML
     `00000002:00:00.0`), not GPU0 (`00000001:00:00.0`), though both sit on bus 00."""
-    from pytest_gpuaccept.clauses.utilisation import _kernel_pci
-    from pytest_gpuaccept.probes.kernel_log import parse_xids
-
     log = parse_xids((DATA / "kernel" / "dmesg_xid119_gsp_timeout_aznhc.txt").read_text())
     (xid,) = getattr(log, "xids", log)  # a list, or a KernelLog that also says what it could not read
     assert (xid.pci, xid.xid) == ("0002:00:00", 119)

@@ -15,6 +15,8 @@ from conftest import DATA, nccl_log, pci_tree
 from test_nvlink_health import h100_errors, h100_status
 from test_utilisation import FIELDS, series
 
+from pytest_gpuaccept.report import compact_report
+
 H100_8GPU = DATA / "nvml" / "h100_sxm5_8gpu.json"
 NVB = DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt"
 FULL = (Path(__file__).resolve().parent.parent / "contracts" / "h100_sxm5_8gpu.yaml").read_text()
@@ -137,8 +139,6 @@ def _print(rejected_8gpu):
 def test_the_report_blob_is_compacted_only_where_it_decodes_to_the_same_json(tmp_path):
     """The blob pytest-html wrote (markupsafe's escapes in a double-quoted attribute) is rewritten single-quoted
     only when it decodes to the same JSON; a hostile row's quotes, tags and entity look-alikes survive."""
-    from pytest_gpuaccept.report import compact_report
-
     rows = {"tests": {"t": [{"log": "</div><script>x('&#34;')</script> \"&amp;\" ' &lt;"}]}}
     text = json.dumps(rows)
     escaped = (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&#34;")
