@@ -17,9 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuaccept.clauses.cluster import NODES
+from pytest_gpuaccept.cluster.summary import merge_cluster
+from pytest_gpuaccept.report import Results, banner, json_lines
+from pytest_gpuaccept.subjects import Subject
+from pytest_gpuaccept.verdict import Verdict, verdict_of
+
 NODE = Path(__file__).resolve().parent.parent / "tests" / "data" / "cluster" / "node-results-h100-8gpu-112checks.json"
 BAD_NODES = (17, 503, 998)  # their GPU3 fails its utilisation check
-HEAD = {"gpuaccept": 1, "mode": "live", "started": "2026-11-30T18:00:00+00:00", "finished": "2026-11-30T18:20:00+00:00",
+HEAD = {"mode": "live", "started": "2026-11-30T18:00:00+00:00", "finished": "2026-11-30T18:20:00+00:00",
         "contract": {"path": "cluster.yaml", "sha256": "0" * 64, "vendor": "Benchmark cloud", "reference": "SLA-1000"},
         "host": {"hostname": "login01", "driver": None, "cuda": None, "gpus": []}, "not_in_contract": []}
 
@@ -34,23 +40,18 @@ def node_results(nodes: int) -> dict[str, dict[str, Any]]:
     return {f"gpu{n:04d}": bad if n in BAD_NODES else recorded for n in range(1, nodes + 1)}
 
 
-def run(nodes: int) -> tuple[float, dict[str, Any], str, str]:
-    from pytest_gpuaccept.clauses.cluster import NODES
-    from pytest_gpuaccept.cluster.summary import merge_cluster, summary_html
-    from pytest_gpuaccept.report import json_lines
-    from pytest_gpuaccept.subjects import Subject
-    from pytest_gpuaccept.verdict import Verdict, verdict_of
-
+def run(nodes: int) -> tuple[float, float, dict[str, Any], str, str]:
     by_node = node_results(nodes)
     start, cpu = time.perf_counter(), time.process_time()
     cluster = [Verdict(NODES.key, Subject.whole(name)).passed(
         "IDLE", f"IDLE, 8 GPUs in Gres; results returned: the node's own checks {r['verdict'].upper()}",
-        {"state": "IDLE", "node_verdict": r["verdict"]}).to_dict() for name, r in by_node.items()]
+        {"state": "IDLE", "node_verdict": r["verdict"]}) for name, r in by_node.items()]
     checks, hosts = merge_cluster(cluster, dict(by_node))
-    results = {**HEAD, "verdict": verdict_of(checks, True), "complete": True, "checks": checks, "hosts": hosts}
-    text = json_lines(results)
-    page = summary_html(results)
-    return time.perf_counter() - start, time.process_time() - cpu, results, text, page
+    results = Results(verdict=verdict_of(checks, True), complete=True, checks=checks, hosts=hosts, **HEAD)
+    text = json_lines(results.document())
+    page = banner(results, None, "")  # the report's page, as the login node's opens
+    elapsed, used = time.perf_counter() - start, time.process_time() - cpu
+    return elapsed, used, json.loads(text), text, page
 
 
 def main() -> int:

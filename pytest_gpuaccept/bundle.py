@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .evidence import files_under
-from .verdict import verdict_of
+from .verdict import Check, verdict_of
 
 MANIFEST = "manifest.json"
 EVIDENCE_DIR = "gpuaccept-evidence"
@@ -143,8 +143,8 @@ def _verdict_problems(folder: Path, root: Path, documents: dict[str, str], manif
     problems = []
     try:
         results = json.loads((folder / RESULTS_COPY).read_text())
-        checks, complete = results["checks"], bool(results["complete"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        checks, complete = [Check.from_dict(c) for c in results["checks"]], bool(results["complete"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return [f"the results cannot be read to recompute the verdict: {exc}"]
     spoiled = results.get("other_failures") or results.get("foreign_evidence") or results.get("foreign_code")
     recomputed = "rejected" if spoiled else verdict_of(checks, complete)

@@ -1,17 +1,56 @@
-"""Small inline SVG line charts for the report: self-contained, no script, every text escaped, integer
-coordinates and at most MAX_POINTS points a line (a run of 10 minutes must not make a report of megabytes)."""
+"""Small inline SVG line charts, heat maps and tables for the report: self-contained, no script, every text
+escaped, integer coordinates and at most MAX_POINTS points a line (a run of 10 minutes must not make a report
+of megabytes). Every colour a text is drawn in reads on its background at WCAG AA (tests/test_report_readable.py).
+Clause modules draw their own report sections with these; nothing here knows a clause."""
 
 from __future__ import annotations
 
 import html
 import math
-from typing import Any, Sequence
+import re
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .units import human_bytes
 
+if TYPE_CHECKING:
+    from .probes.nvml import GpuSeries
+
 WIDTH, HEIGHT, PAD = 520, 170, 42
 MAX_POINTS = 240  # per line: a bucket keeps its lowest and highest value, so a dip still shows
-PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#d1242f", "#57606a")
+# Line colours, also the legend's text on the chart's white: each at least 4.5:1 on white (WCAG AA).
+PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#1b7c83", "#d1242f", "#57606a")
+TEXT = "#1f2328"  # the report's text colour: 15.8:1 on white
+SECOND_LINE = "#6e7781"  # a second line of one measurement (in-place beside out-of-place): 4.55:1 on white
+FAIL_RED = "#cf222e"  # a threshold and its label: 5.4:1 on white
+MARKER_GREY = "#57606a"  # the warmup marker's label: 6.4:1 on white
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def safe_text(text: str, limit: int | None = None) -> str:
+    """Escape for HTML, make control bytes (ANSI escapes, NUL) visible, and bound the length."""
+    cut = ""
+    if limit is not None and len(text) > limit:
+        cut = f"\n[... {len(text) - limit} more characters in the evidence file]"
+        text = text[:limit]
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return html.escape(text + cut)
+
+
+OUTCOME_CLASS = {"passed": "gp", "failed": "gf", "not_measured": "gn"}  # their colours: the report's stylesheet
+
+
+def _cell(value: Any) -> str:
+    css = OUTCOME_CLASS.get(value) if isinstance(value, str) else None
+    return (f"<td class={css}>" if css else "<td>") + safe_text(str(value))
+
+
+def table(rows: Sequence[Sequence[Any]]) -> str:
+    """A plain table (its look in the report's stylesheet, class gt): cells close themselves (HTML5); a cell that
+    is an outcome (passed, failed, not_measured) takes its colour."""
+    head, *body = rows
+    cells = "".join(f"<th>{safe_text(str(c))}" for c in head)
+    lines = "".join("<tr>" + "".join(_cell(c) for c in row) for row in body)
+    return f"<table class=gt><tr>{cells}{lines}</table>"
 
 
 def _thin(xs: Sequence[float], values: list[float]) -> tuple[Sequence[float], list[float]]:
@@ -62,18 +101,22 @@ def line_chart(title: str, xs: Sequence[float], lines: Sequence[tuple[str, Seque
                        threshold_label, vline, vline_label, x_label, log2_x)
 
 
+def _known(label: str, xs: Sequence[float], values: Sequence[float | None], colour: str
+           ) -> tuple[str, Sequence[float], list[float], str]:
+    """A line's points with a value: a sample NVML did not answer is no point (its neighbours are joined), nor a
+    value without its time (or a time without its value)."""
+    known = [v for v in values if v is not None]
+    if len(known) == len(values) == len(xs):
+        return label, xs, known, colour
+    pairs = [(x, v) for x, v in zip(xs, values) if v is not None]
+    return label, [x for x, _v in pairs], [v for _x, v in pairs], colour
+
+
 def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence[float | None], str]], unit: str,
                 threshold: float | None = None, threshold_label: str = "", vline: float | None = None,
                 vline_label: str = "", x_label: str = "t (s)", log2_x: bool = False) -> str:
     """Lines with their own x values (label, xs, values, colour): e.g. one GPU each, sampled at its own times."""
-    series: list[tuple[str, Sequence[float], list[float], str]] = []
-    for label, xs, values, colour in lines:
-        known = [v for v in values if v is not None]  # a sample NVML did not answer: no point, neighbours joined
-        if len(known) == len(values) == len(xs):
-            series.append((label, xs, known, colour))
-        else:  # what zip pairs: a value without its time (or a time without its value) is no point
-            pairs = [(x, v) for x, v in zip(xs, values) if v is not None]
-            series.append((label, [x for x, _v in pairs], [v for _x, v in pairs], colour))
+    series = [_known(*line) for line in lines]
     drawn = [(xs, values) for _label, xs, values, _c in series if values]
     if not drawn:
         return f"<p>{html.escape(title)}: no data</p>"
@@ -112,12 +155,12 @@ def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence
                      f"<title>{html.escape(label)}</title></polyline>")
     if threshold is not None:
         y = py(threshold)
-        parts.append(f'<line x1={PAD} x2={WIDTH - PAD} y1={y} y2={y} stroke="#cf222e" stroke-dasharray="4,3"/>'
-                     f'<text x={WIDTH - PAD} y={y - 3} text-anchor=end fill="#cf222e">{html.escape(threshold_label)}</text>')
+        parts.append(f'<line x1={PAD} x2={WIDTH - PAD} y1={y} y2={y} stroke="{FAIL_RED}" stroke-dasharray="4,3"/>'
+                     f'<text x={WIDTH - PAD} y={y - 3} text-anchor=end fill="{FAIL_RED}">{html.escape(threshold_label)}</text>')
     if vline is not None and x_min <= tx(vline) <= x_max:
         x = px(vline)
         parts.append(f'<line x1={x} x2={x} y1={PAD // 2} y2={HEIGHT - PAD // 2} stroke="#888" stroke-dasharray="2,2"/>'
-                     f'<text x={x + 3} y={PAD // 2 + 8} fill="#555">{html.escape(vline_label)}</text>')
+                     f'<text x={x + 3} y={PAD // 2 + 8} fill="{MARKER_GREY}">{html.escape(vline_label)}</text>')
     if len(series) > 1:
         keys = "".join(f'<tspan fill="{colour}"> {html.escape(label)}</tspan>' for label, _xs, _v, colour in series)
         parts.append(f"<text x={WIDTH - PAD} y=12 text-anchor=end>{keys}</text>")
@@ -130,26 +173,27 @@ def _x_tick(x: float, sizes: bool) -> str:
     return human_bytes(x) if sizes else f"{x:.4g}"
 
 
-def timeline_charts(timelines: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def timeline_charts(timelines: Sequence[tuple[str, dict[str, Any], GpuSeries]]) -> str:
     """Utilisation (with threshold and warmup), SM clock, power and temperature over the load: one chart each,
-    a line per subject (GPU), so that eight GPUs are four charts, and the one that lags stands out."""
+    a line per subject (GPU), so that eight GPUs are four charts, and the one that lags stands out. Each
+    timeline is (label, its check's `timeline` details, the GPU's NVML samples)."""
     if not timelines:
         return ""
     first = timelines[0][1]
     warmup, threshold = first.get("warmup_s"), first.get("threshold")
     colours = [PALETTE[n % len(PALETTE)] for n in range(len(timelines))]
+    times = [[s.t_s for s in series.samples] for _label, _t, series in timelines]  # shared by a GPU's four lines
 
-    times = [[r[0] for r in t["rows"]] for _label, t in timelines]  # each GPU's, shared by its four lines
+    def lines(field: str) -> list[tuple[str, list[float], list[float | None], str]]:
+        return [(label, xs, [getattr(s, field) for s in series.samples], colour)
+                for (label, _t, series), xs, colour in zip(timelines, times, colours)]
 
-    def lines(column: int) -> list[tuple[str, list[float], list[float | None], str]]:
-        return [(label, xs, [r[column] for r in t["rows"]], colour)
-                for (label, t), xs, colour in zip(timelines, times, colours)]
-
-    charts = [multi_chart("GPU utilisation", lines(1), "%", threshold,
+    charts = [multi_chart("GPU utilisation", lines("util_percent"), "%", threshold,
                           f"threshold {threshold:g} %" if threshold is not None else "",
                           warmup, f"warmup {warmup:g} s" if warmup is not None else "")]
-    for title, column, unit in (("SM clock", 2, "MHz"), ("power", 3, "W"), ("temperature", 4, "°C")):
-        charts.append(multi_chart(title, lines(column), unit, vline=warmup, vline_label="warmup"))
+    for title, field, unit in (("SM clock", "sm_clock_mhz", "MHz"), ("power", "power_w", "W"),
+                               ("temperature", "temp_c", "°C")):
+        charts.append(multi_chart(title, lines(field), unit, vline=warmup, vline_label="warmup"))
     return "".join(charts)
 
 
@@ -159,8 +203,20 @@ def busbw_chart(table: list[list[Any]], threshold: float) -> str:
     xs = [row[0] for row in body]
     in_place = [row[2] if isinstance(row[2], (int, float)) else None for row in body]
     return line_chart("all_reduce busbw over message size", xs,
-                      [("out-of-place", [row[1] for row in body], "#0969da"), ("in-place", in_place, "#8c959f")],
+                      [("out-of-place", [row[1] for row in body], "#0969da"), ("in-place", in_place, SECOND_LINE)],
                       "GB/s", threshold, f"threshold {threshold:g} GB/s", x_label="message size (log scale)", log2_x=True)
+
+
+HEAT_TEXT = TEXT  # a heat map's numbers (the stylesheet's .gh td): at least 5.5:1 on the darkest green
+HEAT_FAILED, HEAT_UNMEASURED, HEAT_DIAGONAL = "#f4b6b6", "#d0d0d0", "#eeeeee"
+
+
+def heat_colour(value: float | None, top: float, outcome: str) -> str:
+    """A cell's background: green, darker the higher its value (up to `top`); failed red, else grey."""
+    if outcome == "passed" and value is not None:
+        shade = int(235 - 120 * (value / top if top else 0))
+        return f"rgb({shade},{min(255, shade + 40)},{shade})"
+    return HEAT_FAILED if outcome == "failed" else HEAT_UNMEASURED
 
 
 def heat_map(title: str, cells: dict[tuple[int, int], tuple[float | None, str]], unit: str,
@@ -179,18 +235,12 @@ def heat_map(title: str, cells: dict[tuple[int, int], tuple[float | None, str]],
         tds = []
         for j in range(size):
             if i == j or (i, j) not in cells:
-                tds.append('<td style="background:#eee">—' if i == j else "<td>")
+                tds.append(f'<td style="background:{HEAT_DIAGONAL}">—' if i == j else "<td>")
                 continue
             value, outcome = cells[(i, j)]
-            if outcome == "passed" and value is not None:
-                shade = int(235 - 120 * (value / top if top else 0))
-                colour = f"rgb({shade},{min(255, shade + 40)},{shade})"
-            elif outcome == "failed":
-                colour = "#f4b6b6"
-            else:
-                colour = "#d0d0d0"
             shown = "—" if value is None else f"{value:g}"
-            tds.append(f'<td style="background:{colour}" title="{names[i]}->{names[j]}: {html.escape(outcome)}">{shown}')
+            tds.append(f'<td style="background:{heat_colour(value, top, outcome)}" '
+                       f'title="{names[i]}->{names[j]}: {html.escape(outcome)}">{shown}')
         rows.append(f"<tr><th>{names[i]}{''.join(tds)}")
     return (f"<h4>{html.escape(title)} ({html.escape(unit)}; {html.escape(legend)})</h4>"
             f"<table class=gh><tr><th>{head}{''.join(rows)}</table>")

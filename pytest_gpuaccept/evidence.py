@@ -74,7 +74,6 @@ class Evidence:
         self.folder = folder
         self._key = key
         self._sealed: dict[str, str] = {}  # name -> sha256, what this process sealed
-        self._written: dict[str, Any] = {}  # name -> the object write_json wrote there (its last seal's)
         # This Evidence's seals are lines appended to one file of the ledger (xdist workers each have theirs): a
         # file created for each seal cost 0.3 ms, some thirty a run, where appending a line costs 0.03.
         self._ledger_file = folder / LEDGER / (secrets.token_hex(8) + SEALS)
@@ -117,7 +116,6 @@ class Evidence:
         with ledger:  # one write of the whole line: another process reads whole lines
             ledger.write(line)
         self._sealed[name] = sha
-        self._written.pop(name, None)  # whatever write_json wrote there before is not what this seal is of
         return sha
 
     def write(self, name: str, data: bytes) -> None:
@@ -127,21 +125,8 @@ class Evidence:
         self._seal_digest(name, sha256_bytes(data))
 
     def write_json(self, name: str, data: Any) -> None:
-        """Write `data` as compact JSON (the C encoder: indent would use the pure-Python one, 0.3 s on 8 GPUs of
-        samples) and seal it; read_json gives `data` itself back while the file is still what was sealed."""
+        """Write `data` as compact JSON and seal it; it is read back only as those sealed bytes (`read`)."""
         self.write(name, json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
-        self._written[name] = data
-
-    def read_json(self, name: str) -> Any:
-        """A sealed JSON file's content (None if there is none; ForeignEvidence as read). Where this process wrote
-        it with write_json, the file is read and checked against the seal all the same, and the object written
-        is returned rather than decoded again (the samples of an 8-GPU load: 4 ms)."""
-        raw = self.read(name)
-        if raw is None:
-            return None
-        if name in self._written:
-            return self._written[name]
-        return json.loads(raw)
 
     def captured_empty(self, name: str) -> bool:
         """Whether `name` was empty when captured: from this process's seal where it has one (no file system

@@ -54,7 +54,7 @@ def judge_check(node: pytest.Item, check: Check) -> None:
     from .report import junit_properties
     from .verdict import NOT_MEASURED_PREFIX, Outcome
 
-    node.user_properties.extend(junit_properties(check.to_dict()))
+    node.user_properties.extend(junit_properties(check))
     if check.outcome is not Outcome.PASSED:
         verdict = "" if check.message.startswith(NOT_MEASURED_PREFIX.rstrip(": ")) else "failed: "
         pytest.fail(f"{check.clause} {check.subject}: {verdict}{check.message}", pytrace=False)

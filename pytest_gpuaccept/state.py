@@ -17,6 +17,7 @@ from .measurements import GpuModels
 from .models import by_device_id
 from .models.pciids import with_pci_ids
 from .probes import nvml, sysfs
+from .verdict import Check
 
 if TYPE_CHECKING:  # the contract model imports the clause modules, which read the State
     from .contract import Contract
@@ -46,8 +47,8 @@ class State:
     mode: str = "live"  # "simulated" with an NVML recording, "replay" from a bundle (results.md)
     foreign_code: list[str] = field(default_factory=list)  # shipped code or fixtures replaced at run time
     advice: list[str] = field(default_factory=list)  # warnings about the contract, shown, never failures
-    # Judged checks by (clause, subject), as plain dicts: they arrive from xdist workers that way.
-    checks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # Judged checks by (clause, subject), each with the test that judged it (the report collects them).
+    checks: dict[tuple[str, str], Check] = field(default_factory=dict)
     _parsed_host: tuple[dict[str, Any], nvml.Host] | None = field(default=None, repr=False, compare=False)
     _recorded_samples: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 

@@ -7,9 +7,9 @@ constructs a Check. A user's own test builds its `Verdict(clause, subject, requi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Union
+from typing import Any, Mapping, Sequence, Union
 
 from .subjects import Subject
 
@@ -42,25 +42,49 @@ class Check:
     evidence: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
     threshold: float | None = None  # the numeric bound behind `required`, where there is one
+    test: str | None = None  # the test that judged it, once the report collected it
+    node: str | None = None  # a cluster's node whose check this is (its subject `<node>/<subject>`)
 
     @property
     def passed(self) -> bool:
         return self.outcome is Outcome.PASSED
 
     def to_dict(self) -> dict[str, Any]:
-        """The check as the results JSON lists it (shallow: details are data, never changed after judging)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["outcome"] = self.outcome.value
-        data["evidence"] = list(self.evidence)
-        data["details"] = dict(self.details)
-        if self.threshold is None:
-            del data["threshold"]
+        """The check as the results JSON lists it (results.md): details, threshold, test and node only where
+        there is one. Shallow: details are data, never changed after judging (so never copied)."""
+        data: dict[str, Any] = {"clause": self.clause, "subject": self.subject, "outcome": self.outcome.value,
+                                "measured": self.measured, "unit": self.unit, "required": self.required,
+                                "message": self.message, "evidence": list(self.evidence)}
+        if self.details:
+            data["details"] = self.details
+        if self.threshold is not None:
+            data["threshold"] = self.threshold
+        if self.test is not None:
+            data["test"] = self.test
+        if self.node is not None:
+            data["node"] = self.node
         return data
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Check:
+        """A check from its JSON (a test's JUnit property, a cluster node's results); KeyError without clause
+        or subject. An outcome that is none of the three is not measured: never a pass."""
+        details, evidence, threshold = data.get("details"), data.get("evidence"), data.get("threshold")
+        test, node = data.get("test"), data.get("node")
+        return cls(str(data["clause"]), str(data["subject"]), _OUTCOMES.get(data.get("outcome"), Outcome.NOT_MEASURED),
+                   data.get("measured"), data.get("unit"), str(data.get("required") or ""), str(data.get("message") or ""),
+                   tuple(map(str, evidence)) if isinstance(evidence, list) else (),
+                   details if isinstance(details, dict) else {},
+                   float(threshold) if isinstance(threshold, (int, float)) else None,
+                   None if test is None else str(test), None if node is None else str(node))
 
-def verdict_of(checks: list[dict[str, Any]], complete: bool) -> str:
+
+_OUTCOMES: dict[Any, Outcome] = {outcome.value: outcome for outcome in Outcome}
+
+
+def verdict_of(checks: Sequence[Check], complete: bool) -> str:
     """accepted only when the run is complete, at least one check ran, and every check passed."""
-    return "accepted" if complete and checks and all(c["outcome"] == Outcome.PASSED.value for c in checks) else "rejected"
+    return "accepted" if complete and checks and all(c.outcome is Outcome.PASSED for c in checks) else "rejected"
 
 
 def fmt(value: float | int) -> str:

@@ -179,10 +179,11 @@ def test_each_sample_is_kept_once_the_checks_name_where(accept, workload, tmp_pa
 
 
 def test_a_chart_whose_samples_file_is_gone_says_so_and_draws_the_others():
-    from pytest_gpuaccept.report import measurements
+    from pytest_gpuaccept.report.details import measurements
+    from pytest_gpuaccept.verdict import Check
 
-    check = {"clause": "utilisation", "subject": "GPU0", "outcome": "passed",
-             "details": {"timeline": {"samples": "nvml-samples.json", "gpu": 0, "threshold": 80.0, "warmup_s": 1.0}}}
+    check = Check.from_dict({"clause": "utilisation", "subject": "GPU0", "outcome": "passed", "details": {
+        "timeline": {"samples": "nvml-samples.json", "gpu": 0, "threshold": 80.0, "warmup_s": 1.0}}})
     page = measurements([check], None)
     assert "GPU0: no timeline drawn: nvml-samples.json is not in the evidence" in page and "<svg" not in page
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 from ..subjects import Subject
 from ..verdict import Check, Verdict
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..evidence import Evidence
     from ..schema import Key
 
 S = TypeVar("S")  # a section's validated configuration
@@ -165,6 +166,17 @@ SUBJECT_RULES: dict[str, type] = {"host": HostWide, "gpu": PerGpu, "pair": GpuPa
 
 Judge = Callable[[Any, Subject, Any, "Contract"], Check]
 Measure = Callable[..., Any]  # a measuring function; its parameters are the fixtures it reads (gpuaccept_state, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportPart:
+    """A section's (or engine's) own part of the report, besides a row per check, listed in the registry's
+    REPORT_PARTS: `render` draws it from the run's checks (a heat map, a grid; "" when it has nothing to draw);
+    `gather`, where checks stand for other runs (a cluster's nodes), merges those runs' checks in from the sealed
+    evidence and gives the results' `hosts` (None where it gathered nothing)."""
+
+    render: Callable[[Sequence[Check]], str]
+    gather: Callable[[list[Check], Evidence], tuple[list[Check], list[dict[str, Any]] | None]] | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: one record per clause

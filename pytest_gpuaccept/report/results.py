@@ -1,0 +1,140 @@
+"""The results of a run as one typed record, its JSON (../docs and results.md: format 1), and the lines of text
+that say it: the verdict line, the mode, and the root cause that left checks not measured."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..verdict import NOT_MEASURED_PREFIX, Check, Outcome
+
+CHECK_PROPERTY = "gpuaccept_check"
+ITEM_PROPERTY = "gpuaccept_item"
+
+
+@dataclass
+class Results:
+    """What the results file says. The checks stay Checks until `to_json` writes them; a field that is None
+    (or empty, for the lists that only warn) is not in the file."""
+
+    verdict: str
+    complete: bool
+    started: str
+    finished: str
+    contract: dict[str, Any]
+    host: dict[str, Any]
+    checks: list[Check]
+    mode: str | None = None  # None only in the results of a run whose judging crashed (`error`)
+    not_in_contract: list[str] | None = None
+    report: str | None = None
+    evidence: str | None = None
+    tool_version: str | None = None
+    cluster_node: str | None = None
+    hosts: list[dict[str, Any]] | None = None
+    replayed_from: str | None = None
+    recorded: dict[str, Any] | None = None
+    other_failures: int = 0
+    foreign_evidence: list[str] = field(default_factory=list)
+    foreign_code: list[str] = field(default_factory=list)
+    plugins: list[dict[str, str]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    contract_warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def counts(self) -> dict[Outcome, int]:
+        found = Counter(check.outcome for check in self.checks)
+        return {outcome: found[outcome] for outcome in Outcome}
+
+    def document(self) -> dict[str, Any]:
+        """The results file's object, keys in the order results.md shows them; its checks are still Checks, each
+        written as its JSON by json_lines (the only place a Check becomes a dict)."""
+        document: dict[str, Any] = {"gpuaccept": 1, "verdict": self.verdict}
+        if self.mode is not None:
+            document["mode"] = self.mode
+        document.update(complete=self.complete, started=self.started, finished=self.finished,
+                        contract=self.contract, host=self.host, checks=self.checks)
+        optional = (("not_in_contract", self.not_in_contract), ("report", self.report), ("evidence", self.evidence),
+                    ("tool_version", self.tool_version), ("cluster_node", self.cluster_node), ("hosts", self.hosts),
+                    ("replayed_from", self.replayed_from), ("recorded", self.recorded),
+                    ("other_failures", self.other_failures or None),
+                    ("foreign_evidence", self.foreign_evidence or None), ("foreign_code", self.foreign_code or None),
+                    ("plugins", self.plugins), ("tools", self.tools),
+                    ("contract_warnings", self.contract_warnings or None), ("error", self.error))
+        document.update((key, value) for key, value in optional if value is not None)
+        return document
+
+
+_ENCODER = json.JSONEncoder(default=str)  # one encoder for every line: a cluster's results have 100,000
+
+
+def json_lines(document: dict[str, Any]) -> str:
+    """The results as JSON a person can grep: a key per line, and a list of objects (checks, tools) an object
+    per line. A Check is written as its JSON here, one at a time (a cluster's 100,000 never all held as dicts)."""
+    encode = _ENCODER.encode
+    parts = []
+    for key, value in document.items():
+        if isinstance(value, list) and value and all(isinstance(v, (dict, Check)) for v in value):
+            inner = ",\n  ".join(encode(v.to_dict() if isinstance(v, Check) else v) for v in value)
+            parts.append(f"{encode(key)}: [\n  {inner}\n ]")
+        else:
+            parts.append(f"{encode(key)}: {encode(value)}")
+    return "{\n " + ",\n ".join(parts) + "\n}\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def junit_properties(check: Check) -> list[tuple[str, str]]:
+    """The check as JUnit testcase properties: one JSON document, and each fact on its own (no Python repr)."""
+    facts = (("clause", check.clause), ("subject", check.subject), ("outcome", check.outcome.value),
+             ("measured", check.measured), ("unit", check.unit), ("required", check.required),
+             ("threshold", check.threshold))
+    return [(CHECK_PROPERTY, json.dumps(check.to_dict(), sort_keys=True, default=str))] + [
+        (f"gpuaccept_{key}", "" if value is None else str(value)) for key, value in facts]
+
+
+def verdict_line(results: Results) -> str:
+    """The one line a script or a person reads last: verdict, completeness and mode when not live."""
+    word = results.verdict.upper() + ("" if results.complete else " (INCOMPLETE)")
+    node = (f" [NODE {results.cluster_node} of a cluster contract: its own sections only, not the cluster's "
+            "verdict]" if results.cluster_node else "")
+    mode = f" [{mode_label(results)}]" if (results.mode or "live") != "live" else ""
+    return f"gpuaccept verdict: {word}{mode}{node}"
+
+
+def mode_label(results: Results) -> str:
+    """How a run that was not measured live says so, next to its verdict."""
+    if results.mode == "replay":
+        recorded = results.recorded or {}
+        return (f"REPLAY of host {recorded.get('host') or 'unnamed'} recorded "
+                f"{recorded.get('started') or 'at an unknown time'}: judged from a bundle, not measured now")
+    if results.mode == "simulated":
+        return "SIMULATED: NVML readings from a recording, not from this host's driver"
+    return "LIVE"
+
+
+def root_cause(results: Results) -> str:
+    """One line for the source every clause needs, when it is missing (NVML could not start): the cause once,
+    and how many checks were left not measured by it; "" when NVML answered or no check names it."""
+    cause = str(results.host.get("error") or "")
+    if not cause:
+        return ""
+    left = [c for c in results.checks if c.outcome is Outcome.NOT_MEASURED and cause in c.message]
+    if not left:
+        return ""
+    others = results.counts()[Outcome.NOT_MEASURED] - len(left)
+    more = f" (and {others} more for other reasons, listed below)" if others else ""
+    return f"{cause}: {len(left)} checks not measured{more}"
+
+
+def shown_message(check: Check) -> str:
+    """A check's message as a failure line shows it: the outcome says "not measured" already."""
+    return check.message.removeprefix(NOT_MEASURED_PREFIX)
