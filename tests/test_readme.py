@@ -68,8 +68,11 @@ def test_the_first_command_from_an_empty_folder_as_a_new_user(tmp_path):
                           timeout=600)
 
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # rejected, not a usage error (4)
-    assert done.stdout.rstrip().splitlines()[-1].startswith("gpuaccept verdict: REJECTED")
-    assert "NVML could not start" in done.stdout
+    lines = done.stdout.rstrip().splitlines()
+    assert lines[-1].startswith("gpuaccept verdict: REJECTED")
+    cause = next(n for n, line in enumerate(lines) if line.startswith("gpuaccept: NVML could not start"))
+    assert "checks not measured" in lines[cause]
+    assert cause < lines.index(next(line for line in lines if "= FAILURES =" in line))  # the cause comes first
     results = json.loads((empty / "gpuaccept-results.json").read_text())
     assert results["verdict"] == "rejected" and results["complete"] is True
     assert results["contract"]["path"].endswith("h100_sxm5_8gpu.yaml")
