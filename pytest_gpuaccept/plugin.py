@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from .contract import Contract
+    from .probes._run import ToolRunner
     from .state import State
 
 DEFAULT_REPORT = "gpuaccept-report.html"
@@ -92,15 +94,42 @@ def pytest_configure(config: pytest.Config) -> None:
     if contract_path is None:
         return  # loaded in every pytest run of the environment: do nothing unless asked
     from . import report
-    from .bundle import evidence_folder, verify
-    from .clauses import cluster
     from .clauses.advice import advise
-    from .contract import ContractError, load_contract
-    from .evidence import new_key
-    from .presets import presets, resolve, unknown
-    from .probes._run import ToolRunner
     from .state import STATE, State
     from .suite import measurement_fixtures
+
+    contract = _contract(config, contract_path)
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None:
+        _command_line_only(config)
+    judging = not any(getattr(config.option, name, False) for name in _NOT_JUDGING)
+    replay, nvml_recording = _replay(config), _option(config, "gpuaccept_nvml")
+    if nvml_recording is not None and not Path(nvml_recording).is_file():
+        raise pytest.UsageError(f"--gpuaccept-nvml: file not found: {nvml_recording}")
+    report_path, json_path, evidence_dir = _outputs(config, judging, workerinput, replay)
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        # No test path named: run the shipped suites (xdist workers re-parse the command line, so they too).
+        config.args = [str(suites_dir())]
+    runner = _runner(contract, evidence_dir, replay, workerinput, judging)
+    runner.progress = _progress(config) if workerinput is None and judging else None
+    mode = "replay" if replay is not None else "simulated" if nvml_recording is not None else "live"
+    config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
+                                Path(nvml_recording).resolve() if nvml_recording else None,
+                                is_controller=workerinput is None,
+                                sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode,
+                                advice=advise(contract))
+    config.pluginmanager.register(measurement_fixtures(), "gpuaccept-measurements")
+    if judging:
+        config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")
+    else:
+        config.pluginmanager.register(_NothingJudged(), "gpuaccept-nothing-judged")
+
+
+def _contract(config: pytest.Config, contract_path: str) -> Contract:
+    """The contract --contract names (a file or a preset), for this node where --gpuaccept-node says one."""
+    from .clauses import cluster
+    from .contract import ContractError, load_contract
+    from .presets import presets, resolve, unknown
 
     mistyped = unknown(contract_path)  # a bare name that is no preset: did-you-mean, not "file not found"
     if mistyped is not None:
@@ -116,26 +145,32 @@ def pytest_configure(config: pytest.Config) -> None:
     if node is not None:
         if cluster.SECTION.get(contract) is None:
             raise pytest.UsageError("--gpuaccept-node: the contract has no cluster section")
-        contract = replace(contract, node=node)
-    elif cluster.SECTION.get(contract) is not None and (getattr(config, "workerinput", None) is not None
-                                           or getattr(config.option, "numprocesses", None)):
+        return replace(contract, node=node)
+    if cluster.SECTION.get(contract) is not None and (getattr(config, "workerinput", None) is not None
+                                                      or getattr(config.option, "numprocesses", None)):
         raise pytest.UsageError("a cluster run spreads its work over the cluster's nodes itself: run it without -n")
+    return contract
 
-    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
-    if workerinput is None:
-        _command_line_only(config)
-    judging = not any(getattr(config.option, name, False) for name in _NOT_JUDGING)
+
+def _replay(config: pytest.Config) -> str | None:
+    """The evidence folder --gpuaccept-replay names, once it verifies: judging edited evidence would be judging
+    the editor, not the machine."""
+    from .bundle import evidence_folder, verify
+
     replay = _option(config, "gpuaccept_replay")
-    if replay is not None:
-        replay = str(evidence_folder(Path(replay)))
-        checked = verify(Path(replay), evidence_only=True)
-        if not checked.ok:  # judging edited evidence would be judging the editor, not the machine
-            raise pytest.UsageError(f"--gpuaccept-replay: the bundle {replay} does not verify:\n" +
-                                    "\n".join(checked.problems))
-    nvml_recording = _option(config, "gpuaccept_nvml")
-    if nvml_recording is not None and not Path(nvml_recording).is_file():
-        raise pytest.UsageError(f"--gpuaccept-nvml: file not found: {nvml_recording}")
+    if replay is None:
+        return None
+    replay = str(evidence_folder(Path(replay)))
+    checked = verify(Path(replay), evidence_only=True)
+    if not checked.ok:
+        raise pytest.UsageError(f"--gpuaccept-replay: the bundle {replay} does not verify:\n" + "\n".join(checked.problems))
+    return replay
 
+
+def _outputs(config: pytest.Config, judging: bool, workerinput: dict[str, Any] | None,
+             replay: str | None) -> tuple[Path, Path, Path]:
+    """Where the report, the results and the evidence go; a real run starts clean, so an earlier verdict is never
+    read after a run that ended early."""
     if not hasattr(config.option, "htmlpath"):
         raise pytest.UsageError("pytest-gpuaccept writes its report with pytest-html: do not disable it (-p no:html)")
     report_path = Path(config.option.htmlpath or DEFAULT_REPORT).resolve()
@@ -148,37 +183,27 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--gpuaccept-replay: {replay} is where this run writes its own evidence; "
                                 "replay from elsewhere or move the report with --html=OTHER/report.html")
     if workerinput is None and judging:
-        # A real run starts clean: an earlier verdict must never be read after a run that ended early.
         if evidence_dir.is_dir():
             shutil.rmtree(evidence_dir)
         for stale in (json_path, report_path):
             stale.unlink(missing_ok=True)
         evidence_dir.mkdir(parents=True)
         config.stash[_SIGTERM] = _stop_on_sigterm()
+    return report_path, json_path, evidence_dir
 
-    if config.args_source != pytest.Config.ArgsSource.ARGS:
-        # No test path named: run the shipped suites (xdist workers re-parse the command line, so they too).
-        config.args = [str(suites_dir())]
+
+def _runner(contract: Contract, evidence_dir: Path, replay: str | None, workerinput: dict[str, Any] | None,
+            judging: bool) -> ToolRunner:
+    """The runner of every tool: the contract's paths, pins and timeout, this interpreter for the workloads."""
+    from .evidence import new_key
+    from .probes._run import ToolRunner
 
     timeout = contract.tools.timeout.seconds if contract.tools.timeout else DEFAULT_TIMEOUT_S
     tool_paths = {"python": sys.executable, **contract.tools.paths}  # workloads run in this interpreter
     # The key that seals this run's evidence lives in memory only; xdist workers get it through execnet.
     key = bytes.fromhex(workerinput["gpuaccept_key"]) if workerinput else new_key()
-    runner = ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None,
-                        pins=contract.tools.sha256, key=key,
-                        keep=judging)
-    runner.progress = _progress(config) if workerinput is None and judging else None
-    mode = "replay" if replay is not None else "simulated" if nvml_recording is not None else "live"
-    config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
-                                Path(nvml_recording).resolve() if nvml_recording else None,
-                                is_controller=workerinput is None,
-                                sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode,
-                                advice=advise(contract))
-    config.pluginmanager.register(measurement_fixtures(), "gpuaccept-measurements")
-    if judging:
-        config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")
-    else:
-        config.pluginmanager.register(_NothingJudged(), "gpuaccept-nothing-judged")
+    return ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None,
+                      pins=contract.tools.sha256, key=key, keep=judging)
 
 
 # Options of pytest's that show or collect without running: with them nothing is measured or judged.
