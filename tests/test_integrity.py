@@ -1,9 +1,13 @@
 """No ACCEPTED that the run itself did not earn: planted evidence, recordings from config files, modes
 that judge nothing, foreign code, and a bundle that protects the report people sign."""
 
+import importlib.metadata
 import json
 import shutil
 import subprocess
+import sysconfig
+import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,14 @@ from conftest import DATA, nvml_recording
 from test_bundle import CONTRACT as ACCEPTED_CONTRACT
 from test_bundle import p5_log
 
+import pytest_gpuaccept.verdict as verdict
+from pytest_gpuaccept import charts
 from pytest_gpuaccept.__main__ import main as cli
+from pytest_gpuaccept.clauses import utilisation
+from pytest_gpuaccept.evidence import LEDGER, Evidence, ForeignEvidence, new_key, sha256_bytes
+from pytest_gpuaccept.integrity import replaced_code
+from pytest_gpuaccept.probes._run import ToolRunner
+from pytest_gpuaccept.report.collect import name_version
 
 SOLD = ACCEPTED_CONTRACT  # what the vendor sold: 8x H100 80 GB, NV18 between every pair, 450 GB/s busbw
 
@@ -99,8 +110,6 @@ def test_junit_carries_verdict_mode_and_contract_digest(accept, fake_tools):
     assert '<property name="gpuaccept_verdict" value="accepted" />' in xml
     assert f'<property name="gpuaccept_contract_sha256" value="{run.json["contract"]["sha256"]}" />' in xml
     # Each testcase: its check as separate properties and as one JSON document, never a Python repr.
-    import xml.etree.ElementTree as ET
-
     case = next(c for c in ET.fromstring(xml).iter("testcase") if c.get("name") == "test_gpu_memory[GPU3]")
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert (props["gpuaccept_clause"], props["gpuaccept_subject"], props["gpuaccept_outcome"]) == ("gpus.memory", "GPU3", "passed")
@@ -227,11 +236,6 @@ def test_a_plugin_that_calls_the_clause_tests_itself_leaves_them_not_measured(ac
 def test_code_from_an_installed_package_is_not_taken_for_the_standard_library(monkeypatch):
     """In a virtual environment the standard library's platform folder (lib/pythonX.Y) holds site-packages:
     a vendor's plugin installed there with pip replacing a method is foreign code all the same."""
-    import sysconfig
-
-    import pytest_gpuaccept.verdict as verdict
-    from pytest_gpuaccept.integrity import replaced_code
-
     planted = Path(sysconfig.get_paths()["purelib"]) / "vendor_plugin.py"
     namespace: dict[str, object] = {}
     exec(compile("def judged(self, ok, measured, message, details=None):\n    return self.passed(measured, 'x')\n",
@@ -250,10 +254,6 @@ class _Anything:
 def test_a_module_name_given_someone_else_s_function_class_or_callable_is_named(monkeypatch):
     """A judge looks its helpers up in its module when it runs: a plugin's lambda put there keeps the plugin's
     __module__, and is foreign code all the same (as are a plugin's class and a callable object)."""
-    from pytest_gpuaccept import charts, verdict
-    from pytest_gpuaccept.clauses import utilisation
-    from pytest_gpuaccept.integrity import replaced_code
-
     monkeypatch.setattr(utilisation, "_sampled", lambda *args: None)
     monkeypatch.setattr(verdict, "Verdict", _Anything)
     monkeypatch.setattr(charts, "PALETTE", _Anything())
@@ -390,10 +390,6 @@ def test_a_pytest_gpuaccept_planted_in_the_working_directory_never_runs_as_a_wor
 def test_each_plugin_s_distribution_is_named_by_importlib_metadata_whatever_the_case_of_its_fields(tmp_path):
     """plugins.json names a plugin's distribution as importlib.metadata reads it: core metadata field names are
     case-insensitive, so a METADATA that writes `name:` and `version:` is named all the same."""
-    import importlib.metadata
-
-    from pytest_gpuaccept.report.collect import name_version
-
     for dist in importlib.metadata.distributions():
         assert name_version(dist) == f"{dist.metadata['Name']}=={dist.version}"
     info = tmp_path / "some_plugin-2.0.dist-info"
@@ -408,8 +404,6 @@ def test_seals_cross_processes_and_a_forged_or_broken_ledger_vouches_for_nothing
     """Two processes of one run (an xdist worker and the controller: the same folder and key) read each
     other's seals from the ledger; a line written without the key, a torn line, a ledger deleted, and a file
     that another process rewrote put back as it first was, are each caught."""
-    from pytest_gpuaccept.evidence import LEDGER, Evidence, ForeignEvidence, new_key
-
     key = new_key()
     worker, controller = Evidence(tmp_path, key), Evidence(tmp_path, key)
     worker.write("host.json", b'{"gpus": 8}')
@@ -454,8 +448,6 @@ def test_seals_cross_processes_and_a_forged_or_broken_ledger_vouches_for_nothing
 def test_json_evidence_is_read_back_only_as_the_sealed_bytes(tmp_path):
     """What write_json wrote is read back as its sealed bytes, by the process that wrote it and by another process
     of the run (same folder and key), never as the object in memory, and only while the file is what was sealed."""
-    from pytest_gpuaccept.evidence import Evidence, ForeignEvidence, new_key
-
     key = new_key()
     loop, report_of_controller = Evidence(tmp_path, key), Evidence(tmp_path, key)
     samples = {"gpus": [{"index": 0, "samples": [[0.0, 99, 1980, 690.0, 70, 0, 5, 16]]}]}
@@ -472,11 +464,6 @@ def test_json_evidence_is_read_back_only_as_the_sealed_bytes(tmp_path):
 def test_a_tool_s_output_is_sealed_as_read_and_a_process_it_left_writing_is_caught(tmp_path):
     """The runner reads a tool's output once: the text it parses is the bytes it seals. A process the tool left
     behind that goes on writing into that output makes the file one that changed after capture."""
-    import time
-
-    from pytest_gpuaccept.evidence import sha256_bytes
-    from pytest_gpuaccept.probes._run import ToolRunner
-
     tool = tmp_path / "bin" / "quick-exit"
     tool.parent.mkdir()
     tool.write_text("#!/bin/sh\necho measured 450\n(sleep 0.4; echo 'measured 9999') &\n")

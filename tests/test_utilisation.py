@@ -6,9 +6,17 @@ row per 200 ms: t, utilisation, SM clock, power, temperature, clock event reason
 
 import importlib.util
 import json
+import re
+import time
 
 import pytest
 from conftest import DATA
+
+from pytest_gpuaccept import charts
+from pytest_gpuaccept.probes import nvml
+from pytest_gpuaccept.probes._run import Command, ToolRunner
+from pytest_gpuaccept.report.details import measurements
+from pytest_gpuaccept.verdict import Check
 
 FIELDS = ["t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c", "throttle_reasons", "pcie_gen", "pcie_width"]
 
@@ -179,9 +187,6 @@ def test_each_sample_is_kept_once_the_checks_name_where(accept, workload, tmp_pa
 
 
 def test_a_chart_whose_samples_file_is_gone_says_so_and_draws_the_others():
-    from pytest_gpuaccept.report.details import measurements
-    from pytest_gpuaccept.verdict import Check
-
     check = Check.from_dict({"clause": "utilisation", "subject": "GPU0", "outcome": "passed", "details": {
         "timeline": {"samples": "nvml-samples.json", "gpu": 0, "threshold": 80.0, "warmup_s": 1.0}}})
     page = measurements([check], None)
@@ -189,8 +194,6 @@ def test_a_chart_whose_samples_file_is_gone_says_so_and_draws_the_others():
 
 
 def test_a_sample_row_is_read_by_the_recording_format_s_field_names():
-    from pytest_gpuaccept.probes import nvml
-
     assert nvml.Sample._fields == nvml.SAMPLE_FIELDS  # the recording's "fields" and the row's names are one list
     with pytest.raises(nvml.ParseError, match="samples malformed"):
         nvml.parse_samples({"fields": list(nvml.SAMPLE_FIELDS), "gpus": [{"index": 0, "samples": [[0.0, 99]]}]})
@@ -198,10 +201,6 @@ def test_a_sample_row_is_read_by_the_recording_format_s_field_names():
 
 def test_the_samples_sampled_during_the_window_are_kept_as_evidence_once(tmp_path):
     """What `during` returns (the NVML samples) is sealed as evidence once, after the window, under its name."""
-    import time
-
-    from pytest_gpuaccept.probes._run import Command, ToolRunner
-
     runner = ToolRunner(tmp_path / "evidence")
     samples = {"interval_s": 0.2, "fields": FIELDS, "gpus": [{"index": 0, "samples": series(1.0)}]}
     written = []
@@ -223,10 +222,6 @@ def test_a_thinned_timeline_still_draws_a_one_sample_dip_and_stays_small():
     """A ten-minute load is 4,000 samples a GPU: each line keeps at most MAX_POINTS points, each bucket its lowest
     and highest, so a GPU that dropped to 3 % for one sample is still seen to (a mean would hide it); and a level
     stretch is drawn as one segment (its inner points would draw the same line)."""
-    import re
-
-    from pytest_gpuaccept import charts
-
     times = [n * 0.15 for n in range(4000)]
     steady = [99.0] * 4000
     dipped = [99.0] * 4000
