@@ -25,14 +25,14 @@ REALISTIC_TOOLS_S = 279.0  # the shipped H100 contract with tools that take what
 def test_the_plugins_own_time_on_the_8gpu_benchmark_contract_is_within_its_budget(tmp_path):
     bench = Bench(tmp_path)
     bench.run()  # the first run compiles the package's bytecode: not what a run costs
-    runs = [bench.run() for _ in range(3)]
+    runs = [bench.run() for _ in range(5)]
     shown = "; ".join(f"wall {r.wall_s:.2f} s, tools {r.tools_s:.2f} s, own {r.own_s:.2f} s, CPU {r.cpu_s:.2f} s"
                       for r in runs)
     assert runs[0].checks == 112
-    # A shared machine's noise only ever adds time, so the fastest of three runs is taken; and on a busy machine
+    # A shared machine's noise only ever adds time, so the fastest of five runs is taken; and on a busy machine
     # the wall clock also counts the time the run waited for a CPU, which its CPU time does not.
     fastest = min(min(r.own_s, r.cpu_s) for r in runs)
-    assert fastest <= BUDGET_S, f"the plugin's own time is over {BUDGET_S} s in each of 3 runs: {shown}"
+    assert fastest <= BUDGET_S, f"the plugin's own time is over {BUDGET_S} s in each of 5 runs: {shown}"
 
 
 def test_the_budget_is_at_most_two_percent_of_a_real_runs_tool_time():
