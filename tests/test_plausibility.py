@@ -10,11 +10,15 @@ import json
 import pytest
 from conftest import DATA, nccl_log, nvml_recording, pci_tree
 
+from pytest_gpuaccept import models
 from pytest_gpuaccept.clauses import plausible
 from pytest_gpuaccept.clauses.allreduce import asked_size, unasked_sizes
+from pytest_gpuaccept.clauses.p2p import P2pView, published
+from pytest_gpuaccept.measurements import GpuModels
 from pytest_gpuaccept.probes._run import ToolRun
 from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
 from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
+from pytest_gpuaccept.probes.nvidia_smi import parse_topo
 from pytest_gpuaccept.probes.p2p_latency import parse_p2p_latency
 from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
@@ -208,3 +212,16 @@ def test_a_judged_size_below_the_asked_minimum_is_not_a_measurement():
     assert unasked_sizes(result, ["-b", "34359738368", "-e", "68719476736"]) == [
         "the largest row, 16 GiB, is below the `-b 34359738368` the command asked: not this command's measurement"]
     assert "asked no -e" in unasked_sizes(result, ["-b", "8"])[0]
+
+
+def test_the_published_figure_of_a_pair_the_topology_shows_without_nvlink_is_pcies():
+    """H100 SXM5s whose `topo -m` shows NODE between them (the real lmdeploy PCIe matrix): "x % of the published
+    figure" is of PCIe Gen5 x16, not of the model's NVLink (which the pair does not have)."""
+    h100 = models.by_device_id("2330")
+    assert h100 is not None
+    known = GpuModels({0: "2330", 1: "2330"}, {0: h100, 1: h100}, ())
+    topology = parse_topo(PCIE_TOPO.read_text())
+    on_pcie = P2pView("nvbandwidth", (), models=known, paths=plausible.Paths(known, topology))
+    assert published(on_pcie, 0, 1, both=False) == (63.0, "H100 SXM5 80GB PCIe Gen5 x16")
+    unknown_path = P2pView("nvbandwidth", (), models=known)  # no topology read: the model's NVLink figure
+    assert published(unknown_path, 0, 1, both=False) == (450.0, "H100 SXM5 80GB NVLink")

@@ -164,13 +164,15 @@ def from_p2p_latency(reading: Reading[P2pLatency], bidirectional: bool) -> P2pVi
 
 def published(m: P2pView, i: int, j: int, both: bool) -> tuple[float | None, str]:
     """The published GPU-to-GPU figure of the pair's model: half its NVLink bandwidth one way, all of it both
-    ways; a model without NVLink, its PCIe x16 figure. (None, "") where the model is unknown."""
+    ways; a model without NVLink, or a pair the topology shows joined by none, its PCIe x16 figure. (None, "")
+    where the model is unknown."""
     models = [m.models.model(k) if m.models else None for k in (i, j)]
     if any(model is None for model in models):
         return None, ""
     model = min(models, key=lambda x: x.nvlink_gbyte_s or 0)  # type: ignore[union-attr]
     assert model is not None
-    if model.nvlink_gbyte_s:
+    links = plausible.nvlinks_between(m.paths, i, j)[0] if m.paths is not None else None
+    if model.nvlink_gbyte_s and links != 0:
         return (model.nvlink_gbyte_s if both else model.nvlink_gbyte_s / 2), f"{model.name} NVLink"
     pcie = PCIE_X16_GBYTE_S.get(model.pcie_gen)
     return ((pcie * 2 if both else pcie) if pcie else None), f"{model.name} PCIe Gen{model.pcie_gen} x16"
