@@ -17,12 +17,27 @@ import pytest
 # while parts of the first copy live on; importing them here, before any run, keeps one copy.
 import pytest_gpuaccept.contract  # noqa: F401
 import pytest_gpuaccept.report  # noqa: F401
-from pytest_gpuaccept.clauses.plausible import claimed_seconds
+from pytest_gpuaccept.clauses.plausible import nvbandwidth_work, p2p_latency_work, torch_work
 from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
+from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
+from pytest_gpuaccept.probes.p2p_latency import parse_p2p_latency
 from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 DATA = Path(__file__).parent / "data"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def claimed_seconds(tool: str, text: str) -> float:
+    """The least time a copy tool's output says its copies took (0 where it cannot be read): how long a fake
+    of it waits, so that clauses/plausible.py's too_fast sees an honest run."""
+    try:
+        if tool == "nvbandwidth":
+            return nvbandwidth_work(parse_nvbandwidth(text), ()).seconds
+        if tool == "p2pBandwidthLatencyTest":
+            return p2p_latency_work(parse_p2p_latency(text)).seconds
+    except ValueError:
+        return 0.0
+    return torch_work(text).seconds if tool == "python" else 0.0
 
 
 @dataclass

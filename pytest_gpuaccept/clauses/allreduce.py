@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import schema
 from ..measurements import AllReduceRuns, GpuModels, HostReading
 from ..models import PCIE_X16_GBYTE_S, fraction_note
-from ..probes import nccl_tests
+from ..probes import nccl_tests, option_value
 from ..probes._run import parse_run
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
 from ..probes.sysfs import pci_address, pci_name
@@ -255,13 +255,7 @@ def unplaced_ranks(result: NcclResult, host: Host | None, gpu_count: int) -> str
 def asked_size(argv: tuple[str, ...] | list[str], *flags: str) -> int | None:
     """The last `-e N` / `--maxbytes N` (or `=N`) of a command line, as nccl-tests reads it: a K, M or G suffix
     is 1024, 1024^2 or 1024^3 (its parsesize); None where the flag is absent or not a size."""
-    value = None
-    for n, word in enumerate(argv):
-        for flag in flags:
-            if word == flag and n + 1 < len(argv):
-                value = argv[n + 1]
-            elif flag.startswith("--") and word.startswith(flag + "="):
-                value = word.split("=", 1)[1]
+    value = option_value(argv, *flags)
     if value is None:
         return None
     scale = {"k": 2**10, "m": 2**20, "g": 2**30}.get(value[-1:].lower(), 1)

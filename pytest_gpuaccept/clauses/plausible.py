@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..probes.nvbandwidth import parse_nvbandwidth
-from ..probes.p2p_latency import parse_p2p_latency
+from ..probes import option_value
 from ..probes.sysfs import sysfs_bus_id
 from ..units import human_bytes
 
@@ -269,20 +268,9 @@ class Work:
     basis: str
 
 
-def _option(argv: tuple[str, ...] | list[str], *names: str) -> str | None:
-    found = None
-    for n, word in enumerate(argv):
-        for name in names:
-            if word == name and n + 1 < len(argv):
-                found = argv[n + 1]
-            elif word.startswith(name + "="):
-                found = word.split("=", 1)[1]
-    return found
-
-
 def nvbandwidth_work(result: NvBandwidth, argv: tuple[str, ...] | list[str]) -> Work:
     """Every GB/s cell, one stream of each bidirectional testcase: bufferSize x 16 copies at its rate."""
-    size = _option(argv, "-b", "--bufferSize")
+    size = option_value(argv, "-b", "--bufferSize")
     mib = int(size) if size and size.isdigit() else NVB_BUFFER_MIB
     per_cell = mib * 2**20 * NVB_LOOPS
     nbytes = seconds = 0.0
@@ -330,15 +318,3 @@ def too_fast(run: ToolRun | None, work: Work) -> str | None:
     rate = work.nbytes / work.seconds / 1e9 if work.seconds else 0.0
     return (f"`{run.command}` ran {run.duration_s:.2f} s but reports moving {human_bytes(work.nbytes)} at "
             f"{rate:.3g} GB/s on average, {work.seconds:.2f} s of copies ({work.basis}): not a measurement")
-
-
-def claimed_seconds(tool: str, text: str) -> float:
-    """The least time a tool's output says its copies took (0 where it cannot be read): for test fakes."""
-    try:
-        if tool == "nvbandwidth":
-            return nvbandwidth_work(parse_nvbandwidth(text), ()).seconds
-        if tool == "p2pBandwidthLatencyTest":
-            return p2p_latency_work(parse_p2p_latency(text)).seconds
-    except ValueError:
-        return 0.0
-    return torch_work(text).seconds if tool == "python" else 0.0

@@ -13,7 +13,7 @@ from ..measurements import GpuModels, LoadRun
 from ..probes import kernel_log, nvml
 from ..probes._run import Command, Reading
 from ..probes.nvml import BAD_THROTTLE, GpuSeries, decode_reasons
-from ..probes.sysfs import sysfs_bus_id
+from ..probes.sysfs import pci_address, pci_name
 from ..schema import Key
 from ..state import NVML_HOST_FILE
 from ..subjects import Subject
@@ -302,7 +302,8 @@ TDP_FRACTION = 0.85  # a card whose limit (or, with NVML's constraints, maximum)
 def _kernel_pci(bus: str) -> str:
     """NVML's `00000001:18:00.0` as the driver writes it in the kernel log: `0001:18:00` (the domain kept, no
     function)."""
-    return sysfs_bus_id(bus).rsplit(".", 1)[0] if bus.count(":") == 2 else ""
+    address = pci_address(bus)
+    return pci_name(address[:3]) if address else ""
 
 
 def _kernel_source(kernel: Reading[KernelLog]) -> str:

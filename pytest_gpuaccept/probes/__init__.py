@@ -15,6 +15,19 @@ def strip_escapes(text: str) -> str:
     return _ESCAPES.sub("", text) if "\x1b" in text or "\x9b" in text else text
 
 
+def option_value(argv: tuple[str, ...] | list[str], *names: str) -> str | None:
+    """The value a command line gives an option, as getopt reads it: the last `NAME VALUE`, or `--NAME=VALUE` for a
+    long option (a short one takes no `=`); None where it is absent."""
+    value = None
+    for n, word in enumerate(argv):
+        for name in names:
+            if word == name and n + 1 < len(argv):
+                value = argv[n + 1]
+            elif name.startswith("--") and word.startswith(name + "="):
+                value = word.split("=", 1)[1]
+    return value
+
+
 class ParseError(ValueError):
     """Output a parser cannot read with certainty; names the tool and quotes the line."""
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._run import Reading, ToolRun, ToolRunner, parse_run
+from .sysfs import pci_name
 
 TOOL = "dmesg"
 JOURNAL = "journalctl"
@@ -70,7 +71,7 @@ def parse_line(line: str) -> KernelXid | None:
         return None
     prefix = line[:body.start()]
     clock = _BOOT_CLOCK.search(prefix)
-    pci = f"{int(body.group(1), 16):04x}:{body.group(2)}:{body.group(3)}".lower()  # as sysfs_bus_id writes it
+    pci = pci_name(tuple(int(body.group(n), 16) for n in (1, 2, 3)))  # as the kernel writes it
     stamp = "" if clock else prefix.strip().removesuffix("kernel:").strip().strip("[]").strip()[:60]
     return KernelXid(float(clock.group(1)) if clock else None, pci, int(body.group(4)), body.group(5).strip()[:200],
                      stamp)
