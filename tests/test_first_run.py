@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA
+from test_integrity import _keypair
 
 from pytest_gpuaccept.__main__ import main as cli
 from pytest_gpuaccept.bundle import evidence_digest, write_manifest
@@ -47,12 +48,10 @@ def _manifest_sha(bundle: Path) -> str:
 
 def _signer(folder: Path, who: str) -> tuple[Path, str, str]:
     """A new key: (private key, its allowed_signers line, its fingerprint as ssh-keygen names it)."""
-    key = folder / who
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", who, "-f", str(key)], check=True, timeout=30)
-    kind, blob, _comment = (folder / f"{who}.pub").read_text().split()
+    key, line = _keypair(folder, who)
     fingerprint = subprocess.run(["ssh-keygen", "-l", "-f", str(folder / f"{who}.pub")], capture_output=True, text=True,
                                  check=True, timeout=30).stdout.split()[1]
-    return key, f"{who}@example.com {kind} {blob}\n", fingerprint
+    return key, line, fingerprint
 
 
 # ------------------------------------------------------------------ verify and signatures
