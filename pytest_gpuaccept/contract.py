@@ -43,6 +43,11 @@ class Tools:
     paths: dict[str, str] = field(default_factory=dict)
     timeout: Duration | None = None
     sha256: dict[str, str] = field(default_factory=dict)  # tool -> the SHA-256 its executable must have
+    # Code the buyer allows in the judging process beside pytest's and this plugin's own dependencies:
+    # a pytest plugin (or other module) name -> the SHA-256 its file must have (foreign.py).
+    allow_plugins: dict[str, str] = field(default_factory=dict)
+    user: str | None = None  # run the tools as this user (where pytest runs as root), never as pytest's own
+    ssh_keygen: str | None = None  # the ssh-keygen `verify` uses (default: /usr/bin/ssh-keygen, never PATH's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,17 +131,29 @@ def _tools(v: schema.Validator, node: yaml.Node) -> Tools:
     paths = {}
     timeout = None
     pins = {}
-    for key, (_k, value_node) in v.mapping(node, "tools", TOOL_KEYS + ("timeout", "sha256")).items():
+    allowed = {}
+    other: dict[str, Any] = {}
+    keys = TOOL_KEYS + ("timeout", "sha256", "allow_plugins", "user", "ssh_keygen")
+    for key, (_k, value_node) in v.mapping(node, "tools", keys).items():
         if key == "timeout":
             timeout = v.value(value_node, "tools.timeout", schema.duration)
         elif key == "sha256":
             for tool, (_t, pin_node) in v.mapping(value_node, "tools.sha256", TOOL_KEYS).items():
                 pins[tool] = v.value(pin_node, f"tools.sha256.{tool}", schema.sha256)
+        elif key == "allow_plugins":
+            for name, (_n, pin_node) in v.mapping(value_node, "tools.allow_plugins", None).items():
+                allowed[name] = v.value(pin_node, f"tools.allow_plugins.{name}", schema.sha256)
+        elif key == "user":
+            other["user"] = v.value(value_node, "tools.user", schema.user_name)
+        elif key == "ssh_keygen":
+            other["ssh_keygen"] = v.value(value_node, "tools.ssh_keygen", schema.tool_path)
         else:
             paths[key] = v.value(value_node, f"tools.{key}", schema.tool_path)
     return Tools(paths={k: p for k, p in paths.items() if p is not schema.INVALID},
                  timeout=timeout if isinstance(timeout, Duration) else None,
-                 sha256={k: p for k, p in pins.items() if p is not schema.INVALID})
+                 sha256={k: p for k, p in pins.items() if p is not schema.INVALID},
+                 allow_plugins={k: p for k, p in allowed.items() if p is not schema.INVALID},
+                 **{k: value for k, value in other.items() if isinstance(value, str)})
 
 
 def _cross_checks(v: schema.Validator, sections: dict[str, Any], lines: dict[str, int]) -> None:

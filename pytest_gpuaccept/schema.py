@@ -72,8 +72,10 @@ class Validator:
         line = node.start_mark.line + 1 if node is not None else 1
         self.problems.append(f"{self.path}:{line}: {key}: {message}")
 
-    def mapping(self, node: yaml.Node, key: str, allowed: tuple[str, ...]) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-        """The entries of a mapping node; unknown and duplicate keys are problems."""
+    def mapping(self, node: yaml.Node, key: str,
+                allowed: tuple[str, ...] | None) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        """The entries of a mapping node; unknown and duplicate keys are problems (`allowed` None: any name
+        of the characters A-Za-z0-9_.:-)."""
         if not isinstance(node, yaml.MappingNode):
             self.problem(node, key, f"expected a mapping, got {describe(node)}")
             return {}
@@ -84,7 +86,11 @@ class Validator:
             if name in entries:
                 self.problem(key_node, dotted, "duplicate key")
                 continue
-            if name not in allowed:
+            if allowed is None:
+                if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]+", name):
+                    self.problem(key_node, dotted, "expected a name of the characters A-Za-z0-9_.:-")
+                    continue
+            elif name not in allowed:
                 hint = closest(str(name), allowed)
                 self.problem(key_node, dotted, f"unknown key{hint}; expected one of: {', '.join(allowed)}")
                 continue
@@ -230,6 +236,13 @@ def sha256(value: Any, node: yaml.Node) -> str:
     if not re.fullmatch(r"[0-9a-f]{64}", digest):
         raise ValueError(f"expected a SHA-256 as 64 hex digits, got {digest[:80]!r}")
     return digest
+
+
+def user_name(value: Any, node: yaml.Node) -> str:
+    name = text(value, node)
+    if not re.fullmatch(r"[a-z_][a-z0-9_.-]{0,31}", name) or name == "root":
+        raise ValueError(f"expected the name of a user other than root (such as 'gpuaccept'), got {name[:40]!r}")
+    return name
 
 
 def tool_path(value: Any, node: yaml.Node) -> str:
