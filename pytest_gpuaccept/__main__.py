@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .bundle import SIGNATURES, check_signatures, evidence_folder, sign, signature_files, verify
 from .presets import describe, find, key, presets, resolve, suggest, unknown
+from .rejudge import RECOMPUTED, rejudge
 
 # The contract, the doctor (every clause module), the cluster's node side and the NVML probe are imported by the
 # command that needs them: together about a second that `verify` and `sign` do not need.
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--report", type=Path, default=None, help="the HTML report, if not in the bundle folder")
     check.add_argument("--allowed-signers", type=_allowed_signers, default=None,
                        help="an OpenSSH allowed_signers file: the bundle must carry valid signatures by these keys")
+    check.add_argument("--rejudged", type=Path, default=None, metavar="DIR",
+                       help="keep the re-judging run's own report and results in DIR (outside the bundle)")
     signing = commands.add_parser("sign", help="sign a bundle's manifest with an SSH key (ssh-keygen -Y sign)")
     signing.add_argument("folder", type=Path)
     signing.add_argument("--key", type=Path, required=True, help="the private key (its .pub beside it)")
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"signed: {target}")
         return 0
-    return run_verify(args.folder, args.report, args.allowed_signers)
+    return run_verify(args.folder, args.report, args.allowed_signers, args.rejudged)
 
 
 def _allowed_signers(value: str) -> Path:
@@ -76,9 +79,13 @@ def _allowed_signers(value: str) -> Path:
     return path
 
 
-def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None) -> int:
+def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None, rejudged: Path | None = None) -> int:
     """Every digest and the verdict; the signatures too when `allowed_signers` says whose keys count.
-    Without it a signature is never called valid: the output says it was not checked, and how to check it."""
+    Without it a signature is never called valid: the output says it was not checked, and how to check it.
+    Then the verdict that counts: every clause re-judged from the raw evidence in a process of its own."""
+    if rejudged is not None and folder.resolve() in (rejudged.resolve(), *rejudged.resolve().parents):
+        print(f"FAIL --rejudged {rejudged} is inside the bundle {folder}: a re-judge never writes inside it")
+        return 2
     result = verify(folder, report)
     problems = list(result.problems)
     signatures = signature_files(folder)
@@ -86,6 +93,9 @@ def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None) 
     if allowed_signers is not None and not signatures:
         problems.append(f"no signature in {evidence_folder(folder) / SIGNATURES}")
     problems += [signature.problem for signature in checked if signature.problem]
+    # Judging evidence that does not verify would be judging its editor: the re-judge needs a bundle that does.
+    recomputed = rejudge(evidence_folder(folder), rejudged) if result.ok else None
+    problems += [f"re-judged: {line}" for line in recomputed.problems] if recomputed else []
     for problem in problems:
         print(f"FAIL {problem}")
     if problems:
@@ -95,6 +105,10 @@ def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None) 
         for signature in checked:  # a good signature over a bundle that does not verify vouches for nothing
             print(f"signed by: {signature.signer} with {signature.key or 'a key'} in {allowed_signers} "
                   f"({signature.file.relative_to(folder)} verified)")
+    if recomputed is not None and recomputed.verdict is not None:
+        agrees = "agrees with" if not recomputed.problems else "DIFFERS from"
+        print(f"{RECOMPUTED}: {recomputed.verdict.upper()} over {recomputed.checks} checks, which {agrees} the "
+              f"bundle's results ({str(recomputed.recorded_verdict).upper()})")
     if allowed_signers is None and signatures:
         names = ", ".join(str(sig.relative_to(folder)) for sig in signatures)
         print(f"signatures NOT checked: {names} (who signed is not known; to check: "

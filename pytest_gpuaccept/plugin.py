@@ -177,11 +177,13 @@ def _outputs(config: pytest.Config, judging: bool, workerinput: dict[str, Any] |
     # A mode that judges nothing writes no report (pytest-html is told so before it configures itself).
     config.option.htmlpath = str(report_path) if judging else None
     config.option.self_contained_html = True
-    json_path = Path(_option(config, "gpuaccept_json") or DEFAULT_JSON).resolve()
+    # A replay writes its results beside its report (a re-judge names one folder for everything it writes).
+    default_json = report_path.parent / DEFAULT_JSON if replay is not None else Path(DEFAULT_JSON)
+    json_path = Path(_option(config, "gpuaccept_json") or default_json).resolve()
     evidence_dir = Path(workerinput["gpuaccept_evidence"]) if workerinput else report_path.parent / EVIDENCE_DIR
-    if replay is not None and Path(replay).resolve() == evidence_dir:
-        raise pytest.UsageError(f"--gpuaccept-replay: {replay} is where this run writes its own evidence; "
-                                "replay from elsewhere or move the report with --html=OTHER/report.html")
+    if replay is not None:
+        _outside_the_bundle(Path(replay).resolve(), {"the report (--html)": report_path, "the evidence": evidence_dir,
+                                                     "the results (--gpuaccept-json)": json_path})
     if workerinput is None and judging:
         if evidence_dir.is_dir():
             shutil.rmtree(evidence_dir)
@@ -190,6 +192,17 @@ def _outputs(config: pytest.Config, judging: bool, workerinput: dict[str, Any] |
         evidence_dir.mkdir(parents=True)
         config.stash[_SIGTERM] = _stop_on_sigterm()
     return report_path, json_path, evidence_dir
+
+
+def _outside_the_bundle(evidence: Path, outputs: dict[str, Path]) -> None:
+    """A re-judging run never writes inside the bundle it reads (the evidence folder's parent, the report's
+    folder): its results, report or evidence there would change the bundle, and `verify` would fail."""
+    bundle = evidence.parent
+    for what, path in outputs.items():
+        if path == bundle or bundle in path.parents:
+            raise pytest.UsageError(f"--gpuaccept-replay: {what} would be written to {path}, inside the bundle "
+                                    f"{bundle} that this run reads; write elsewhere, e.g. --html=OTHER/report.html "
+                                    "(the results go beside it)")
 
 
 def _runner(contract: Contract, evidence_dir: Path, replay: str | None, workerinput: dict[str, Any] | None,
@@ -208,16 +221,20 @@ def _runner(contract: Contract, evidence_dir: Path, replay: str | None, workerin
 
 # Options of pytest's that show or collect without running: with them nothing is measured or judged.
 _NOT_JUDGING = ("collectonly", "showfixtures", "show_fixtures_per_test", "markers", "help", "version")
-# Recordings and replays replace the host's own readings: only the person at the command line may ask.
-_COMMAND_LINE_ONLY = (("--gpuaccept-nvml", "gpuaccept_nvml"), ("--gpuaccept-replay", "gpuaccept_replay"))
+# Every option that chooses where readings come from (a recording, a replayed bundle, another sysfs tree) replaces
+# the host's own: only the person at the command line may ask, and the results, banner and JUnit name each.
+_COMMAND_LINE_ONLY = (("--gpuaccept-nvml", "gpuaccept_nvml", "a recording or replay replaces what this host measures"),
+                      ("--gpuaccept-replay", "gpuaccept_replay", "a recording or replay replaces what this host measures"),
+                      ("--gpuaccept-sysfs", "gpuaccept_sysfs", "another sysfs tree replaces this host's own"))
 
 
 def _command_line_only(config: pytest.Config) -> None:
-    """--gpuaccept-nvml and --gpuaccept-replay from an ini file, addopts or PYTEST_ADDOPTS: a usage error."""
+    """A source option from an ini file, addopts or PYTEST_ADDOPTS: a usage error (a pytest.ini in any parent
+    folder, or the environment, belongs to whoever controls the host)."""
     import os
 
     given = config.invocation_params.args
-    for flag, ini in _COMMAND_LINE_ONLY:
+    for flag, ini, why in _COMMAND_LINE_ONLY:
         places = []
         if config.getini(ini):
             places.append(f"the ini option {ini}")
@@ -228,8 +245,7 @@ def _command_line_only(config: pytest.Config) -> None:
         if config.getoption(ini) is not None and not any(a == flag or a.startswith(flag + "=") for a in given):
             places.append("somewhere other than the command line")
         if places:
-            raise pytest.UsageError(f"{flag} may only be given on the command line, not in {places[0]}: "
-                                    "a recording or replay replaces what this host measures")
+            raise pytest.UsageError(f"{flag} may only be given on the command line, not in {places[0]}: {why}")
 
 
 def _progress(config: pytest.Config) -> Any:

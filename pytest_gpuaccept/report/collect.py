@@ -20,7 +20,7 @@ from ..probes.nvml import Host
 from ..probes.provenance import flags
 from ..state import State, now
 from ..verdict import Check, Verdict, verdict_of
-from .results import Results
+from .results import Results, sources
 
 PLUGINS_FILE = "plugins.json"
 
@@ -47,7 +47,8 @@ def judged(state: State, config: pytest.Config, interrupted: bool, other_failure
         verdict = "rejected"
     replayed = state.runner.replay_dir
     return Results(
-        verdict=verdict, mode=state.mode, complete=complete, started=state.started, finished=now(),
+        verdict=verdict, mode=state.mode, sources=sources(state.sys_root.resolve(), state.nvml_recording, replayed),
+        complete=complete, started=state.started, finished=now(),
         contract=contract_facts(state), host=host_summary(state.host()), checks=checks,
         not_in_contract=registry.not_in_contract(state.contract), report=str(state.report_path),
         evidence=str(state.evidence_dir), tool_version=__version__, cluster_node=state.contract.node, hosts=hosts,
@@ -99,10 +100,13 @@ def host_summary(host: Host) -> dict[str, Any]:
 def recorded_identity(replay_dir: Path) -> dict[str, Any]:
     """Whose host a replayed bundle recorded, and when (from its manifest, which verified)."""
     try:
-        recorded: dict[str, Any] = json.loads((replay_dir / MANIFEST).read_text()).get("recorded", {})
-        return recorded
-    except (OSError, ValueError):
+        manifest = json.loads((replay_dir / MANIFEST).read_text())
+        recorded: dict[str, Any] = dict(manifest.get("recorded", {}))
+    except (OSError, ValueError, TypeError):
         return {}
+    # The recorded run's own mode (live or simulated), kept through replays of replays.
+    recorded.setdefault("mode", manifest.get("mode"))
+    return recorded
 
 
 def tools_run(evidence: Evidence) -> list[dict[str, Any]]:

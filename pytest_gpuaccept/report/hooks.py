@@ -89,7 +89,10 @@ class ReportPlugin(TableHooks):
         if xml is not None:
             for name, value in (("gpuaccept_verdict", results.verdict), ("gpuaccept_mode", results.mode or "live"),
                                 ("gpuaccept_complete", str(results.complete).lower()),
-                                ("gpuaccept_contract_sha256", self.state.contract.sha256)):
+                                ("gpuaccept_contract_sha256", self.state.contract.sha256),
+                                *((f"gpuaccept_source_{key}", value) for key, value in (results.sources or {}).items()),
+                                *((("gpuaccept_recorded_mode", str(results.recorded.get("mode"))),)
+                                  if results.recorded else ())):
                 xml.add_global_property(name, value)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -123,9 +126,17 @@ class ReportPlugin(TableHooks):
         compact_report(state.report_path)
         write_manifest(state.evidence_dir, [state.report_path, state.json_path, Path(state.contract.path).resolve()], {
             "verdict": results.verdict, "mode": state.mode, "gpuaccept": __version__,
-            "recorded": {"host": results.host.get("hostname", ""), "started": state.started,
-                         "finished": results.finished}})
+            "recorded": _recorded(results, state.started)})
         terminal = config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
             terminal.write_line(verdict_line(results), bold=True,
                                 green=results.verdict == "accepted", red=results.verdict != "accepted")
+
+
+def _recorded(results: Results, started: str) -> dict[str, Any]:
+    """Whose run the bundle is, and its mode: a replay's bundle keeps the mode of the run it replayed (a replay
+    of a simulated run stays simulated)."""
+    if results.mode == "replay" and results.recorded:
+        return dict(results.recorded)
+    return {"host": results.host.get("hostname", ""), "started": started, "finished": results.finished,
+            "mode": results.mode}

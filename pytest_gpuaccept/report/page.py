@@ -128,6 +128,8 @@ def _facts(results: Results, digest: str) -> str:
         facts.append(("NVML", host["error"]))
     if results.replayed_from is not None:
         facts.append(("replayed from", results.replayed_from))
+    if results.sources:
+        facts.append(("sources", "; ".join(f"{k}: {v}" for k, v in results.sources.items())))
     return "".join(f"<tr><th>{k}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts)
 
 

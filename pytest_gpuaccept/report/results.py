@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..rejudge import RECOMPUTED
 from ..verdict import NOT_MEASURED_PREFIX, Check, Outcome
 
 CHECK_PROPERTY = "gpuaccept_check"
@@ -29,6 +30,7 @@ class Results:
     host: dict[str, Any]
     checks: list[Check]
     mode: str | None = None  # None only in the results of a run whose judging crashed (`error`)
+    sources: dict[str, str] | None = None  # where the readings came from: sysfs, nvml, replay (sources())
     not_in_contract: list[str] | None = None
     report: str | None = None
     evidence: str | None = None
@@ -55,6 +57,8 @@ class Results:
         document: dict[str, Any] = {"gpuaccept": 1, "verdict": self.verdict}
         if self.mode is not None:
             document["mode"] = self.mode
+        if self.sources is not None:
+            document["sources"] = self.sources
         document.update(complete=self.complete, started=self.started, finished=self.finished,
                         contract=self.contract, host=self.host, checks=self.checks)
         optional = (("not_in_contract", self.not_in_contract), ("report", self.report), ("evidence", self.evidence),
@@ -114,11 +118,21 @@ def mode_label(results: Results) -> str:
     """How a run that was not measured live says so, next to its verdict."""
     if results.mode == "replay":
         recorded = results.recorded or {}
+        simulated = " (a SIMULATED run: NVML readings from a recording)" if recorded.get("mode") == "simulated" else ""
         return (f"REPLAY of host {recorded.get('host') or 'unnamed'} recorded "
-                f"{recorded.get('started') or 'at an unknown time'}: judged from a bundle, not measured now")
+                f"{recorded.get('started') or 'at an unknown time'}{simulated}: judged from a bundle, not measured "
+                f"now; {RECOMPUTED}")
     if results.mode == "simulated":
         return "SIMULATED: NVML readings from a recording, not from this host's driver"
     return "LIVE"
+
+
+def sources(sys_root: Path, nvml_recording: Path | None, replay: Path | None) -> dict[str, str]:
+    """Where this run's readings came from, each source option named (results, banner, JUnit)."""
+    named = {"sysfs": str(sys_root), "nvml": str(nvml_recording) if nvml_recording else "driver"}
+    if replay is not None:
+        named = {"replay": str(replay), "sysfs": "the replayed bundle's readings", "nvml": "the replayed bundle's readings"}
+    return named
 
 
 def root_cause(results: Results) -> str:
