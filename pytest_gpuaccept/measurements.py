@@ -9,6 +9,7 @@ from .models import not_in_table
 from .models.pciids import describe
 
 if TYPE_CHECKING:
+    from .clauses.plausible import Paths
     from .cluster.engine import NodeState
     from .cluster.pairs import Blame
     from .models import Model
@@ -67,6 +68,7 @@ class AllReduceRuns:
     gpu_names: tuple[str, ...]  # as NVML names them: the model bounds what busbw is physically possible
     models: GpuModels | None = None  # for "x % of the published figure"
     host: Host | None = None  # NVML's GPUs: where each rank must have run
+    paths: Paths | None = None  # what each GPU's links carry (clauses/plausible.py): the physical cap on busbw
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,7 @@ class NicLinks:
     names: tuple[str, ...]
     read: Callable[[str], Reading[LinkSettings]]
     function: Callable[[str], tuple[Function, str]]  # name -> what sysfs says stands behind it, its evidence file
+    speed: Callable[[str], tuple[dict[str, Any], str]] | None = None  # name -> the kernel's sysfs speed, its file
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +97,15 @@ class RdmaDevices:
     ports: Callable[[str], tuple[list[IbPort], str]]  # device -> (ports, the evidence file of the sysfs reading)
     write_bw: Callable[[str, IbPort], Reading[WriteBw]]
     function: Callable[[str], tuple[Function, str]]
+    # (device, port, "before" | "after") -> the port's data counters and the clocks, read once each; its file
+    counters: Callable[[str, IbPort, str], tuple[dict[str, Any], str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Iperf3Path:
     """The iperf3 clients' readings, the route to the server (`ip route get`), and the route's interface byte
-    counters read before and after: two sources for whether the bytes went through a NIC."""
+    counters read before and after, with the clocks (probes/counters.py): two sources for whether the bytes
+    went through a NIC, and at what rate."""
 
     runs: Iperf3Runs
     route: Reading[Route]

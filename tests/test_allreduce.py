@@ -176,7 +176,9 @@ def test_a_busbw_above_what_the_hardware_allows_is_implausible(accept, fake_tool
     run = accept(contract("1 GB/s", count=4), nvml_recording("rtx5090_4gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
-    assert "is implausible: above 128 GB/s (PCIe 5.0 x16, both directions)" in check["message"]
+    assert ("is implausible: above 69.3 GB/s (physically impossible: GPU0's PCIe Gen5 x16 (the GeForce RTX 5090's own), "
+            "at most 63 GB/s + 10%)") in check["message"]
+    assert check["details"]["physical_cap_source"].endswith("from the model table (pytest_gpuaccept/models/gpus.json)")
 
 
 def test_a_real_log_replayed_unchanged_is_not_this_runs(accept, fake_tools):
@@ -221,8 +223,9 @@ def test_a_busbw_above_the_nvlink_bound_fails_as_implausible(accept, fake_tools)
     run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "failed"
-    assert check["message"] == ("busbw 981.87 GB/s at 16 GiB is implausible: above 900 GB/s "
-                                "(H100 NVLink, both directions) (nccl-tests; 218% of the published 450 GB/s "
+    assert check["message"] == ("busbw 981.87 GB/s at 16 GiB is implausible: above 866.25 GB/s (physically impossible: "
+                                "GPU0's 18 NVLinks (NVML) x 25 GB/s per link (H100 SXM5 80GB), x 1.75 for reduction in the "
+                                "NVSwitch, at most 787.5 GB/s + 10%) (nccl-tests; 218% of the published 450 GB/s "
                                 "(H100 SXM5 80GB NVLink, one direction))")
 
 

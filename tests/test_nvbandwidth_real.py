@@ -134,8 +134,9 @@ def test_a_local_copy_faster_than_the_models_memory_can_go_fails(accept, fake_to
     checks = _membw(accept, fake_tools, tmp_path, H20, "min_bandwidth: '1000 GB/s'", device="0x20b0")
     assert {c["outcome"] for c in checks.values()} == {"failed"}
     assert checks["GPU0"]["message"].startswith(
-        "GPU0 device-local copy 2232.6 GB/s is implausible: above 1710.5 GB/s (the published 1555 GB/s of "
-        "A100 SXM4 40GB, 1555 GB/s, + 10%)")
+        "GPU0 device-local copy 2232.6 GB/s is implausible: above 1710.5 GB/s (physically impossible: the published "
+        "1555 GB/s of the A100 SXM4 40GB's memory + 10%, from the model table (pytest_gpuaccept/models/gpus.json) for "
+        "PCI device 0x20b0 (sysfs))")
 
 
 def test_a_waived_local_copy_fails_every_gpu_quoting_nvbandwidth(accept, fake_tools, tmp_path):

@@ -62,7 +62,7 @@ def test_a_pcie_only_host_whose_p2p_tool_prints_nvlink_figures_fails_every_pair(
     assert len(checks) == 56 and {c["outcome"] for c in checks.values()} == {"failed"}
     assert checks["GPU0->GPU1"]["message"] == (
         "p2p GPU0->GPU1 reads 365.3 GB/s but the path is PCIe Gen5 x16 (no NVLink: nvidia-smi topo -m: NODE), "
-        "at most 63 GB/s each way (p2pBandwidthLatencyTest P2P writes)")
+        "at most 63 GB/s each way: physically impossible (p2pBandwidthLatencyTest P2P writes)")
     assert "SYS" in checks["GPU0->GPU4"]["message"]
     assert {"sysfs-pci-links.json", "nvidia-smi_topo_-m.txt"} <= set(checks["GPU0->GPU1"]["evidence"])
     assert run.json["verdict"] == "rejected"
@@ -87,8 +87,11 @@ def test_an_h100_pair_is_capped_by_its_nvlinks_and_an_honest_figure_passes(accep
                  nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
     assert {c["outcome"] for c in run.checks()} == {"passed"}
     check = run.checks("p2p")[0]
-    assert check["details"]["physical_cap"] == ("450 GB/s (18 NVLinks (nvidia-smi topo -m: NV18) x 25 GB/s per link "
-                                                "(H100 SXM5 80GB))")
+    assert check["details"]["physical_cap"] == 450
+    assert check["details"]["physical_cap_source"] == (
+        "18 NVLinks (nvidia-smi topo -m: NV18) x 25 GB/s per link (H100 SXM5 80GB); from `nvidia-smi topo -m` for the "
+        "links, the model table (pytest_gpuaccept/models/gpus.json) for their rate")
+    assert check["details"]["sources"][0] == "p2pBandwidthLatencyTest" and len(check["details"]["sources"]) == 2
     assert "tool's word" not in check["message"]
 
 
@@ -101,7 +104,7 @@ def test_a_host_copy_above_the_gpus_pcie_link_fails(accept, fake_tools, tmp_path
     checks = {c["subject"]: c for c in run.checks("host_bandwidth")}
     assert {c["outcome"] for c in checks.values()} == {"failed"}
     assert checks["GPU0:h2d"]["message"] == ("GPU0:h2d host to GPU reads 55.37 GB/s but the path is PCIe Gen3 x16, "
-                                             "at most 15.75 GB/s each way (nvbandwidth)")
+                                             "at most 15.75 GB/s each way: physically impossible (nvbandwidth)")
 
 
 def test_the_same_host_copies_pass_on_gen5_links(accept, fake_tools, tmp_path):
@@ -110,7 +113,9 @@ def test_the_same_host_copies_pass_on_gen5_links(accept, fake_tools, tmp_path):
     pcie_links(tmp_path / "sys")
     run = accept(host_contract(), nvml_recording("h100_sxm5_8gpu.json"), sysfs)
     assert {c["outcome"] for c in run.checks("host_bandwidth")} == {"passed"}
-    assert run.checks("host_bandwidth")[0]["details"]["physical_cap"] == "63 GB/s (PCIe Gen5 x16)"
+    details = run.checks("host_bandwidth")[0]["details"]
+    assert (details["physical_cap"], details["physical_cap_source"]) == (
+        63, "PCIe Gen5 x16; from sysfs 0000:18:00.0 (max_link_speed, max_link_width)")
 
 
 def test_without_a_cap_the_figure_is_taken_on_the_tools_word_and_says_so(accept, fake_tools, tmp_path):

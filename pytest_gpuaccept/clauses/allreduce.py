@@ -16,6 +16,7 @@ from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Size, human_bytes, parse_size
 from ..verdict import Check, fmt
+from . import plausible
 from .base import Clause, HostWide, Section, gpu_count
 
 if TYPE_CHECKING:
@@ -57,30 +58,6 @@ SECTION = Section(
      "args": Key(schema.argv, default=()), "tool": Key(schema.one_of(*TOOLS), default="nccl-tests")},
     AllReduce, "the all_reduce collective over every GPU", needs_gpu_count=True, cross_check=_cross_check)
 
-# Bidirectional NVLink bandwidth per GPU by model (published figures), in GB/s. A busbw above it is not
-# physics: even NVLS in-switch reduction (which lets H100 exceed its 450 GB/s one-way) stays below it.
-_NVLINK_BOUND_GBYTE_S = (("GB200", 1800.0), ("B200", 1800.0), ("B100", 1800.0), ("H200", 900.0), ("H100", 900.0),
-                         ("H800", 400.0), ("A100", 600.0), ("A800", 400.0), ("V100", 300.0), ("P100", 160.0))
-_PCIE_BOUND_GBYTE_S = 128.0  # PCIe 5.0 x16, both directions
-
-
-def busbw_bound(gpu_names: list[str] | tuple[str, ...]) -> tuple[float, str] | None:
-    """The highest busbw the GPUs could physically reach, and why; None where the model is unknown."""
-    if not gpu_names:
-        return None
-    bounds = []
-    for name in gpu_names:
-        known = next(((b, m) for m, b in _NVLINK_BOUND_GBYTE_S if m in name.upper()), None)
-        if known is None and any(word in name.upper() for word in ("RTX", "L40", "L4", "A10", "A40", "T4")):
-            known = (_PCIE_BOUND_GBYTE_S, "PCIe 5.0 x16")
-        if known is None:
-            return None
-        bounds.append(known)
-    value, model = min(bounds)
-    reason = f"{model} NVLink, both directions" if model != "PCIe 5.0 x16" else "PCIe 5.0 x16, both directions"
-    return value, reason
-
-
 def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Contract) -> Check:
     """Out-of-place busbw at the largest size, best of the clean runs; any sign of a bad run fails it."""
     minimum = section.min_busbw.gbyte_s
@@ -118,10 +95,14 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
         return v.not_measured("; ".join(unknown), details)
     assert best is not None
     extra, note = fraction_note(best.oop_busbw_gbyte_s, *_published(m, gpus))
-    runs = f" (best of {len(m.readings)} runs, {m.tool}{note})" if len(m.readings) > 1 else f" ({m.tool}{note})"
-    bound = busbw_bound(m.gpu_names)
-    return v.at_least(best.oop_busbw_gbyte_s, minimum, "busbw", {**details, **extra}, bound[0] if bound else None,
-                      bound[1] if bound else "", where=f" at {human_bytes(best.size_bytes)}", suffix=runs)
+    cap = plausible.allreduce_cap(m.paths, gpus) if m.paths else plausible.Cap(None, "the paths were not read")
+    runs = f" (best of {len(m.readings)} runs, {m.tool}{note}" if len(m.readings) > 1 else f" ({m.tool}{note}"
+    check = v.at_least(best.oop_busbw_gbyte_s, minimum, "busbw", {**details, **extra, **cap.details},
+                       cap.gbyte_s * (1 + plausible.MARGIN) if cap.gbyte_s else None,
+                       f"physically impossible: {cap.path}, at most {cap.gbyte_s:g} GB/s + {plausible.MARGIN:.0%}"
+                       if cap.gbyte_s else "", where=f" at {human_bytes(best.size_bytes)}",
+                       suffix=f"{runs}{plausible.unchecked(cap)})")
+    return plausible.confirmed(check, m.tool, cap)
 
 
 def _published(m: AllReduceRuns, gpus: int) -> tuple[float | None, str]:
@@ -312,7 +293,7 @@ def gpuaccept_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract, gp
         readings.append(parse_run(run, nccl_tests.parse_all_reduce))
     tool = "PyTorch distributed (NCCL backend), not nccl-tests" if section.tool == "torch" else "nccl-tests"
     return AllReduceRuns(tuple(readings), tool, tuple(gpu.name for gpu in gpuaccept_host.host.gpus), gpuaccept_models,
-                         gpuaccept_host.host)
+                         gpuaccept_host.host, plausible.read_paths(gpuaccept_state, gpuaccept_models))
 
 
 CLAUSE = Clause("allreduce", SECTION, "test_allreduce_busbw", HostWide("all_reduce", "`all_reduce`"), gpuaccept_allreduce,

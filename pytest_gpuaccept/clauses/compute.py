@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels, LoadRun
-from ..models import Model
+from ..models import TABLE_FILE, Model
 from ..probes import gemm
 from ..probes._run import Command, Reading, parse_run
 from ..schema import Key
@@ -22,6 +22,7 @@ from ..subjects import Subject
 from ..units import Duration, parse_duration
 from ..verdict import Check
 from .base import Clause, PerGpu, Section, gpu_count
+from .sources import with_sources
 from .utilisation import timeline_details, under_load
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from ..state import State
 
 DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32", "fp64")
+MARGIN = 0.10  # a figure may read 10 % above the published peak (boost above the datasheet clock, rounding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +112,20 @@ def judge(section: Compute, subject: Subject, m: GemmLoad, contract: Contract) -
     note = f", {sustained / published:.0%} of the published {published:g} ({model.name})" if published and model else ""
     if published:
         details["fraction_of_published"] = round(sustained / published, 4)
-    return v.at_least(sustained, minimum, f"GPU{index} sustained {section.dtype}", details,
-                      suffix=f" (burst {run.burst:.1f} TFLOPS, all GPUs at once, n={result.n}{note})")
+    ceiling = published * (1 + MARGIN) if published else None
+    source = f"the model table ({TABLE_FILE}) for PCI device 0x{model.device_id} (sysfs)" if model else ""
+    details.update({"physical_cap": published, "physical_cap_source": f"the published dense {section.dtype} peak; "
+                    f"from {source}" if published else f"no published dense {section.dtype} peak of this GPU"})
+    reason = f"physically impossible: the published dense {section.dtype} peak {published:g} TFLOPS + {MARGIN:.0%}, " \
+             f"from {source}" if published else ""
+    if ceiling is not None and run.burst > ceiling:
+        check = v.failed(round(sustained, 3), f"GPU{index} burst {section.dtype} {run.burst:.1f} TFLOPS is implausible: "
+                                              f"above {ceiling:g} TFLOPS ({reason})", details)
+    else:
+        check = v.at_least(sustained, minimum, f"GPU{index} sustained {section.dtype}", details, ceiling, reason,
+                           suffix=f" (burst {run.burst:.1f} TFLOPS, all GPUs at once, n={result.n}{note})")
+    return with_sources(check, "PyTorch GEMM timed by the plugin", "the published dense peak" if published else "",
+                        unconfirmed=f"no published dense {section.dtype} peak to bound the figure with")
 
 
 def gpuaccept_gemm(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> GemmLoad:

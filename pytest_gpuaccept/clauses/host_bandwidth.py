@@ -121,12 +121,14 @@ def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Con
     cap = plausible.host_cap(m.paths, subject.gpu) if m.paths else plausible.Cap(None, "the paths were not read")
     implausible = plausible.beyond(value, cap, f"{subject} {direction}")
     if implausible:
-        return plausible.with_paths(v, m.paths).failed(value, f"{implausible} ({m.tool})", {"physical_cap_gbyte_s": cap.gbyte_s})
-    details["physical_cap"] = f"{cap.gbyte_s:g} GB/s ({cap.path})" if cap.gbyte_s else f"unknown ({cap.path})"
+        return plausible.confirmed(plausible.with_paths(v, m.paths).failed(value, f"{implausible} ({m.tool})", cap.details),
+                                   m.tool, cap)
+    details.update(cap.details)
     where = f", host buffer on CPUs {m.cpus[subject.gpu]}" if m.cpus.get(subject.gpu) else ""
     if m.cpus.get(subject.gpu):
         details["host_cpus"] = m.cpus[subject.gpu]
-    return v.at_least(value, minimum, f"{subject} {direction}", details, suffix=f" ({m.tool}{where}{note}{plausible.unchecked(cap)})")
+    check = v.at_least(value, minimum, f"{subject} {direction}", details, suffix=f" ({m.tool}{where}{note}{plausible.unchecked(cap)})")
+    return plausible.confirmed(check, m.tool, cap)
 
 
 def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels
-from ..models import fraction_note
+from ..models import TABLE_FILE, fraction_note
 from ..probes import membw, nvbandwidth
 from ..probes._run import Reading
 from ..schema import Key
@@ -157,10 +157,25 @@ def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract:
     published = model.memory_bandwidth_gbyte_s if model else None
     what = f"{model.name}, {published:g} GB/s" if model and published else ""
     details, note = fraction_note(copy.gbyte_s, published, what)
-    return v.at_least(copy.gbyte_s, minimum, f"GPU{index} device-local copy", details,
-                      maximum=published * (1 + MARGIN) if published else None,
-                      maximum_reason=f"the published {published:g} GB/s of {what}, + {MARGIN:.0%}" if published else "",
-                      suffix=f" ({copy.how}{note})")
+    cap = _cap(m, index)
+    details.update(cap.details)
+    check = v.at_least(copy.gbyte_s, minimum, f"GPU{index} device-local copy", details,
+                       maximum=cap.gbyte_s * (1 + MARGIN) if cap.gbyte_s else None,
+                       maximum_reason=f"physically impossible: the published {cap.gbyte_s:g} GB/s of {cap.path} + "
+                                      f"{MARGIN:.0%}, from {cap.source}" if cap.gbyte_s else "",
+                       suffix=f" ({copy.how}{note}{plausible.unchecked(cap)})")
+    return plausible.confirmed(check, m.tool, cap)
+
+
+def _cap(m: MemoryCopies, index: int) -> plausible.Cap:
+    """What the GPU's memory can carry, read + written: the published HBM/GDDR bandwidth of the model of its PCI
+    device ID (sysfs), from the model table."""
+    model = m.models.model(index)
+    if model is None or not model.memory_bandwidth_gbyte_s:
+        why = m.models.missing(index) if model is None else f"the {model.name} has no published memory bandwidth"
+        return plausible.Cap(None, why)
+    return plausible.Cap(model.memory_bandwidth_gbyte_s, f"the {model.name}'s memory",
+                         f"the model table ({TABLE_FILE}) for PCI device 0x{model.device_id} (sysfs)")
 
 
 def gpuaccept_memory_copies(gpuaccept_state: State, gpuaccept_contract: Contract,

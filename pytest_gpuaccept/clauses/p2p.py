@@ -227,20 +227,20 @@ def judge_one_way(section: P2p, subject: Subject, m: P2pView, contract: Contract
     high_label, highest = max(figures, key=lambda f: f[1])
     implausible = plausible.beyond(highest, cap, f"p2p GPU{i}->GPU{j}")
     if implausible:
-        return plausible.with_paths(v, m.paths).failed(highest, f"{implausible} ({m.tool} {high_label})",
-                                                       {"figures": shown, "tool": m.tool, "physical_cap_gbyte_s": cap.gbyte_s})
+        return plausible.confirmed(plausible.with_paths(v, m.paths).failed(
+            highest, f"{implausible} ({m.tool} {high_label})", {"figures": shown, "tool": m.tool, **cap.details}), m.tool, cap)
     details, note = fraction_note(lowest, *published(m, i, j, both=False))
-    details["physical_cap"] = f"{cap.gbyte_s:g} GB/s ({cap.path})" if cap.gbyte_s else f"unknown ({cap.path})"
-    return v.at_least(lowest, minimum, f"GPU{i}->GPU{j}", {"figures": shown, "tool": m.tool, **details},
-                      suffix=(f" ({m.tool}: {shown} GB/s" if len(figures) > 1 else f" ({m.tool} {label}") +
-                      f"{note}{plausible.unchecked(cap)})")
+    check = v.at_least(lowest, minimum, f"GPU{i}->GPU{j}", {"figures": shown, "tool": m.tool, **details, **cap.details},
+                       suffix=(f" ({m.tool}: {shown} GB/s" if len(figures) > 1 else f" ({m.tool} {label}") +
+                       f"{note}{plausible.unchecked(cap)})")
+    return plausible.confirmed(check, m.tool, cap)
 
 
 def _cap(m: P2pView, i: int, j: int, both: bool = False) -> plausible.Cap:
     """What the pair's path carries one way (both: the two ways together)."""
     cap = plausible.pair_cap(m.paths, i, j) if m.paths else plausible.Cap(None, "the paths were not read")
     if both and cap.gbyte_s is not None:
-        return plausible.Cap(2 * cap.gbyte_s, cap.path)
+        return plausible.Cap(2 * cap.gbyte_s, cap.path, cap.source)
     return cap
 
 
@@ -257,11 +257,12 @@ def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contra
     cap = _cap(m, i, j, both=True)
     implausible = plausible.beyond(value, cap, f"p2p GPU{i}<->GPU{j}", "both ways together")
     if implausible:
-        return plausible.with_paths(v, m.paths).failed(value, f"{implausible} ({m.tool})",
-                                                       {"tool": m.tool, "physical_cap_gbyte_s": cap.gbyte_s})
+        return plausible.confirmed(plausible.with_paths(v, m.paths).failed(
+            value, f"{implausible} ({m.tool})", {"tool": m.tool, **cap.details}), m.tool, cap)
     details, note = fraction_note(value, *published(m, i, j, both=True))
-    return v.at_least(value, section.min_bidirectional.gbyte_s, f"GPU{i}<->GPU{j}", {"tool": m.tool, **details},
-                      suffix=f" ({m.tool}, both directions at once{note}{plausible.unchecked(cap)})")
+    check = v.at_least(value, section.min_bidirectional.gbyte_s, f"GPU{i}<->GPU{j}", {"tool": m.tool, **details, **cap.details},
+                       suffix=f" ({m.tool}, both directions at once{note}{plausible.unchecked(cap)})")
+    return plausible.confirmed(check, m.tool, cap)
 
 
 def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,

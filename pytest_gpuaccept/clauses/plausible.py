@@ -27,14 +27,14 @@ Two questions are asked of every figure the p2p and host_bandwidth clauses judge
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..models import TABLE_FILE
 from ..probes import option_value
-from ..probes.sysfs import sysfs_bus_id
+from ..probes.sysfs import link_gen, link_width, read_pci_links, sysfs_bus_id
 from ..units import human_bytes
+from .sources import with_sources
 
 if TYPE_CHECKING:
     from ..measurements import GpuModels
@@ -45,39 +45,20 @@ if TYPE_CHECKING:
     from ..probes.nvml import Gpu
     from ..probes.p2p_latency import P2pLatency
     from ..state import State
-    from ..verdict import Verdict
+    from ..verdict import Check, Verdict
 
 MARGIN = 0.10  # a figure may read 10 % above the cap (rounding, clocks, GB/s as 1e9 against link arithmetic)
 SLACK_S = 0.05  # and a run may end 5 % + 50 ms before its timed work (timer and process start granularity)
 # One PCIe lane, one direction, after line encoding (8b/10b to Gen2, 128b/130b from Gen3), GB/s: x16 is
 # 4, 8, 15.75, 31.5, 63, 126.
 PCIE_LANE_GBYTE_S = {1: 0.25, 2: 0.5, 3: 15.75 / 16, 4: 31.5 / 16, 5: 63.0 / 16, 6: 126.0 / 16}
-_GT_S = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-_SPEED = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s")
 LINKS_FILE = "sysfs-pci-links.json"
-LINK_KEYS = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 C2C_MODELS = ("GH200", "GB200", "GB300")  # the host link is NVLink-C2C, not PCIe: no PCIe cap applies
 NVB_BUFFER_MIB, NVB_LOOPS = 64, 16
 P2P_LATENCY_CELL_BYTES = 10_000_000 * 4 * 5
 
 
 # ------------------------------------------------------------------ the PCIe links, from sysfs
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace").strip()
-    except OSError:
-        return None
-
-
-def read_pci_links(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
-    """Each GPU's PCIe link files (current and maximum speed and width), by GPU index."""
-    gpus: dict[str, Any] = {}
-    for index, bus_id in sorted(bus_ids.items()):
-        folder = sys_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
-        gpus[str(index)] = {"bus_id": sysfs_bus_id(bus_id), **{k: _read(folder / k) for k in LINK_KEYS}}
-    return {"gpus": gpus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,21 +76,11 @@ class PcieLink:
         return f"PCIe Gen{self.gen} x{self.width}"
 
 
-def _gen(text: Any) -> int | None:
-    match = _SPEED.match(str(text or ""))
-    return _GT_S.get(float(match.group(1))) if match else None
-
-
-def _width(text: Any) -> int | None:
-    value = str(text or "").strip()
-    return int(value) if value.isdigit() and 0 < int(value) <= 32 else None
-
-
 def parse_pci_link(entry: dict[str, Any]) -> PcieLink | None:
     """The most the GPU's own link can run at: its maximum generation and width (the current ones where no
     maximum reads)."""
-    gen = _gen(entry.get("max_link_speed")) or _gen(entry.get("current_link_speed"))
-    width = _width(entry.get("max_link_width")) or _width(entry.get("current_link_width"))
+    gen = link_gen(entry.get("max_link_speed")) or link_gen(entry.get("current_link_speed"))
+    width = link_width(entry.get("max_link_width")) or link_width(entry.get("current_link_width"))
     if gen is None or width is None:
         return None
     return PcieLink(gen, width, f"sysfs {entry.get('bus_id')}")
@@ -131,10 +102,18 @@ class Paths:
 
 @dataclass(frozen=True, slots=True)
 class Cap:
-    """The most a path carries each way, GB/s, and the path in words; gbyte_s None: unknown, and why."""
+    """The most a path carries each way, GB/s, the path in words (gbyte_s None: unknown, and why), and where the
+    path's figures came from (sysfs, `topo -m`, NVML, the model table): the cap's source."""
 
     gbyte_s: float | None
     path: str
+    source: str = ""
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """The cap as every bandwidth check's details carry it: the figure (None: unknown) and its source."""
+        return {"physical_cap": None if self.gbyte_s is None else round(self.gbyte_s, 3),
+                "physical_cap_source": f"{self.path}; from {self.source}" if self.source else self.path}
 
 
 def read_paths(state: State, models: GpuModels, topology: Reading[Topology] | None = None) -> Paths:
@@ -185,13 +164,16 @@ def nvlinks_between(paths: Paths, i: int, j: int) -> tuple[int | None, str]:
     return None, "no topology read (neither `nvidia-smi topo -m` nor NVML's links)"
 
 
-def _pcie(paths: Paths, index: int) -> tuple[float, str] | None:
+def _pcie(paths: Paths, index: int) -> tuple[float, str, str] | None:
+    """The GPU's PCIe link one way: (GB/s, the link in words, where its generation and width came from)."""
     link = (paths.links or {}).get(index)
     if link is not None:
-        return link.gbyte_s, link.label
+        return link.gbyte_s, link.label, f"{link.source} (max_link_speed, max_link_width)"
     model = _model(paths, index)
     lane = PCIE_LANE_GBYTE_S.get(model.pcie_gen) if model and model.pcie_gen else None
-    return (lane * 16, f"PCIe Gen{model.pcie_gen} x16 (the {model.name}'s own)") if lane and model else None
+    if not lane or model is None:
+        return None
+    return lane * 16, f"PCIe Gen{model.pcie_gen} x16 (the {model.name}'s own)", f"the model table ({TABLE_FILE})"
 
 
 def _per_link(model: Model, links: int) -> tuple[float, str] | None:
@@ -219,13 +201,21 @@ def pair_cap(paths: Paths, i: int, j: int) -> Cap:
         counted = f"{links} NVLinks ({who}) x {rate}" if links else f"every NVLink of the model, {rate} ({who})"
         pcie = [p for k in (i, j) if (p := _pcie(paths, k))]
         if links is None and len(pcie) == 2 and min(pcie)[0] > value:  # unknown path: the wider of the two
-            return Cap(min(pcie)[0], f"{min(pcie)[1]} ({who})")
-        return Cap(value, counted)
+            wider = min(pcie)
+            return Cap(wider[0], f"{wider[1]} ({who})", wider[2])
+        return Cap(value, counted, f"{_counted_by(who)} for the links, the model table ({TABLE_FILE}) for their rate")
     ends = [_pcie(paths, k) for k in (i, j)]
     if any(end is None for end in ends):
         return Cap(None, f"no NVLink ({who}) and no PCIe generation known (no sysfs link files, no model)")
-    value, label = min(end for end in ends if end is not None)
-    return Cap(value, f"{label} (no NVLink: {who})")
+    value, label, source = min(end for end in ends if end is not None)
+    return Cap(value, f"{label} (no NVLink: {who})", f"{source}; {_counted_by(who)} for the absence of NVLink")
+
+
+def _counted_by(who: str) -> str:
+    """Who counted a pair's NVLinks, as a source: `nvidia-smi topo -m`, NVML, or the model table."""
+    if who.startswith("nvidia-smi"):
+        return "`nvidia-smi topo -m`"
+    return "NVML" if who.startswith("NVML") else f"the model table ({TABLE_FILE})" if "model" in who else who
 
 
 def host_cap(paths: Paths, index: int) -> Cap:
@@ -236,19 +226,83 @@ def host_cap(paths: Paths, index: int) -> Cap:
     pcie = _pcie(paths, index)
     if pcie is None:
         return Cap(None, f"GPU{index}'s PCIe link is unknown (no sysfs link files, no model)")
-    return Cap(pcie[0], pcie[1])
+    return Cap(*pcie)
+
+
+def _gpu_links(paths: Paths, index: int, count: int) -> tuple[int | None, bool | None]:
+    """NVML's active NVLinks of GPU `index` that reach another of GPUs 0..count-1 or an NVSwitch, and whether any
+    leads into a switch; (None, None) where NVML's per-link state was not read."""
+    by_index = {g.index: g for g in paths.gpus}
+    gpu = by_index.get(index)
+    if gpu is None or gpu.nvlinks is None or gpu.nvlink_error:
+        return None, None
+    peers = {sysfs_bus_id(g.pci_bus_id) for g in paths.gpus if g.pci_bus_id and g.index < count and g.index != index}
+    others = {sysfs_bus_id(g.pci_bus_id) for g in paths.gpus if g.pci_bus_id} | set(paths.models.sysfs_gpus or ()
+                                                                                    if paths.models else ())
+    ends = [sysfs_bus_id(n.remote_bus_id) for n in gpu.nvlinks if n.active and n.remote_bus_id]
+    switched = [e for e in ends if e not in others]
+    return sum(1 for e in ends if e in peers) + len(switched), bool(switched)
+
+
+def _reduce_in_switch(model: Model, switched: bool | None) -> bool:
+    """Whether NVLink SHARP (NCCL's NVLS) may reduce in the switch: links into NVSwitches that do (the model table's
+    `nvswitch.nvls`), or, where NVML did not say, a model the table knows no NVSwitch of (lenient: never a false
+    rejection)."""
+    if switched is False:
+        return False
+    return model.nvswitch_nvls or not model.nvswitch_ids
+
+
+def allreduce_cap(paths: Paths, count: int) -> Cap:
+    """The most all_reduce busbw GPUs 0..count-1 can reach: each GPU's links one way (a ring moves busbw over every
+    GPU's link each way); with reduction in the NVSwitch (NVLS) each GPU sends and receives its buffer once, so busbw
+    reaches 2(n-1)/n of it. The slowest GPU's links: its NVLinks (NVML's count, else the model's) x the model's
+    per-link rate, a bridge's rate, or its PCIe link (sysfs, else the model's generation at x16)."""
+    if count < 2:
+        return Cap(None, "one GPU: busbw is no bus's")
+    caps: list[Cap] = []
+    for index in range(count):
+        model = _model(paths, index)
+        if model is None:
+            return Cap(None, f"GPU{index} is not in the model table: no link figure")
+        links, switched = _gpu_links(paths, index, count)
+        carried = _per_link(model, model.nvlink_links if links is None else links) if (links or model.has_nvlink) else None
+        if links == 0 or carried is None:
+            pcie = _pcie(paths, index)
+            if pcie is None:
+                return Cap(None, f"GPU{index} has no NVLink and its PCIe link is unknown")
+            caps.append(Cap(pcie[0], f"GPU{index}'s {pcie[1]}", pcie[2]))
+            continue
+        value, rate = carried
+        counted = "its NVLinks (the model's count; NVML's links not read)" if links is None else f"{links} NVLinks (NVML)"
+        if model.nvlink_links and _reduce_in_switch(model, switched):
+            factor = 2 * (count - 1) / count
+            caps.append(Cap(value * factor, f"GPU{index}'s {counted} x {rate}, x {factor:g} for reduction in the NVSwitch",
+                            f"NVML for the links, the model table ({TABLE_FILE}) for their rate and switches"))
+        else:
+            caps.append(Cap(value, f"GPU{index}'s {counted} x {rate}",
+                            f"NVML for the links, the model table ({TABLE_FILE}) for their rate"))
+    return min(caps, key=lambda c: c.gbyte_s if c.gbyte_s is not None else float("inf"))
 
 
 def beyond(value: float, cap: Cap, what: str, per: str = "each way") -> str | None:
     """Why `value` cannot have crossed the path: above its cap by more than MARGIN; None where it can."""
     if cap.gbyte_s is None or value <= cap.gbyte_s * (1 + MARGIN):
         return None
-    return f"{what} reads {value:g} GB/s but the path is {cap.path}, at most {cap.gbyte_s:g} GB/s {per}"
+    return f"{what} reads {value:g} GB/s but the path is {cap.path}, at most {cap.gbyte_s:g} GB/s {per}: physically impossible"
 
 
 def with_paths(v: Verdict, paths: Paths | None) -> Verdict:
     """The verdict with the readings a cap came from as evidence: shown with the checks the cap fails."""
     return v.but(evidence=v.evidence + tuple(e for e in (paths.evidence if paths else ()) if e not in v.evidence))
+
+
+def confirmed(check: Check, tool: str, cap: Cap) -> Check:
+    """The check with its sources: the tool, and the path's cap where one is known (what the path can carry is
+    the second word on the figure, from sysfs, `topo -m`, NVML and the model table); without a cap, the tool's
+    word alone, said."""
+    return with_sources(check, tool, f"the path's cap ({cap.source or cap.path})" if cap.gbyte_s is not None else "",
+                        unconfirmed=f"no physical cap ({cap.path}): the figure is {tool}'s alone")
 
 
 def unchecked(cap: Cap) -> str:

@@ -1,4 +1,4 @@
-"""sysfs: the names of the host's network interfaces and RDMA devices, and the state of RDMA ports.
+"""sysfs: the host's network interfaces and RDMA devices, the state of RDMA ports, GPUs' PCIe links and NVSwitches.
 
 Read as plain files (no tool runs). The readings are dicts so they can be kept as evidence and
 replayed; the parsers turn them into typed data.
@@ -215,3 +215,46 @@ def read_counters(sys_root: Path, interface: str) -> dict[str, Any]:
     if not all(v is not None and v.isdigit() for v in values.values()):
         return {"interface": interface, "error": f"no readable statistics/rx_bytes and tx_bytes under {folder}"}
     return {"interface": interface, **{k: int(str(v)) for k, v in values.items()}}
+
+
+# ------------------------------------------------------------------ PCIe links and NVSwitches
+
+LINK_KEYS = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+_GT_S = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+_SPEED = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s")
+BRIDGE_CLASS = "0x0680"  # "bridge, other": how an NVSwitch lists itself (GH100 0x22a3, GA100 0x1af1)
+
+
+def read_pci_links(sys_root: Path, bus_ids: dict[int, str]) -> dict[str, Any]:
+    """Each GPU's PCIe link files (current and maximum speed and width), by GPU index."""
+    gpus: dict[str, Any] = {}
+    for index, bus_id in sorted(bus_ids.items()):
+        folder = sys_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
+        gpus[str(index)] = {"bus_id": sysfs_bus_id(bus_id), **{k: _read(folder / k) for k in LINK_KEYS}}
+    return {"gpus": gpus}
+
+
+def link_gen(text: Any) -> int | None:
+    """`32.0 GT/s PCIe` (the kernel's wording; `8 GT/s` on older kernels) -> 5; None where unreadable."""
+    match = _SPEED.match(str(text or ""))
+    return _GT_S.get(float(match.group(1))) if match else None
+
+
+def link_width(text: Any) -> int | None:
+    """`16` -> 16; None for `0`, `Unknown` or anything above x32."""
+    value = str(text or "").strip()
+    return int(value) if value.isdigit() and 0 < int(value) <= 32 else None
+
+
+def read_nvidia_bridges(sys_root: Path) -> dict[str, Any]:
+    """Every NVIDIA function the PCI bus lists in class "bridge, other" (0x0680: NVSwitches), bus ID -> device
+    ID; `bridges` None where the PCI bus could not be listed."""
+    pci = sys_root / "bus" / "pci" / "devices"
+    if not pci.is_dir():
+        return {"bridges": None}
+    found = {}
+    for folder in sorted(pci.iterdir(), key=lambda p: p.name):
+        if (_read(folder / "vendor") or "").lower() == NVIDIA_VENDOR and \
+                (_read(folder / "class") or "").lower().startswith(BRIDGE_CLASS):
+            found[folder.name] = (_read(folder / "device") or "").lower().removeprefix("0x")
+    return {"bridges": found}
