@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..cluster import summary as cluster_summary
 from ..subjects import Subject
-from . import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, shared, utilisation
+from . import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, shared, sources, utilisation
 from .base import Clause, HostNames, Measure, ReportPart, Section
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ ALL_CLAUSES: tuple[str, ...] = tuple(BY_KEY)
 MEASUREMENTS: tuple[Measure, ...] = tuple(dict.fromkeys(
     measure for module in (shared, *_MODULES) for measure in module.MEASUREMENTS))
 # The parts of the report a section or engine draws itself (base.ReportPart), in the page's order.
-REPORT_PARTS: tuple[ReportPart, ...] = (p2p.REPORT, cluster_summary.REPORT)
+REPORT_PARTS: tuple[ReportPart, ...] = (sources.REPORT, p2p.REPORT, cluster_summary.REPORT)
 
 
 def clauses_of(section: str) -> tuple[Clause, ...]:

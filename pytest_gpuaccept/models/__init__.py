@@ -27,6 +27,11 @@ class Model:
     nvlink_bridge_gbyte_s: float | None = None  # an NVLink bridge between card pairs (PCIe and NVL cards)
     boost_clock_mhz: float | None = None
     nvml_names: tuple[str, ...] = ()  # the other names NVIDIA gives this device ID (by subsystem: A16 and A2)
+    # The NVSwitches of the model's 8-GPU baseboard: their PCI device IDs, how many, and whether they reduce in
+    # the switch (NVLink SHARP, NCCL's NVLS); () / None where the table does not know them
+    nvswitch_ids: tuple[str, ...] = ()
+    nvswitch_count: int | None = None
+    nvswitch_nvls: bool = False
 
     @property
     def has_nvlink(self) -> bool:
@@ -58,11 +63,13 @@ def by_device_id(device_id: str) -> Model | None:
         return None
     sources = _table()["_sources"]
     memory = entry["memory_gb"]
+    switch = entry.get("nvswitch", {})
     return Model(key, entry["name"], entry["form_factor"], tuple(memory if isinstance(memory, list) else [memory]),
                  entry["memory_bandwidth_gbyte_s"], dict(entry["tflops"]), entry["nvlink"].get("gbyte_s"),
                  entry["nvlink"].get("links", 0), entry["pcie_gen"], entry["tdp_w"],
                  tuple(sources[s] for s in entry["sources"]), entry.get("nvml_name", ""),
-                 entry["nvlink"].get("bridge_gbyte_s"), entry.get("boost_clock_mhz"), tuple(entry.get("nvml_names", ())))
+                 entry["nvlink"].get("bridge_gbyte_s"), entry.get("boost_clock_mhz"), tuple(entry.get("nvml_names", ())),
+                 tuple(switch.get("device_ids", ())), switch.get("count"), bool(switch.get("nvls", False)))
 
 
 # PCIe x16 bandwidth in one direction after line encoding, GB/s: what "x % of published" means for a host link.
