@@ -15,8 +15,9 @@ from conftest import DATA
 from test_integrity import _keypair
 
 from pytest_gpuaccept.__main__ import main as cli
-from pytest_gpuaccept.bundle import evidence_digest, write_manifest
+from pytest_gpuaccept.bundle import system_ssh_keygen
 from pytest_gpuaccept.presets import resolve, unknown
+from pytest_gpuaccept.rejudge import RECOMPUTED
 
 REPO = Path(__file__).resolve().parent.parent
 PRESETS = "the shipped presets are: a100-sxm4-80gb-8gpu, h100-sxm5-8gpu, h200-sxm-1gpu, l40s-pcie-4gpu"
@@ -25,21 +26,17 @@ needs_ssh_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None,
 
 
 @pytest.fixture
-def bundle(tmp_path: Path) -> Path:
-    """The real H200 run's accepted results and kernel log as a bundle, sealed by the package's own manifest writer;
-    the report states the verdict and the evidence digest as the plugin's report does."""
-    root = tmp_path / "handover"
-    evidence = root / "gpuaccept-evidence"
-    evidence.mkdir(parents=True)
-    shutil.copy(DATA / "h200" / "accepted-results.json", evidence / "results.json")
-    shutil.copy(DATA / "h200" / "accepted-dmesg_after_load.txt", evidence / "dmesg.txt")
-    shutil.copy(REPO / "contracts" / "h200_sxm_1gpu.yaml", evidence / "contract.yaml")
-    shutil.copy(DATA / "h200" / "accepted-results.json", root / "gpuaccept-results.json")
-    report = root / "gpuaccept-report.html"
-    report.write_text(f'<section data-verdict="accepted" data-evidence-digest="{evidence_digest(evidence)}">'
-                      "ACCEPTED</section>\n")
-    write_manifest(evidence, [report, root / "gpuaccept-results.json"], {"verdict": "accepted"})
-    return root
+def bundle(accept, fake_tools) -> Path:
+    """A bundle as a run makes it: the H100 recording with the real `topo -m` of an HGX H100, judged ACCEPTED. Its
+    raw evidence is complete, so that verify's re-judge recomputes the same verdict."""
+    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+    run = accept("gpuaccept: 1\nvendor: Example\ngpus: {count: 8, model: H100, memory: 80 GB}\n"
+                 "nvlink: {every_pair: true, min_links: 18}\n", f"--gpuaccept-nvml={DATA / 'nvml' / 'h100_sxm5_8gpu.json'}")
+    assert run.json["verdict"] == "accepted"
+    return run.path
+
+
+REJUDGED = f"{RECOMPUTED}: ACCEPTED over 53 checks, which agrees with the bundle's results (ACCEPTED)"
 
 
 def _manifest_sha(bundle: Path) -> str:
@@ -59,7 +56,7 @@ def _signer(folder: Path, who: str) -> tuple[Path, str, str]:
 def test_an_unsigned_bundle_verifies_with_one_line(bundle, capsys):
     assert cli(["verify", str(bundle)]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"OK: every file matches the manifest; manifest SHA-256 {_manifest_sha(bundle)}"]
+        f"OK: every file matches the manifest; manifest SHA-256 {_manifest_sha(bundle)}", REJUDGED]
 
 
 @needs_ssh_keygen
@@ -70,7 +67,7 @@ def test_a_plain_verify_of_a_signed_bundle_says_its_signatures_were_not_checked(
     capsys.readouterr()
     assert cli(["verify", str(bundle)]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"OK: every file matches the manifest; manifest SHA-256 {_manifest_sha(bundle)}",
+        f"OK: every file matches the manifest; manifest SHA-256 {_manifest_sha(bundle)}", REJUDGED,
         f"signatures NOT checked: gpuaccept-evidence/signatures/1.sig (who signed is not known; to check: "
         f"python -m pytest_gpuaccept verify {bundle} --allowed-signers FILE)"]
 
@@ -80,11 +77,11 @@ def test_a_plain_verify_of_a_changed_signed_bundle_fails_and_still_says_the_sign
         bundle, tmp_path, capsys):
     key, _line, _fingerprint = _signer(tmp_path, "vendor")
     assert cli(["sign", str(bundle), "--key", str(key)]) == 0
-    (bundle / "gpuaccept-evidence" / "dmesg.txt").write_text("nothing happened\n")
+    (bundle / "gpuaccept-evidence" / "nvidia-smi_topo_-m.txt").write_text("nothing happened\n")
     capsys.readouterr()
     assert cli(["verify", str(bundle / "gpuaccept-evidence")]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        "FAIL changed: dmesg.txt",
+        "FAIL changed: nvidia-smi_topo_-m.txt",
         f"bundle does NOT verify (1 problems); manifest SHA-256 {_manifest_sha(bundle)}",
         f"signatures NOT checked: signatures/1.sig (who signed is not known; to check: "
         f"python -m pytest_gpuaccept verify {bundle / 'gpuaccept-evidence'} --allowed-signers FILE)"]
@@ -106,7 +103,8 @@ def test_verify_with_allowed_signers_names_each_signature_file_its_signer_key_an
         f"signed by: buyer@example.com with ED25519 key {buyer_key} in {allowed} "
         "(gpuaccept-evidence/signatures/1.sig verified)",
         f"signed by: vendor@example.com with ED25519 key {vendor_key} in {allowed} "
-        "(gpuaccept-evidence/signatures/2.sig verified)"]
+        "(gpuaccept-evidence/signatures/2.sig verified)", REJUDGED,
+        f"signatures checked with ssh-keygen: {system_ssh_keygen()}"]  # never the one on PATH
 
 
 @needs_ssh_keygen
