@@ -5,8 +5,10 @@ report and one results file judge the cluster."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +62,27 @@ def sysfs(tmp_path_factory):
     return root
 
 
+def node_recordings(folder: Path, names: list[str], same: dict[str, str] | None = None) -> Path:
+    """The H100 recording for the login node, and beside it one per node (`h100.<node>.json`, which the login node
+    hands that node) with GPU UUIDs of its own: UUIDs are unique across a cluster, in a simulated run too.
+    `same`: a node that gets another node's recording (two nodes with one set of GPUs)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = folder / "h100.json"
+    shutil.copy(RECORDING, base)
+    data = json.loads(RECORDING.read_text())
+    for name in names:
+        own = copy.deepcopy(data)
+        for gpu in own["gpus"]:
+            gpu["uuid"] = gpu["uuid"].replace("GPU-h100-", f"GPU-{(same or {}).get(name, name)}-")
+        (folder / f"h100.{name}.json").write_text(json.dumps(own))
+    return base
+
+
+@pytest.fixture(scope="module")
+def recording(slurm, tmp_path_factory):
+    return node_recordings(tmp_path_factory.mktemp("nvml"), [*slurm.nodes, *(slurm.address(i) for i in range(1, 5))])
+
+
 @pytest.fixture(scope="module")
 def fleet_bin(tmp_path_factory):
     return write_fleet_bin(tmp_path_factory.mktemp("fleet-bin"))
@@ -101,8 +124,8 @@ def by_clause(results: dict, clause: str) -> dict[str, dict]:
     return {c["subject"]: c for c in results["checks"] if c["clause"] == clause}
 
 
-def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, sysfs, fleet_bin, tmp_path):
-    code, results, out = login_run(slurm, tmp_path / "run", WITH_LINKS, f"--gpuaccept-nvml={RECORDING}",
+def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, recording, sysfs, fleet_bin, tmp_path):
+    code, results, out = login_run(slurm, tmp_path / "run", WITH_LINKS, f"--gpuaccept-nvml={recording}",
                                    f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     assert code == 0, out[-3000:]
     assert results["verdict"] == "accepted" and results["complete"]
@@ -111,6 +134,8 @@ def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, 
     assert nodes["h2"]["message"].startswith("IDLE, 8 GPUs in Gres; results returned: the node's own checks ACCEPTED")
     assert [h["name"] for h in results["hosts"]] == ["h1", "h2", "h3", "h4"]
     assert all(h["verdict"] == "accepted" and len(h["identity"]["gpus"]) == 8 for h in results["hosts"])
+    # Each node read its own recording (h100.<node>.json beside the login node's): its GPUs' UUIDs are its own.
+    assert all(g["uuid"].startswith(f"GPU-{h['name']}-") for h in results["hosts"] for g in h["identity"]["gpus"])
     per_node = [c for c in results["checks"] if c.get("node") == "h3"]
     assert {c["clause"] for c in per_node} >= {"gpus.count", "gpus.model", "gpus.identity"}
     assert "h3/GPU5" in {c["subject"] for c in per_node}
@@ -152,10 +177,10 @@ def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, 
     assert f"({slurm.address(1)} -> {slurm.address(2)})" in links["h1:eth0->h2:eth0"]["message"]
 
 
-def test_a_slow_node_is_blamed_and_every_pair_with_it_fails_while_the_others_pass(slurm, sysfs, fleet_bin, tmp_path):
+def test_a_slow_node_is_blamed_and_every_pair_with_it_fails_while_the_others_pass(slurm, recording, sysfs, fleet_bin, tmp_path):
     slurm.shape(3, "20mbit")
     try:
-        code, results, out = login_run(slurm, tmp_path / "run", WITH_LINKS, f"--gpuaccept-nvml={RECORDING}",
+        code, results, out = login_run(slurm, tmp_path / "run", WITH_LINKS, f"--gpuaccept-nvml={recording}",
                                        f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     finally:
         slurm.shape(3, LINE_RATE)
@@ -173,11 +198,11 @@ def test_a_slow_node_is_blamed_and_every_pair_with_it_fails_while_the_others_pas
     assert all(c["outcome"] == "passed" for c in by_clause(results, "cluster.nodes").values())
 
 
-def test_a_one_way_link_fault_names_that_link_and_both_nodes_pass_their_own_checks(slurm, sysfs, fleet_bin, tmp_path):
+def test_a_one_way_link_fault_names_that_link_and_both_nodes_pass_their_own_checks(slurm, recording, sysfs, fleet_bin, tmp_path):
     """h1 sends to h2 at a tenth of the line rate; h2 to h1, and h1 to every other node, at the full rate."""
     slurm.shape_link(1, 2, "20mbit", LINE_RATE)
     try:
-        code, results, out = login_run(slurm, tmp_path / "run", WITH_LINKS, f"--gpuaccept-nvml={RECORDING}",
+        code, results, out = login_run(slurm, tmp_path / "run", WITH_LINKS, f"--gpuaccept-nvml={recording}",
                                        f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     finally:
         slurm.shape(1, LINE_RATE)
@@ -194,10 +219,10 @@ def test_a_one_way_link_fault_names_that_link_and_both_nodes_pass_their_own_chec
     assert all(c["outcome"] == "passed" for c in results["checks"] if c.get("node") in ("h1", "h2"))
 
 
-def test_a_node_whose_slurmd_stopped_fails_and_the_run_still_ends_with_one_report(slurm, sysfs, fleet_bin, tmp_path):
+def test_a_node_whose_slurmd_stopped_fails_and_the_run_still_ends_with_one_report(slurm, recording, sysfs, fleet_bin, tmp_path):
     slurm.stop_slurmd(3)
     try:
-        code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={RECORDING}",
+        code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={recording}",
                                        f"--gpuaccept-sysfs={sysfs}", path=fleet_bin)
     finally:
         slurm.start_slurmd(3)
@@ -218,10 +243,10 @@ def test_a_node_whose_slurmd_stopped_fails_and_the_run_still_ends_with_one_repor
     assert whole["measured"] >= 200  # measured over the three others, as information
 
 
-def test_a_drained_node_is_failed_with_the_schedulers_reason_and_never_waited_for(slurm, sysfs, tmp_path):
+def test_a_drained_node_is_failed_with_the_schedulers_reason_and_never_waited_for(slurm, recording, sysfs, tmp_path):
     slurm.scontrol("update", "nodename=h2", "state=drain", "reason=bad_dimm")
     try:
-        code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={RECORDING}",
+        code, results, out = login_run(slurm, tmp_path / "run", CONTRACT, f"--gpuaccept-nvml={recording}",
                                        f"--gpuaccept-sysfs={sysfs}")
     finally:
         slurm.scontrol("update", "nodename=h2", "state=resume")
@@ -235,17 +260,63 @@ def test_a_drained_node_is_failed_with_the_schedulers_reason_and_never_waited_fo
     assert [c for c in results["checks"] if c.get("node") == "h2"] == []
 
 
-def test_a_node_offering_fewer_gpus_than_the_contract_fails(slurm, sysfs, tmp_path):
+def test_a_node_offering_fewer_gpus_than_the_contract_fails(slurm, recording, sysfs, tmp_path):
     contract = CONTRACT.replace("count: 8", "count: 16")
-    code, results, out = login_run(slurm, tmp_path / "run", contract, f"--gpuaccept-nvml={RECORDING}",
+    code, results, out = login_run(slurm, tmp_path / "run", contract, f"--gpuaccept-nvml={recording}",
                                    f"--gpuaccept-sysfs={sysfs}")
     nodes = by_clause(results, "cluster.nodes")
     assert code == 1
     assert nodes["h1"]["message"] == "the scheduler offers 8 GPUs on h1 (Gres), the contract 16"
 
 
-def test_mpirun_over_ssh_an_all_good_cluster_is_accepted(slurm, sysfs, fleet_bin, ssh_config, tmp_path):
-    code, results, out = login_run(slurm, tmp_path / "run", mpirun_contract(slurm), f"--gpuaccept-nvml={RECORDING}",
+# Only what the node list is about: no pairs, all_reduce or links (each about 20 s more).
+NODES_ONLY = CONTRACT.replace('  pairs: {min_busbw: "200 GB/s", max_bytes: "16 GiB"}\n', "").replace(
+    '  allreduce: {min_busbw: "200 GB/s", max_bytes: "16 GiB"}\n', "")
+
+
+def test_a_scheduler_that_shrinks_the_node_list_fails_the_nodes_it_left_out_naming_both_lists(slurm, recording, sysfs,
+                                                                                             tmp_path):
+    """A scontrol whose `show hostnames` prints h1 and h2 for the contract's h[1-4] (the rest of Slurm is real):
+    h3 and h4 are judged and fail, naming the plugin's expansion and the scheduler's; the two others run and pass."""
+    fake = tmp_path / "fake-scontrol"
+    fake.mkdir()
+    real = shutil.which("scontrol")
+    (fake / "scontrol").write_text('#!/bin/sh\nif [ "$1 $2" = "show hostnames" ]; then printf "h1\\nh2\\n"; exit 0; fi\n'
+                                   f'exec {real} "$@"\n')
+    (fake / "scontrol").chmod(0o755)
+    code, results, out = login_run(slurm, tmp_path / "run", NODES_ONLY, f"--gpuaccept-nvml={recording}",
+                                   f"--gpuaccept-sysfs={sysfs}", path=fake)
+    assert code == 1, out[-3000:]
+    nodes = by_clause(results, "cluster.nodes")
+    assert sorted(nodes) == ["h1", "h2", "h3", "h4"]  # the contract's nodes, every one judged
+    assert nodes["h1"]["outcome"] == nodes["h2"]["outcome"] == "passed"
+    assert (nodes["h3"]["outcome"], nodes["h3"]["measured"]) == ("failed", "not in both node lists")
+    assert nodes["h3"]["message"] == ("h3 is missing from the scheduler's node list: the plugin expands the contract's "
+                                      "h[1-4] to 4 nodes (h1, h2, h3, h4); the scheduler's `scontrol show hostnames` "
+                                      "printed 2 nodes (h1, h2)")
+    assert nodes["h4"]["outcome"] == "failed"
+    assert not (tmp_path / "run" / "gpuaccept-evidence" / "nodes" / "h3").exists()  # never run
+    assert results["verdict"] == "rejected"
+
+
+def test_two_nodes_with_one_gpus_uuids_are_both_refused(slurm, sysfs, tmp_path):
+    """h3 reads h2's recording: two nodes report the same eight GPUs. UUIDs are unique across a cluster, in a
+    simulated run too: both fail cluster.nodes, naming each other; h1 and h4 pass."""
+    shared = node_recordings(tmp_path / "nvml", slurm.nodes, same={"h3": "h2"})
+    code, results, out = login_run(slurm, tmp_path / "run", NODES_ONLY, f"--gpuaccept-nvml={shared}",
+                                   f"--gpuaccept-sysfs={sysfs}")
+    assert code == 1, out[-3000:]
+    nodes = by_clause(results, "cluster.nodes")
+    assert nodes["h1"]["outcome"] == nodes["h4"]["outcome"] == "passed"
+    assert nodes["h3"]["outcome"] == nodes["h2"]["outcome"] == "failed"
+    assert nodes["h3"]["message"] == ("GPU UUIDs of h3 were also reported by h2 (8 shared, e.g. "
+                                      "GPU-h2-00aaaaaaa-0000-0000-0000-000000000000): a simulated run: the nodes read "
+                                      "one NVML recording (give each node its own, docs/cluster.md)")
+    assert nodes["h2"]["message"].startswith("GPU UUIDs of h2 were also reported by h3 (8 shared")
+
+
+def test_mpirun_over_ssh_an_all_good_cluster_is_accepted(slurm, recording, sysfs, fleet_bin, ssh_config, tmp_path):
+    code, results, out = login_run(slurm, tmp_path / "run", mpirun_contract(slurm), f"--gpuaccept-nvml={recording}",
                                    f"--gpuaccept-sysfs={sysfs}", path=fleet_bin, extra_env=mpirun_env(ssh_config))
     assert code == 0, out[-3000:]
     nodes = by_clause(results, "cluster.nodes")
@@ -258,11 +329,11 @@ def test_mpirun_over_ssh_an_all_good_cluster_is_accepted(slurm, sysfs, fleet_bin
     assert any("mpirun" in str(t.get("tool")) for t in results["tools"])
 
 
-def test_mpirun_over_ssh_a_slow_node_is_blamed(slurm, sysfs, fleet_bin, ssh_config, tmp_path):
+def test_mpirun_over_ssh_a_slow_node_is_blamed(slurm, recording, sysfs, fleet_bin, ssh_config, tmp_path):
     slurm.shape(3, "20mbit")
     try:
         code, results, out = login_run(slurm, tmp_path / "run", mpirun_contract(slurm),
-                                       f"--gpuaccept-nvml={RECORDING}", f"--gpuaccept-sysfs={sysfs}", path=fleet_bin,
+                                       f"--gpuaccept-nvml={recording}", f"--gpuaccept-sysfs={sysfs}", path=fleet_bin,
                                        extra_env=mpirun_env(ssh_config))
     finally:
         slurm.shape(3, LINE_RATE)

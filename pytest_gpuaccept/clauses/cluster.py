@@ -165,15 +165,24 @@ class PerNode:
         return [Subject.whole(name) for name in names().get(LISTING, [])] or [Subject.whole("cluster")]
 
 
-def _same_gpus(name: str, run: ClusterRun) -> list[str]:
-    """Other nodes whose live results name one of this node's GPU UUIDs (a node answering for another)."""
+def _same_gpus(name: str, run: ClusterRun) -> dict[str, list[str]]:
+    """Other nodes whose results name one of this node's GPU UUIDs, and the UUIDs they share (a node answering for
+    another, or, in a simulated run, nodes that read one NVML recording): UUIDs are unique across a cluster."""
     def uuids(results: dict[str, Any] | None) -> set[str]:
-        if not results or results.get("mode", "live") != "live":
-            return set()  # a recording (simulated) or a replay is marked as such; its UUIDs prove nothing
-        return {str(g.get("uuid")) for g in (results.get("host") or {}).get("gpus", []) if g.get("uuid")}
+        return {str(g.get("uuid")) for g in ((results or {}).get("host") or {}).get("gpus", []) if g.get("uuid")}
 
     mine = uuids(run.nodes[name].results)
-    return sorted(other for other, node in run.nodes.items() if other != name and mine & uuids(node.results))
+    shared = {other: sorted(mine & uuids(node.results)) for other, node in run.nodes.items() if other != name}
+    return {other: both for other, both in sorted(shared.items()) if both}
+
+
+def _twins_message(node: str, twins: dict[str, list[str]], results: dict[str, Any]) -> str:
+    uuids = sorted({u for both in twins.values() for u in both})
+    mode = results.get("mode", "live")
+    why = "one bundle stands for two nodes" if mode == "live" else \
+        f"a {mode} run: the nodes read one NVML recording (give each node its own, docs/cluster.md)"
+    return (f"GPU UUIDs of {node} were also reported by {', '.join(twins)} ({len(uuids)} shared, e.g. {uuids[0]}): "
+            f"{why}")
 
 
 def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contract: Contract) -> Check:
@@ -191,7 +200,7 @@ def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contr
         details["node_verdict"] = node.results.get("verdict")
         details["host"] = node.results.get("host", {})
     if not state.present:
-        return v.failed(state.state, f"{subject.local} is {state.state}", details)
+        return v.failed(state.state, state.reason or f"{subject.local} is {state.state}", details)
     if not state.schedulable:
         reason = f" ({state.reason})" if state.reason else ""
         return v.failed(state.state, f"the scheduler has {subject.local} {state.state}{reason}: not run, not waited for",
@@ -202,11 +211,10 @@ def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contr
                         f"{wanted}", details)
     if node.problem is not None:
         return v.failed(state.state, node.problem, details)
+    results = node.results or {}
     twins = _same_gpus(subject.local, run)
     if twins:
-        return v.failed(state.state, f"GPU UUIDs of {subject.local} were also reported by {', '.join(twins)}: one "
-                                     "bundle stands for two nodes", details)
-    results = node.results or {}
+        return v.failed(state.state, _twins_message(subject.local, twins, results), details)
     checks = results.get("checks", [])
     not_passed = sum(c.get("outcome") != "passed" for c in checks)
     gres = f", {state.gpus} GPUs in Gres" if state.gpus is not None else ""

@@ -123,14 +123,7 @@ class Mpirun:
         return None
 
     def expand(self, expressions: tuple[str, ...], output: str | None) -> list[str]:
-        try:
-            names = [name for expression in expressions for name in expand_hostlist(expression)]
-        except ValueError as exc:
-            raise ClusterError(str(exc)) from None
-        bad = [n for n in names if not _NODE_NAME.match(n)]
-        if bad:
-            raise ClusterError(f"not a host name: {bad[0]!r}")
-        return list(dict.fromkeys(names))
+        return own_expansion(expressions)
 
     def inventory_argv(self, nodes: list[str]) -> list[str] | None:
         return None
@@ -150,6 +143,19 @@ class Mpirun:
 
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def own_expansion(expressions: tuple[str, ...]) -> list[str]:
+    """The node names the plugin itself reads in cluster.nodes (hostlist expressions, `gpu[01-16]`), each once: what
+    mpirun is given, and what a scheduler's own expansion is compared with."""
+    try:
+        names = [name for expression in expressions for name in expand_hostlist(expression)]
+    except ValueError as exc:
+        raise ClusterError(str(exc)) from None
+    bad = [n for n in names if not _NODE_NAME.match(n)]
+    if bad:
+        raise ClusterError(f"not a host name: {bad[0]!r}")
+    return list(dict.fromkeys(names))
 
 # The engines by contract name (cluster.engine), each made from the section: a third (Kubernetes JobSet) is
 # one more entry.

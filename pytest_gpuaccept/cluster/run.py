@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..bundle import verify
@@ -21,7 +23,7 @@ from ..probes import ParseError, iperf3, iproute, nccl_tests, strip_escapes
 from ..probes._run import Command, ToolRun
 from ..units import human_bytes
 from .bundles import NODES_FOLDER, decode, members
-from .engine import ClusterError, Engine, NodeState
+from .engine import ClusterError, Engine, NodeState, own_expansion
 from .pairs import blame, plan
 
 if TYPE_CHECKING:
@@ -35,16 +37,60 @@ def node_folder(node: str) -> str:
     return f"{NODES_FOLDER}/{node}"
 
 
-def expand(state: State, engine: Engine, section: ClusterSection) -> list[str]:
-    """The node names: from the scheduler (Slurm expands its own hostlists) or here (mpirun)."""
+@dataclass(frozen=True, slots=True)
+class Expansion:
+    """cluster.nodes as the plugin expands it and as the scheduler does (None: the engine has no expansion of its
+    own, mpirun): two readings of the contract's node list, compared node by node."""
+
+    expressions: tuple[str, ...]
+    ours: tuple[str, ...]
+    theirs: tuple[str, ...] | None
+
+    @property
+    def names(self) -> list[str]:
+        """Every node either list names, the contract's own first: a node only one of them lists is judged too."""
+        return list(dict.fromkeys((*self.ours, *(self.theirs or ()))))
+
+    def differs(self, node: str) -> str | None:
+        """Why `node` is in one list and not the other, naming both (None: both list it, or there is one list)."""
+        if self.theirs is None or (node in self.ours) == (node in self.theirs):
+            return None
+        given = ", ".join(self.expressions)
+        ours = f"the plugin expands the contract's {given} to {_shown(self.ours)}"
+        theirs = f"the scheduler's `scontrol show hostnames` printed {_shown(self.theirs)}"
+        if node in self.ours:
+            return f"{node} is missing from the scheduler's node list: {ours}; {theirs}"
+        return f"{node} is in the scheduler's node list but not the contract's: {theirs}; {ours}"
+
+
+def _shown(names: tuple[str, ...]) -> str:
+    listed = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return f"{len(names)} node{'s' if len(names) != 1 else ''} ({listed or 'none'})"
+
+
+def expansion(state: State, engine: Engine, section: ClusterSection) -> Expansion:
+    """The node names as the plugin reads the contract's hostlists, and as the scheduler expands them (Slurm), its
+    command run once per run (or replayed); ClusterError where either cannot be read."""
+    ours = tuple(own_expansion(section.nodes))
     argv = engine.expand_argv(section.nodes)
-    output = None
-    if argv is not None:
-        run = state.runner.run(argv[0], argv[1:], key="cluster-hostnames")
-        if run.failure:
-            raise ClusterError(f"the node names could not be listed: {run.failure}")
-        output = strip_escapes(run.stdout)
-    return engine.expand(section.nodes, output)
+    if argv is None:
+        return Expansion(section.nodes, ours, None)
+    run = state.runner.run(argv[0], argv[1:], key="cluster-hostnames")
+    if run.failure:
+        raise ClusterError(f"the node names could not be listed: {run.failure}")
+    return Expansion(section.nodes, ours, tuple(engine.expand(section.nodes, strip_escapes(run.stdout))))
+
+
+def expand(state: State, engine: Engine, section: ClusterSection) -> list[str]:
+    """The node names to judge: every node the plugin's or the scheduler's expansion of cluster.nodes names."""
+    return expansion(state, engine, section).names
+
+
+def node_recording(recording: Path, node: str) -> Path:
+    """The NVML recording a node's simulated run reads: `<stem>.<node><suffix>` beside the login node's, where there
+    is one (each node its own GPUs, with UUIDs of their own), else the login node's own, which every node then shares."""
+    own = recording.with_name(f"{recording.stem}.{node}{recording.suffix}")
+    return own if own.is_file() else recording
 
 
 def node_argv(state: State, node: str) -> list[str]:
@@ -53,19 +99,23 @@ def node_argv(state: State, node: str) -> list[str]:
     args = [sys.executable, "-m", "pytest_gpuaccept", "node-run", "--node", node,
             "--contract-b64", base64.b64encode(state.contract.raw).decode(), "--"]
     if state.nvml_recording is not None:
-        args.append(f"--gpuaccept-nvml={state.nvml_recording}")
+        args.append(f"--gpuaccept-nvml={node_recording(state.nvml_recording, node)}")
     if str(state.sys_root) != "/sys":
         args.append(f"--gpuaccept-sysfs={state.sys_root}")
     return args
 
 
 def run_cluster(state: State, engine: Engine, section: ClusterSection) -> ClusterRun:
+    """The node lists compared, the scheduler's inventory of the nodes both name, then the per-node suite on
+    every schedulable one at once. A node only one list names is not run: its check fails naming both lists."""
     evidence: list[str] = []
     try:
-        names = state.cluster_nodes()
+        listed = expansion(state, engine, section)
     except ClusterError as exc:
         return ClusterRun(engine.name, {}, (), str(exc))
-    inventory_argv = engine.inventory_argv(names)
+    differing = {n: why for n in listed.names if (why := listed.differs(n)) is not None}
+    names = [n for n in listed.names if n not in differing]
+    inventory_argv = engine.inventory_argv(names) if names else None
     inventory_output = None
     if inventory_argv is not None:
         run = state.runner.run(inventory_argv[0], inventory_argv[1:], key="cluster-inventory")
@@ -77,6 +127,7 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
         states = engine.inventory(names, inventory_output)
     except ClusterError as exc:
         return ClusterRun(engine.name, {}, tuple(evidence), f"the scheduler's node list is unreadable: {exc}")
+    states.update({n: NodeState(n, False, False, "not in both node lists", None, why) for n, why in differing.items()})
     runnable = [n for n in names if states[n].present and states[n].schedulable]
     commands = []
     for node in runnable:
@@ -85,7 +136,7 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
     runs = dict(zip(runnable, state.runner.run_together(commands, timeout_s=section.node_timeout.seconds))) \
         if commands else {}
     nodes = {}
-    for node in names:
+    for node in listed.names:
         nodes[node] = _outcome(state, node, states[node], runs.get(node))
     return ClusterRun(engine.name, nodes, tuple(evidence))
 
