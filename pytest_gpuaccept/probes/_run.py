@@ -1,18 +1,27 @@
 """Run an external tool: argv list, timeout, exit code, bounded output, and an evidence record of it.
 
-Every tool run of a session goes through one ToolRunner. It writes, per run, the tool's stdout and
-stderr as printed and a JSON record (argv, exit code, duration) into the evidence folder. Runs are
-memoised by key under a host-wide file lock, so a tool runs once per session even with several
-xdist workers, and two measurements never overlap. With a replay folder nothing is executed: the
-recorded runs of an earlier bundle are read back instead.
+Every tool run of a session goes through one ToolRunner. A tool's stdout and stderr come through pipes into this
+process's memory (bounded), and what the run parses is those bytes; they are then written, with a JSON record
+(argv, exit code, duration), into the evidence folder and sealed. Nothing a run judges is read back from a file
+it wrote: in a single-process run every run and reading is kept in memory. Under xdist the workers are separate
+processes: a run or reading one of them took reaches the others only as sealed evidence (evidence.py), read
+back only while its seal verifies. Runs are memoised by key under a host-wide file lock, so a tool runs once per
+session even with several xdist workers, and two measurements never overlap. With a replay folder nothing is
+executed: the recorded runs of an earlier bundle are read back instead.
+
+Tools start in a clean environment built from an allow-list (tool_environment), from an absolute path resolved
+once per session; the file's SHA-256 is taken again right before each run, and a pin (tools.sha256) is checked
+against that fresh digest: a file swapped between two runs of a session is caught at the later run.
 """
 
 from __future__ import annotations
 
 import fcntl
 import glob
+import hashlib
 import json
 import os
+import pwd
 import re
 import select
 import shutil
@@ -23,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import IO, Any, Callable, Generic, Iterator, TypeVar
 
 from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
 from . import strip_escapes
@@ -34,9 +43,18 @@ PACKAGED: dict[str, tuple[str, ...]] = {
     "nvbandwidth": ("/usr/libexec/datacenter-gpu-manager-4/plugins/cuda*/nvbandwidth",),
 }
 
-# The most of a tool's output kept, per stream. Beyond it the file is cut and the cut is marked.
+# The most of a tool's output kept, per stream. Beyond it the output is cut and the cut is marked.
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 TRUNCATION_MARK = "\n[gpuaccept: output truncated at {limit} bytes of {size}]\n"
+# How long a tool's pipes are still read once its process group was stopped: only a process that left the group
+# (setsid) can hold one open that long, and what it prints later is not the tool's output.
+LINGER_S = 2.0
+# The system's own folders of executables: with the tool's own folder, the whole PATH a tool gets.
+SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+# The cluster launchers' own settings, passed on by name where the run has them (a login node's slurm.conf kept
+# elsewhere, how mpirun reaches the nodes, an ssh agent): nothing else of the run's environment reaches a tool.
+PASSED_ON = ("SLURM_CONF", "OMPI_MCA_plm_rsh_agent", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+             "SSH_AUTH_SOCK")
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
 
 
@@ -114,12 +132,108 @@ def find_tool(tool: str, paths: dict[str, str]) -> str | None:
     return found
 
 
+def tool_environment(executable: str, user: pwd.struct_passwd | None = None) -> dict[str, str]:
+    """The whole environment a tool starts with, built from an allow-list: PATH of the tool's own folder and the
+    system's (SYSTEM_PATH), HOME, USER and LOGNAME of the user it runs as, the C locale (the decimal points and
+    English messages the parsers read), and the cluster launchers' settings named in PASSED_ON. Nothing else of
+    this process's environment: no LD_* (LD_PRELOAD runs anyone's code inside a pinned binary), no PYTHON*, no
+    CUDA_* or NCCL_* (no contract key sets one: a clause that needs one puts it on the command line it builds), no
+    TERM (no colour codes in what is parsed)."""
+    if user is not None:
+        home, name = user.pw_dir, user.pw_name
+    else:
+        try:
+            entry = pwd.getpwuid(os.getuid())
+            home, name = os.environ.get("HOME") or entry.pw_dir, entry.pw_name
+        except KeyError:  # a user id the password database does not list (a container's)
+            home, name = os.environ.get("HOME") or "/", str(os.getuid())
+    folder = os.path.dirname(executable)
+    env = {"PATH": ":".join(dict.fromkeys([*([folder] if folder else []), *SYSTEM_PATH])),
+           "HOME": home, "USER": name, "LOGNAME": name, "LANG": "C", "LC_ALL": "C"}
+    env.update({key: os.environ[key] for key in PASSED_ON if key in os.environ})
+    return env
+
+
+def file_sha256(path: str) -> str | None:
+    """The SHA-256 of the file a path names now (through any links); None if it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+class _Stream:
+    """One output pipe of a tool, read into memory by a thread of its own: the first `limit` bytes kept, the rest
+    read and counted (a tool blocked on a full pipe would never end)."""
+
+    def __init__(self, pipe: IO[bytes], limit: int = MAX_OUTPUT_BYTES) -> None:
+        self._pipe, self._limit = pipe, limit
+        self._kept = bytearray()
+        self._size = 0
+        self._taken: tuple[bytes, bool] | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, name="gpuaccept-output", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while chunk := os.read(self._pipe.fileno(), 1 << 16):
+                with self._lock:
+                    if self._taken is None:
+                        self._kept += chunk[:max(0, self._limit - len(self._kept))]
+                        self._size += len(chunk)
+        except OSError:
+            pass
+        finally:
+            self._pipe.close()
+
+    def take(self, deadline: float) -> tuple[bytes, bool]:
+        """What came through the pipe by its end, or by `deadline` (time.monotonic()) at the latest, the cut marked,
+        and whether it was cut; what comes later is not kept."""
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            if self._taken is None:
+                data, size = bytes(self._kept), self._size
+                cut = size > self._limit
+                self._taken = (data + TRUNCATION_MARK.format(limit=self._limit, size=size).encode() if cut else data, cut)
+            return self._taken
+
+
+class _Started:
+    """A tool that started: its process, and its stdout and stderr each read into memory as it prints."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self.proc = proc
+        self._out, self._err = _Stream(proc.stdout), _Stream(proc.stderr)
+
+    def output(self) -> tuple[bytes, bytes, bool]:
+        """Once the tool has exited: what it printed on each stream and whether either was cut. A process it left
+        running in its group (which could go on printing into the pipes) is stopped first."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass  # the group is gone with its leader: the usual case
+        deadline = time.monotonic() + LINGER_S
+        out, cut_out = self._out.take(deadline)
+        err, cut_err = self._err.take(deadline)
+        return out, err, cut_out or cut_err
+
+
+NOTHING = (b"", b"", False)  # the output of a tool that never started
+
+
 @dataclass(eq=False)  # one per session: compared and hashed by identity
 class ToolRunner:
     """Runs tools for one acceptance session and keeps the evidence of each run.
 
-    The one owner of memoisation and replay: a run or reading is taken once per session (kept in
-    memory, shared with xdist workers only through sealed evidence), or read from the replayed bundle.
+    The one owner of memoisation and replay: a run or reading is taken once per session and kept in memory,
+    shared with other xdist processes of the session only through sealed evidence (`shared`), or read from the
+    replayed bundle.
     """
 
     evidence_dir: Path
@@ -130,16 +244,25 @@ class ToolRunner:
     progress: Callable[[str], None] | None = None  # one line for the terminal when a tool starts and ends
     key: bytes = field(default_factory=new_key, repr=False)
     keep: bool = True  # False in modes that judge nothing: nothing is written
+    # Whether other processes of this session (xdist workers, their controller) take runs and readings too: only
+    # then is sealed evidence read back. A single-process run reads nothing back from disk (hardening.harden).
+    shared: bool = True
+    user: pwd.struct_passwd | None = None  # tools.user where pytest runs as root (hardening.harden); else pytest's own
     evidence: Evidence = field(init=False, repr=False)
     _runs: dict[str, ToolRun] = field(default_factory=dict, init=False, repr=False)
     _readings: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
     _provenance: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _resolved: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.evidence = Evidence(self.evidence_dir, self.key)
 
     def which(self, tool: str) -> str | None:
-        return find_tool(tool, self.tool_paths)
+        """The tool's absolute path, resolved once per session (the contract's path, PATH, a package's place)."""
+        if tool not in self._resolved:
+            found = find_tool(tool, self.tool_paths)
+            self._resolved[tool] = os.path.abspath(found) if found else None
+        return self._resolved[tool]
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -175,13 +298,14 @@ class ToolRunner:
                 return [run for run in recorded if run is not None]
             if self.replay_dir is not None:
                 return [self._replay(key, argv) for key, argv in zip(keys, argvs)]
-            origins = [self._origin(c.tool, exe) if exe else None for exe, c in zip(executables, commands)]
-            unpinned = [self._unpinned(c.tool, o) for c, o in zip(commands, origins)]
-            if any(unpinned):
-                reason = next(u for u in unpinned if u)
-                return [self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=u or f"not started: {reason}",
+            checked = [self._checked(c.tool, exe) if exe else (None, None) for exe, c in zip(executables, commands)]
+            origins = [origin for origin, _refused in checked]
+            refused = [why for _origin, why in checked]
+            if any(refused):
+                reason = next(why for why in refused if why)
+                return [self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=why or f"not started: {reason}",
                                            provenance=o), b"", b"")
-                        for key, argv, u, o in zip(keys, argvs, unpinned, origins)]
+                        for key, argv, why, o in zip(keys, argvs, refused, origins)]
             missing = [c.tool for exe, c in zip(executables, commands) if exe is None]
             if missing:
                 runs = []
@@ -193,10 +317,24 @@ class ToolRunner:
             return self._execute(keys, argvs, [c.start_after_s for c in commands], timeout, origins)
 
     def _origin(self, tool: str, executable: str) -> dict[str, Any]:
-        """The provenance of an executable, read once per session."""
+        """The provenance of an executable, read once per session (at its first run)."""
         if executable not in self._provenance:
             self._provenance[executable] = {"tool": tool, **read_provenance(executable)}
         return self._provenance[executable]
+
+    def _checked(self, tool: str, executable: str) -> tuple[dict[str, Any], str | None]:
+        """The executable's provenance with its SHA-256 taken right now, and why it must not run: it is not the file
+        that ran under this path earlier in the session, or not the file the contract pins (tools.sha256)."""
+        known = executable in self._provenance
+        first = self._origin(tool, executable)  # at the first run, read (and hashed) just now
+        if not known:
+            return first, self._unpinned(tool, first)
+        origin = {**first, "resolved": os.path.realpath(executable), "sha256": file_sha256(executable)}
+        if origin["sha256"] != first.get("sha256"):
+            return origin, (f"{tool} at {executable} changed during this session: SHA-256 "
+                            f"{first.get('sha256') or '(unreadable)'} at its first run, {origin['sha256'] or '(unreadable)'} "
+                            "now: not the file that ran before, not run")
+        return origin, self._unpinned(tool, origin)
 
     def _unpinned(self, tool: str, origin: dict[str, Any] | None) -> str | None:
         """Why a tool pinned by tools.sha256 must not run: its file is not the pinned one."""
@@ -213,66 +351,60 @@ class ToolRunner:
         if self.progress is not None:
             self.progress(line)
 
+    def _start(self, argv: list[str]) -> tuple[_Started | None, str | None]:
+        """Start one tool in its own process group and clean environment, as tools.user where one is set; or why
+        it could not start."""
+        as_user: dict[str, Any] = {} if self.user is None else \
+            {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=own_cwd(argv), env=tool_environment(argv[0], self.user),
+                                    start_new_session=True, **as_user)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return None, f"`{' '.join(argv)}` could not start: {getattr(exc, 'strerror', None) or exc}"
+        return _Started(proc), None
+
     def _execute(self, keys: list[str], argvs: list[list[str]], delays: list[float], timeout: float,
                  origins: list[dict[str, Any] | None]) -> list[ToolRun]:
         shown = " + ".join(" ".join(Path(a[0]).name.split()[:1] + a[1:])[:100] for a in argvs)
         self._say(f"gpuaccept: running {shown} (at most {timeout:g} s)")
         started = time.monotonic()
         deadline = started + timeout
-        files = []
-        procs: list[subprocess.Popen[bytes] | None] = []
+        tools: list[_Started | None] = []
         errors: list[str | None] = []
         returncodes: list[int | None] = [None] * len(keys)
         timed_out = [False] * len(keys)
         try:
-            for key, argv, delay in zip(keys, argvs, delays):
-                out = open(self.evidence.claim(f"{key}.txt"), "wb")
-                err = open(self.evidence.claim(f"{key}.stderr.txt"), "wb")
-                files += [out, err]
+            for argv, delay in zip(argvs, delays):
                 if delay:
                     time.sleep(delay)  # let a server start listening before its client connects
-                try:
-                    procs.append(subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=own_cwd(argv),
-                                                  start_new_session=True))
-                    errors.append(None)
-                except OSError as exc:
-                    procs.append(None)
-                    errors.append(f"`{' '.join(argv)}` could not start: {exc.strerror or exc}")
-            for n, proc in enumerate(procs):
-                if proc is None:
-                    continue
-                try:
-                    returncodes[n] = wait_until(proc, deadline)
-                except subprocess.TimeoutExpired:
-                    timed_out[n] = True
-                    kill_group(proc)
-                    returncodes[n] = proc.returncode
+                tool, error = self._start(argv)
+                tools.append(tool)
+                errors.append(error)
+            for n, tool in enumerate(tools):
+                if tool is not None:
+                    returncodes[n], timed_out[n] = wait_or_kill(tool.proc, deadline)
         except BaseException:
             # Ctrl-C, SIGTERM: stop every tool's whole group, keep what they printed, then go on unwinding.
-            self._interrupted(keys, argvs, procs, errors, started, timeout, files)
+            self._interrupted(keys, argvs, tools, errors, started, timeout)
             raise
-        for handle in files:
-            handle.close()
         self._say(f"gpuaccept: {shown} done in {time.monotonic() - started:.1f} s")
-        return [self._finish(key, argv, returncodes[n], started, timeout, timed_out[n], errors[n],
-                             pid=procs[n].pid if n < len(procs) and procs[n] is not None else None,  # type: ignore[union-attr]
-                             provenance=origins[n])
-                for n, (key, argv) in enumerate(zip(keys, argvs))]
+        return [self._finish(key, argv, tool.output() if tool else NOTHING, returncodes[n], started, timeout,
+                             timed_out[n], errors[n], pid=tool.proc.pid if tool else None, provenance=origins[n])
+                for n, (key, argv, tool) in enumerate(zip(keys, argvs, tools))]
 
-    def _interrupted(self, keys: list[str], argvs: list[list[str]], procs: list[subprocess.Popen[bytes] | None],
-                     errors: list[str | None], started: float, timeout: float, files: list[Any]) -> None:
-        """An interrupted _execute: every tool still running is stopped (its whole group), its output `files`
-        closed, and each tool's run recorded as interrupted with what it printed."""
-        for n, proc in enumerate(procs):
-            if proc is not None and proc.poll() is None:
-                kill_group(proc)
+    def _interrupted(self, keys: list[str], argvs: list[list[str]], tools: list[_Started | None],
+                     errors: list[str | None], started: float, timeout: float) -> None:
+        """An interrupted _execute: every tool still running is stopped (its whole group), and each tool's run
+        recorded as interrupted with what it printed."""
+        for n, tool in enumerate(tools):
+            if tool is not None and tool.proc.poll() is None:
+                kill_group(tool.proc)
                 errors[n] = "interrupted while the tool ran"
-        for handle in files:
-            handle.close()
         for n, (key, argv) in enumerate(zip(keys, argvs)):
             error = errors[n] if n < len(errors) else "interrupted before the tool started"
-            proc_n = procs[n] if n < len(procs) else None
-            self._finish(key, argv, proc_n.returncode if proc_n is not None else None,
+            tool = tools[n] if n < len(tools) else None
+            self._finish(key, argv, tool.output() if tool else NOTHING, tool.proc.returncode if tool else None,
                          started, timeout, False, error or "interrupted while the tool ran")
 
     def run_during(self, command: Command, duration_s: float, during: Callable[[threading.Event], object],
@@ -295,59 +427,61 @@ class ToolRunner:
             if executable is None:
                 run = ToolRun(key, tuple(argv), None, 0.0, "", "", error=f"{command.tool} not found on PATH")
                 return self._save(run, b"", b"")
-            origin = self._origin(command.tool, executable)
-            refused = self._unpinned(command.tool, origin)
+            origin, refused = self._checked(command.tool, executable)
             if refused:
                 return self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=refused, provenance=origin), b"", b"")
             started = time.monotonic()
-            stop = threading.Event()
-            with open(self.evidence.claim(f"{key}.txt"), "wb") as out, \
-                    open(self.evidence.claim(f"{key}.stderr.txt"), "wb") as err:
-                try:
-                    proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=own_cwd(argv),
-                                            start_new_session=True)
-                except OSError as exc:
-                    run = ToolRun(key, tuple(argv), None, 0.0, "", "",
-                                  error=f"`{' '.join(argv)}` could not start: {exc.strerror or exc}")
-                    return self._save(run, b"", b"")
-
-                def watch() -> None:
-                    proc.wait()
-                    stop.set()
-
-                watcher = threading.Thread(target=watch, daemon=True)
-                watcher.start()
-                try:
-                    result = during(stop)
-                except BaseException:
-                    kill_group(proc)
-                    self._finish(key, argv, proc.returncode, started, duration_s, error="interrupted during the load")
-                    raise
-                stopped = None
-                if proc.poll() is None:
-                    stopped = round(time.monotonic() - started, 3)
-                    kill_group(proc)
-                watcher.join(timeout=10)
+            tool, error = self._start(argv)
+            if tool is None:
+                return self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=error, provenance=origin), b"", b"")
+            result, stopped = self._load(tool, started, during, lambda: self._finish(
+                key, argv, tool.output(), tool.proc.returncode, started, duration_s, error="interrupted during the load"))
+            output = tool.output()
             self._remember(record_as, result if isinstance(result, dict) else {"error": f"no recording: {result!r}"})
-            return self._finish(key, argv, proc.returncode, started, duration_s, stopped_after_s=stopped,
-                                pid=proc.pid, provenance=origin)
+            return self._finish(key, argv, output, tool.proc.returncode, started, duration_s, stopped_after_s=stopped,
+                                pid=tool.proc.pid, provenance=origin)
 
-    def _finish(self, key: str, argv: list[str], returncode: int | None, started: float, timeout: float,
-                timed_out: bool = False, error: str | None = None, stopped_after_s: float | None = None,
-                pid: int | None = None, provenance: dict[str, Any] | None = None) -> ToolRun:
-        """The tool has exited: bound its output, seal it as captured, and keep the run."""
+    @staticmethod
+    def _load(tool: _Started, started: float, during: Callable[[threading.Event], object],
+              interrupted: Callable[[], object]) -> tuple[object, float | None]:
+        """`during(stop)` while the workload runs (`stop` set when it ends by itself); then the workload stopped if
+        it still runs. What `during` returned, and after how long gpuaccept stopped the workload (None: it ended)."""
+        stop = threading.Event()
+        proc = tool.proc
+
+        def watch() -> None:
+            proc.wait()
+            stop.set()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            result = during(stop)
+        except BaseException:
+            kill_group(proc)
+            interrupted()
+            raise
+        stopped = None
+        if proc.poll() is None:
+            stopped = round(time.monotonic() - started, 3)
+            kill_group(proc)
+        watcher.join(timeout=10)
+        return result, stopped
+
+    def _finish(self, key: str, argv: list[str], output: tuple[bytes, bytes, bool], returncode: int | None,
+                started: float, timeout: float, timed_out: bool = False, error: str | None = None,
+                stopped_after_s: float | None = None, pid: int | None = None,
+                provenance: dict[str, Any] | None = None) -> ToolRun:
+        """The tool has exited: what it printed (`output`: stdout, stderr, whether either was cut), as held in memory,
+        is what the run parses and what is written and sealed; nothing is read back."""
+        out, err, cut = output
         out_name, err_name = f"{key}.txt", f"{key}.stderr.txt"
-        for name in (out_name, err_name):
-            if self.keep and not (self.evidence_dir / name).exists():
-                self.evidence.claim(name).write_bytes(b"")  # interrupted before the tool started
-        out, cut_out = bound_file(self.evidence_dir / out_name)
-        err, cut_err = bound_file(self.evidence_dir / err_name)
-        if self.keep:  # the bytes read once: what is parsed is what is sealed (a later append is a change)
-            self.evidence.seal(out_name, out)
-            self.evidence.seal(err_name, err)
+        if self.keep:
+            self.evidence.write(out_name, out)
+            self.evidence.write(err_name, err)
         stdout, stderr = out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
         run = ToolRun(key, tuple(argv), returncode, round(time.monotonic() - started, 3), stdout, stderr,
-                      timed_out, error, cut_out or cut_err, (out_name, err_name, f"{key}.json"), timeout,
+                      timed_out, error, cut, (out_name, err_name, f"{key}.json"), timeout,
                       stopped_after_s=stopped_after_s, pid=pid, provenance=provenance)
         return self._keep_run(run)
 
@@ -366,13 +500,14 @@ class ToolRunner:
         return run
 
     def _recall(self, key: str) -> ToolRun | None:
-        """This session's run of `key`: from memory, or sealed by another worker; None if not run yet.
+        """This session's run of `key`: from memory, or sealed by another process of the session (xdist only);
+        None if not run yet.
 
         A record that is not sealed is never read (the next write moves it aside as foreign). A sealed
         record whose output changed after capture is a run that cannot be trusted.
         """
-        if key in self._runs:
-            return self._runs[key]
+        if key in self._runs or not self.shared:
+            return self._runs.get(key)
         try:
             raw = self.evidence.read(f"{key}.json")
         except ForeignEvidence:
@@ -414,12 +549,14 @@ class ToolRunner:
             return {"error": f"not in the replayed bundle {self.replay_dir}: {exc}"}
 
     def reading(self, name: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """A reading that is not a tool run (NVML, sysfs): taken once per session, or replayed; kept as evidence."""
+        """A reading that is not a tool run (NVML, sysfs): taken once per session, or replayed; kept in memory and
+        as evidence. Read back from the evidence only where another process of the session (an xdist worker) took
+        it, and only as the bytes its seal vouches for."""
         with self.exclusive():
             if name in self._readings:
                 return self._readings[name]
             try:
-                raw = self.evidence.read(name) if self.keep else None
+                raw = self.evidence.read(name) if self.keep and self.shared else None
             except ForeignEvidence:
                 raw = None  # never read: the write below moves it aside, and the verdict names it
             if raw is not None:
@@ -488,6 +625,15 @@ def wait_until(proc: subprocess.Popen[bytes], deadline: float) -> int:
     return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
+def wait_or_kill(proc: subprocess.Popen[bytes], deadline: float) -> tuple[int | None, bool]:
+    """The tool's exit status and False; or, at the deadline, its whole group killed: its status then, and True."""
+    try:
+        return wait_until(proc, deadline), False
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        return proc.returncode, True
+
+
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Stop a tool and every process it started: SIGTERM to the group, SIGKILL after 2 s."""
     for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
@@ -505,21 +651,6 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-def bound_file(path: Path, limit: int = MAX_OUTPUT_BYTES) -> tuple[bytes, bool]:
-    """Cut a captured output file to `limit` bytes, marking the cut; return what it then holds (at most the limit
-    and the mark: read once, the run's text and its seal are of the same bytes) and whether it was cut."""
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError:
-        return b"", False
-    if size > limit:
-        with open(path, "r+b") as handle:
-            handle.truncate(limit)
-            handle.seek(limit)
-            handle.write(TRUNCATION_MARK.format(limit=limit, size=size).encode())
-    return _head(path, limit), size > limit
 
 
 def read_bounded(path: Path, limit: int = MAX_OUTPUT_BYTES) -> str:
