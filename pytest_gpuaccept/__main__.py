@@ -61,12 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "record-nvml":
         return record_nvml(args.out, args.samples)
     if args.command == "sign":
+        from .hardening import ssh_keygen_for  # noqa: PLC0415 (lazy: see the imports)
+
+        keygen = ssh_keygen_for(args.folder)  # never the one on PATH
         try:
-            target = sign(args.folder, args.key)
+            target = sign(args.folder, args.key, keygen)
         except (ValueError, OSError) as exc:
-            print(f"FAIL {exc}")
+            print(f"FAIL {exc} (ssh-keygen: {keygen})")
             return 1
-        print(f"signed: {target}")
+        print(f"signed: {target} (ssh-keygen: {keygen})")
         return 0
     return run_verify(args.folder, args.report, args.allowed_signers, args.rejudged)
 
@@ -89,7 +92,12 @@ def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None, 
     result = verify(folder, report)
     problems = list(result.problems)
     signatures = signature_files(folder)
-    checked = [] if allowed_signers is None else check_signatures(folder, allowed_signers)
+    keygen = None
+    if allowed_signers is not None:
+        from .hardening import ssh_keygen_for  # noqa: PLC0415 (lazy: see the imports)
+
+        keygen = ssh_keygen_for(folder)  # never the one on PATH
+    checked = [] if keygen is None or allowed_signers is None else check_signatures(folder, allowed_signers, keygen)
     if allowed_signers is not None and not signatures:
         problems.append(f"no signature in {evidence_folder(folder) / SIGNATURES}")
     problems += [signature.problem for signature in checked if signature.problem]
@@ -113,6 +121,8 @@ def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None, 
         names = ", ".join(str(sig.relative_to(folder)) for sig in signatures)
         print(f"signatures NOT checked: {names} (who signed is not known; to check: "
               f"python -m pytest_gpuaccept verify {folder} --allowed-signers FILE)")
+    if keygen is not None:
+        print(f"signatures checked with ssh-keygen: {keygen}")
     return 1 if problems else 0
 
 

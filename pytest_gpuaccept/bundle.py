@@ -4,7 +4,9 @@
 folder (`files`), and the report and results by their paths relative to the bundle folder (`bundle`,
 the report's folder). The report states the evidence digest (a digest of `files`), and `verify`
 recomputes the verdict from the results and checks that the report states the same one. `sign` adds
-OpenSSH signatures of the manifest (`ssh-keygen -Y sign`), which `verify --allowed-signers` checks.
+OpenSSH signatures of the manifest (`ssh-keygen -Y sign`), which `verify --allowed-signers` checks, each with an
+ssh-keygen from a fixed system path (or the one the contract names), never the one on PATH: a fake ssh-keygen
+first on PATH would approve any signature.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .evidence import files_under
+from .probes._run import SYSTEM_PATH
 from .verdict import Check, verdict_of
 
 MANIFEST = "manifest.json"
@@ -27,6 +31,7 @@ SIGNATURES = "signatures"  # inside the evidence folder: added after the manifes
 CONTRACT_COPY = "contract.yaml"
 RESULTS_COPY = "results.json"
 NAMESPACE = "gpuaccept-bundle"  # ssh-keygen -Y signature namespace: a signature for anything else won't verify
+SYSTEM_SSH_KEYGEN = ("/usr/bin/ssh-keygen", "/bin/ssh-keygen")  # where OpenSSH's packages install it
 _DIGEST_IN_REPORT = re.compile(r'data-evidence-digest="([0-9a-f]{64})"')
 _VERDICT_IN_REPORT = re.compile(r'data-verdict="(accepted|rejected)"')
 
@@ -167,17 +172,45 @@ def _verdict_problems(folder: Path, root: Path, documents: dict[str, str], manif
 
 # ------------------------------------------------------------------ signatures (OpenSSH, no new dependency)
 
-def _ssh_keygen(args: list[str], data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["ssh-keygen", *args], input=data, capture_output=True, timeout=60, check=False)
+@dataclass(frozen=True, slots=True)
+class SshKeygen:
+    """The ssh-keygen that signs and verifies, and why that one: what `sign` and `verify` say they used."""
+
+    path: str
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.source})"
 
 
-def sign(path: Path, key: Path) -> Path:
-    """Sign the bundle's manifest with an SSH key; the signature is kept beside it. Raises on failure."""
+def system_ssh_keygen() -> SshKeygen:
+    """The system's ssh-keygen: the first of SYSTEM_SSH_KEYGEN there is; never a search of PATH."""
+    found = next((p for p in SYSTEM_SSH_KEYGEN if os.access(p, os.X_OK)), None)
+    if found is None:
+        return SshKeygen(SYSTEM_SSH_KEYGEN[0], "the system's, not installed: install OpenSSH's client or name one "
+                                              "in tools.ssh_keygen")
+    return SshKeygen(found, "the system's")
+
+
+def _ssh_keygen(keygen: SshKeygen, args: list[str], data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """ssh-keygen in a clean environment (no LD_PRELOAD or other variable of the caller's reaches it)."""
+    env = {"PATH": ":".join(SYSTEM_PATH), "LC_ALL": "C", "HOME": os.environ.get("HOME", "/"),
+           **{k: os.environ[k] for k in ("SSH_AUTH_SOCK",) if k in os.environ}}
+    try:
+        return subprocess.run([keygen.path, *args], input=data, capture_output=True, timeout=60, check=False, env=env)
+    except OSError as exc:
+        return subprocess.CompletedProcess([keygen.path, *args], 127, b"", f"{keygen} could not start: {exc}".encode())
+
+
+def sign(path: Path, key: Path, keygen: SshKeygen | None = None) -> Path:
+    """Sign the bundle's manifest with an SSH key (with `keygen`, by default the system's ssh-keygen); the
+    signature is kept beside it. Raises on failure."""
     folder = evidence_folder(path)
     manifest = folder / MANIFEST
     if not manifest.is_file():
         raise ValueError(f"{folder}: no {MANIFEST}: not a bundle")
-    done = _ssh_keygen(["-Y", "sign", "-f", str(key), "-n", NAMESPACE, "-q"], manifest.read_bytes())
+    done = _ssh_keygen(keygen or system_ssh_keygen(), ["-Y", "sign", "-f", str(key), "-n", NAMESPACE, "-q"],
+                       manifest.read_bytes())
     if done.returncode != 0 or b"BEGIN SSH SIGNATURE" not in done.stdout:
         raise ValueError(f"ssh-keygen -Y sign failed (exit {done.returncode}): "
                          f"{done.stderr.decode(errors='replace').strip()[:300]}")
@@ -207,18 +240,20 @@ class Signature:
 _GOOD = re.compile(r'^Good "[^"]*" signature for .* with (\S+ key \S+)', re.MULTILINE)
 
 
-def check_signatures(path: Path, allowed_signers: Path) -> list[Signature]:
-    """Every signature file against the manifest as it is now: each must be by a key in `allowed_signers`."""
+def check_signatures(path: Path, allowed_signers: Path, keygen: SshKeygen | None = None) -> list[Signature]:
+    """Every signature file against the manifest as it is now: each must be by a key in `allowed_signers`
+    (checked with `keygen`, by default the system's ssh-keygen)."""
+    keygen = keygen or system_ssh_keygen()
     folder = evidence_folder(path)
     manifest = (folder / MANIFEST).read_bytes() if (folder / MANIFEST).is_file() else b""
     checked = []
     for sig in signature_files(path):
-        found = _ssh_keygen(["-Y", "find-principals", "-s", str(sig), "-f", str(allowed_signers)])
+        found = _ssh_keygen(keygen, ["-Y", "find-principals", "-s", str(sig), "-f", str(allowed_signers)])
         principals = found.stdout.decode(errors="replace").split() if found.returncode == 0 else []
         if not principals:
             checked.append(Signature(sig, "", "", f"signature {sig.name}: signed by a key not in {allowed_signers}"))
             continue
-        done = _ssh_keygen(["-Y", "verify", "-f", str(allowed_signers), "-I", principals[0], "-n", NAMESPACE,
+        done = _ssh_keygen(keygen, ["-Y", "verify", "-f", str(allowed_signers), "-I", principals[0], "-n", NAMESPACE,
                             "-s", str(sig)], manifest)
         if done.returncode != 0:
             checked.append(Signature(sig, principals[0], "", f"signature {sig.name} of {principals[0]}: does not match "

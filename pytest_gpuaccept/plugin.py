@@ -95,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # loaded in every pytest run of the environment: do nothing unless asked
     from . import report
     from .clauses.advice import advise
+    from .hardening import harden
     from .state import STATE, State
     from .suite import measurement_fixtures
 
@@ -118,6 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                 is_controller=workerinput is None,
                                 sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode,
                                 advice=advise(contract))
+    harden(config)  # before any tool runs: memory closed (PR_SET_DUMPABLE), the tools' user (hardening.py)
     config.pluginmanager.register(measurement_fixtures(), "gpuaccept-measurements")
     if judging:
         config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")
