@@ -1,11 +1,14 @@
 """The evidence folder of one run: what the runner wrote is sealed when captured; nothing else is ever read.
 
-A tool runs on the vendor's host and can write anywhere, the evidence folder included. So every file
-the run keeps is hashed at the moment it is captured and sealed with a key that lives only in the
-memory of this run's processes (never on disk, never in a tool's environment). A file is read back only
-when its seal verifies; an unsealed file where the run is about to write is moved aside as
-`<name>.foreign` and kept as evidence of the attempt; at the end every unsealed or changed file is
-named, and the run is rejected.
+A run keeps what it judges in memory: tool outputs come through pipes and readings (NVML, sysfs) are held
+where they were taken (probes/_run.py), then written here to be kept. In a single-process run nothing is read
+back from this folder, so a file planted in it changes no reading. The seal keeps two jobs: at the end, telling
+the files this run wrote from files planted or changed in the folder (each named, and the run rejected); and,
+under xdist, carrying runs and readings between the session's processes, which read another worker's file only
+while its seal verifies. Every file is hashed as it is written and sealed with a key that lives only in the
+memory of this run's processes (never on disk, never in a tool's environment; that memory closed to the tools
+by hardening.py). An unsealed file where the run is about to write is moved aside as `<name>.foreign` and kept
+as evidence of the attempt; at the end every unsealed or changed file is named, and the run is rejected.
 """
 
 from __future__ import annotations
@@ -101,8 +104,7 @@ class Evidence:
         return path
 
     def seal(self, name: str, data: bytes | None = None) -> str:
-        """Seal a file as it is now (after its tool exited), or as `data`, the bytes just read from it; returns its
-        SHA-256. Sealed as read, a file a process goes on writing to is a file changed after capture."""
+        """Seal a file as it is now, or as `data`, the bytes it was written with; returns its SHA-256."""
         return self._seal_digest(name, sha256_bytes((self.folder / name).read_bytes() if data is None else data))
 
     def _seal_digest(self, name: str, sha: str) -> str:
