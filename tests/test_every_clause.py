@@ -38,7 +38,7 @@ rdma: {devices: ["mlx5_*"], min_fraction_of_line_rate: 0.9}
 iperf3: {server: 10.0.0.2, min_throughput: "1.5 Gb/s", streams: 1, duration: "1 s"}
 utilisation: {min_percent: 80, duration: "1.5 s", warmup: "1 s", workload: ["train-job"]}
 health: {ecc: true, row_remapping: true, throttle: true, pcie_gen: 5, pcie_width: 16, power_limit: default,
-         max_remapped_rows: 0, xid: true}
+         max_remapped_rows: 0, xid: true, clocks: true}
 """
 
 
@@ -104,9 +104,9 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     assert run.json["not_in_contract"] == [c for c in ALL_CLAUSES if c in WITH_COUNT | CLUSTER]
     assert run.result.ret == 0
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
-    # allreduce, nics, rdma, iperf3; utilisation and seven health clauses per GPU: every check once.
+    # allreduce, nics, rdma, iperf3; utilisation and eight health clauses per GPU: every check once.
     # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth, compute, form_factor and identity per GPU;
     # host 4 x 2; persistence_mode per GPU.
-    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 8 + 4
+    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 9 + 4
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

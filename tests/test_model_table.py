@@ -23,8 +23,8 @@ PCI_IDS = DATA / "pciids" / "pci.ids-10de.txt"  # pciutils/pciids pci.ids 2026.0
 # NVIDIA/open-gpu-kernel-modules 595.45.04 README.md, "Compatible GPUs" to the end: NVIDIA's name of each ID
 COMPATIBLE = DATA / "pciids" / "open-gpu-kernel-modules-595.45.04-README-compatible-gpus.md"
 FIGURES = ("memory_bandwidth_gbyte_s", "pcie_gen", "tdp_w", "boost_clock_mhz")
-KEYS = {"name", "form_factor", "memory_gb", "tflops", "nvlink", "sources", "nvml_name", "nvml_names", "verify",
-        "note", *FIGURES}
+KEYS = {"name", "form_factor", "memory_gb", "tflops", "nvlink", "nvswitch", "sources", "nvml_name", "nvml_names",
+        "verify", "note", *FIGURES}
 PEAK_DTYPES = {"fp64", "tf32", "bf16", "fp16", "fp8"}
 
 # The models the table must cover (NVIDIA data-centre and workstation GPUs since Volta, and the consumer cards
@@ -67,6 +67,11 @@ def test_every_entry_has_a_name_form_factor_memory_and_sources_and_only_positive
     assert all(_positive(v) for k, v in nvlink.items() if k != "links") and nvlink.get("links", 0) >= 0
     assert bool(nvlink.get("links")) == bool(nvlink.get("gbyte_s"))  # links and their speed come together
     assert set(entry.get("verify", [])) <= {*FIGURES, "tflops", "nvlink.links", "pcie_gen", "fp64"}
+    switch = entry.get("nvswitch")
+    if switch is not None:  # an 8-GPU baseboard's NVSwitches: device IDs pci.ids lists, how many, in-switch reduction
+        assert set(switch) == {"device_ids", "count", "nvls"} and nvlink.get("links") and isinstance(switch["nvls"], bool)
+        assert switch["device_ids"] and all(re.fullmatch(r"[0-9a-f]{4}", d) for d in switch["device_ids"])
+        assert isinstance(switch["count"], int) and switch["count"] > 0
 
 
 def test_the_table_covers_every_listed_model_by_each_of_its_device_ids():
@@ -74,6 +79,13 @@ def test_the_table_covers_every_listed_model_by_each_of_its_device_ids():
     assert not missing
     assert {k: TABLE["models"][k]["name"] for k in COVERED} == COVERED
     assert len(all_models()) == len(TABLE["models"]) == 54
+
+
+def test_every_nvswitch_device_id_is_an_nvswitch_the_real_pci_ids_lists():
+    listed = parse_pci_ids(PCI_IDS.read_text()).devices
+    switches = {d for e in TABLE["models"].values() for d in e.get("nvswitch", {}).get("device_ids", [])}
+    assert switches == {"22a3", "1af1"}
+    assert all("NVSwitch" in listed[d] for d in switches), {d: listed.get(d) for d in switches}
 
 
 def test_every_device_id_of_the_table_is_a_gpu_the_real_pci_ids_lists():

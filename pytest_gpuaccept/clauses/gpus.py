@@ -19,6 +19,7 @@ from ..units import Size, bytes_to_gb
 from ..verdict import NOT_MEASURED_PREFIX, Check, Outcome, Verdict, fmt
 from .base import Clause, HostWide, PerGpu, Section
 from .shared import gpuaccept_host, gpuaccept_models
+from .sources import with_sources
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -72,8 +73,11 @@ def judge_count(section: Gpus, subject: Subject, m: HostReading, contract: Contr
         visible = "" if cuda.visible_devices is None else f" (CUDA_VISIBLE_DEVICES={cuda.visible_devices!r})"
         return v.failed(found, f"{seen}; but NVML lists {found} and CUDA in this run sees {cuda.count}{visible}")
     others = _beyond_nvml(m)
-    return v.judged(found == section.count, found, seen + (f"; {others}" if others else ""),
-                    {"sysfs_gpus_not_in_nvml": others} if others else None)
+    sources = ("NVML", "CUDA" if cuda is not None and cuda.error is None and cuda.count is not None else "",
+               "sysfs PCI bus" if m.models is not None and m.models.sysfs_gpus is not None else "")
+    return with_sources(v.judged(found == section.count, found, seen + (f"; {others}" if others else ""),
+                                 {"sysfs_gpus_not_in_nvml": others} if others else None), *sources,
+                        unconfirmed="NVML's count alone: CUDA's device list and the PCI bus in sysfs were not read")
 
 
 def _beyond_nvml(m: HostReading) -> str:
@@ -90,45 +94,102 @@ def _beyond_nvml(m: HostReading) -> str:
             f"GPUs of this machine given to others (a slice), information, not judged")
 
 
+def _renamed(m: HostReading, index: int, name: str) -> str | None:
+    """Why NVML's name is not its GPU's: the name the model table gives the PCI device ID sysfs reads (or one of
+    its aliases) must be NVML's name, equal but for case, spaces, dashes and a leading NVIDIA, or a vGPU profile of
+    that board. Containment is no match in either direction: "NVIDIA H100 80GB HBM3 H100 PCIe" is no name of
+    0x2330. None where it is, or where the table does not know the device ID (said by `sources`)."""
+    known = m.models.model(index) if m.models else None
+    if known is None or answers_to(known, name) or vgpu_of(known, name):
+        return None
+    given = ", ".join(repr(n) for n in dict.fromkeys((known.nvml_name, *known.nvml_names)) if n) or repr(known.name)
+    return (f"GPU{index} is {name!r}, which is not the name of its PCI device 0x{known.device_id} in sysfs "
+            f"({known.name}: {given})")
+
+
+def _name_sources(m: HostReading, index: int) -> tuple[tuple[str, ...], str]:
+    """Who said who GPU `index` is: NVML's name, and sysfs's device ID looked up in the model table where known."""
+    known = m.models.model(index) if m.models else None
+    if known is None:
+        why = m.models.missing(index) if m.models else "the PCI devices in sysfs were not read"
+        return ("NVML",), f"NVML's name alone: {why}"
+    return ("NVML", f"sysfs PCI device 0x{known.device_id} in the model table"), ""
+
+
 def judge_model(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
-    """The contract's model is a case-insensitive substring of the GPU's name."""
+    """The contract's model is a case-insensitive substring of the GPU's name, or names the model of its PCI device
+    ID; and NVML's name is the name of that device ID (never a name stuffed with another's)."""
     model = str(section.model)
     v = MODEL.verdict(subject, f"name contains {model!r}", m.evidence)
     early = _per_gpu(v, m, subject)
     if early:
         return early
     if subject.kind is Kind.ALL_GPUS:
-        gpus = m.host.gpus
-        wrong = [g for g in gpus if model.lower() not in g.name.lower()]
-        names = ", ".join(sorted({g.name for g in gpus}))
-        message = (f"all {len(gpus)} GPUs are {names}" if not wrong else
-                   "; ".join(f"GPU{g.index} is {g.name!r}, which does not contain {model!r}" for g in wrong))
-        return v.judged(not wrong, names, message)
+        each = [judge_model(section, Subject.of_gpu(g.index), m, contract) for g in m.host.gpus]
+        if all(c.passed for c in each):
+            names = ", ".join(sorted({g.name for g in m.host.gpus}))
+            return with_sources(v.passed(names, f"all {len(each)} GPUs are {names}"),
+                                *(s for c in each for s in c.details.get("sources", [])))
+        return _every_gpu(v, each)
     assert subject.gpu is not None
-    name = m.host.gpus[subject.gpu].name
+    index, name = subject.gpu, m.host.gpus[subject.gpu].name
+    sources, unconfirmed = _name_sources(m, index)
+    renamed = _renamed(m, index, name)
+    if renamed:
+        return with_sources(v.failed(name, renamed), *sources)
     if model.lower() in name.lower():
-        return v.passed(name, f"{subject} is {name!r}")
+        return with_sources(v.passed(name, f"{subject} is {name!r}"), *sources, unconfirmed=unconfirmed)
     # The marketing name of its PCI device ID counts too: "H100 SXM5" is an "NVIDIA H100 80GB HBM3" of 0x2330.
-    known = m.models.model(subject.gpu) if m.models else None
+    known = m.models.model(index) if m.models else None
     if known is not None and names_model(known, model):
-        return v.passed(name, f"{subject} is {name!r}, PCI device 0x{known.device_id}: {known.name}")
+        return with_sources(v.passed(name, f"{subject} is {name!r}, PCI device 0x{known.device_id}: {known.name}"), *sources)
     also = f" nor does its PCI device 0x{known.device_id} ({known.name})" if known else ""
-    return v.failed(name, f"{subject} is {name!r}, which does not contain {model!r}" + (f",{also}" if also else ""))
+    return with_sources(v.failed(name, f"{subject} is {name!r}, which does not contain {model!r}" + (f",{also}" if also else "")),
+                        *sources, unconfirmed=unconfirmed)
+
+
+MEMORY_MARGIN = 0.02  # NVML's total may exceed the published GB, read as GiB, by 2 % (80 GB cards report 79.6 GiB)
+
+
+def _memory_of(v: Verdict, m: HostReading, gpu: Gpu, minimum: float, what: str) -> Check:
+    """One GPU's memory: NVML's total at least the contract's, and no more than its PCI device ID's model has."""
+    total = bytes_to_gb(gpu.memory_total_bytes)
+    known = m.models.model(gpu.index) if m.models else None
+    if known is None:
+        why = m.models.missing(gpu.index) if m.models else "the PCI devices in sysfs were not read"
+        return with_sources(v.at_least(total, minimum, what), "NVML",
+                            unconfirmed=f"NVML's total not compared with a published capacity: {why}")
+    top = max(known.memory_gb)
+    ceiling = bytes_to_gb(int(top * 2**30 * (1 + MEMORY_MARGIN)))
+    details = {"published_gb": list(known.memory_gb), "ceiling_gb": ceiling}
+    if total > ceiling:
+        sizes = " or ".join(f"{g:g} GB" for g in known.memory_gb)
+        return with_sources(v.but(required=f">= {fmt(minimum)}", threshold=minimum).failed(
+            total, f"{what} {fmt(total)} GB (NVML), but sysfs says GPU{gpu.index} is PCI device 0x{known.device_id}, "
+                   f"a {known.name}, published with {sizes}: more than the card has (at most {fmt(ceiling)} GB)",
+            details), "NVML", f"sysfs PCI device 0x{known.device_id} in the model table")
+    return with_sources(v.at_least(total, minimum, what, details), "NVML",
+                        f"sysfs PCI device 0x{known.device_id} in the model table")
 
 
 def judge_memory(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
-    """Total memory as the driver reports it, in GB (10^9 bytes), at least the contract's."""
+    """Total memory as the driver reports it, in GB (10^9 bytes), at least the contract's; and no more than the
+    published capacity of the GPU's PCI device ID (a 40 GB card's device ID reporting 80 GB fails)."""
     assert section.memory is not None
     minimum = bytes_to_gb(section.memory.nbytes)
-    v = MEMORY.verdict(subject, f">= {fmt(minimum)}", m.evidence)
+    v = MEMORY.verdict(subject, f">= {fmt(minimum)}", m.evidence + (m.models.evidence if m.models else ()))
     early = _per_gpu(v, m, subject)
     if early:
         return early
     if subject.kind is Kind.ALL_GPUS:
+        each = [_memory_of(v, m, g, minimum, f"GPU{g.index} total memory") for g in m.host.gpus]
+        wrong = [c for c in each if not c.passed]
+        if wrong:
+            return wrong[0]
         smallest = min(m.host.gpus, key=lambda g: g.memory_total_bytes)
-        return v.at_least(bytes_to_gb(smallest.memory_total_bytes), minimum, f"smallest GPU memory (GPU{smallest.index})")
+        return _memory_of(v, m, smallest, minimum, f"smallest GPU memory (GPU{smallest.index})")
     assert subject.gpu is not None
-    return v.at_least(bytes_to_gb(m.host.gpus[subject.gpu].memory_total_bytes), minimum, f"{subject} total memory")
+    return _memory_of(v, m, m.host.gpus[subject.gpu], minimum, f"{subject} total memory")
 
 
 def _version(v: Verdict, found: str | None, spec: SpecifierSet, m: HostReading) -> Check:
@@ -140,7 +201,8 @@ def _version(v: Verdict, found: str | None, spec: SpecifierSet, m: HostReading) 
     except InvalidVersion:
         return v.not_measured(f"version {found!r} is not a version number")
     what = v.clause.split(".")[-1]
-    return v.judged(ok, found, f"{what} {found} {'satisfies' if ok else 'does not satisfy'} {v.required}")
+    return with_sources(v.judged(ok, found, f"{what} {found} {'satisfies' if ok else 'does not satisfy'} {v.required}"),
+                        "NVML", unconfirmed=f"NVML's {what} version alone (no second reading of it is compared)")
 
 
 def judge_driver(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
@@ -182,8 +244,9 @@ def judge_form_factor(section: Gpus, subject: Subject, m: GpuModels, contract: C
     if model is None:
         return v.not_measured(m.missing(index))
     ok = model.form_factor == section.form_factor
-    return v.judged(ok, model.form_factor, f"GPU{index} is PCI device 0x{model.device_id}, a {model.name} "
-                    f"({model.form_factor})" + ("" if ok else f", not {section.form_factor} as contracted"))
+    return with_sources(v.judged(ok, model.form_factor, f"GPU{index} is PCI device 0x{model.device_id}, a {model.name} "
+                                 f"({model.form_factor})" + ("" if ok else f", not {section.form_factor} as contracted")),
+                        f"sysfs PCI device 0x{model.device_id}", "the model table")
 
 
 def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
@@ -222,8 +285,10 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
         problems.append(f"MIG mode is on for {subject}: it is partitioned into instances, not one whole GPU")
     measured = f"0x{device}" if device else None
     second = {"pci_ids": models.pci_name(gpu.index)}  # the second source of the device's name, reported only
+    sources = ("NVML", "sysfs PCI functions" if models.sysfs_gpus is not None else "",
+               "CUDA" if cuda is not None else "", "the model table" if model is not None else "")
     if problems:
-        return v.failed(measured, "; ".join(problems), second)
+        return with_sources(v.failed(measured, "; ".join(problems), second), *sources)
     unread = [what for what, missing in (("the PCI bus listing in sysfs", models.sysfs_gpus is None),
                                          ("CUDA's device list", cuda is None)) if missing]
     if unread:
@@ -233,8 +298,8 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
     known = (model.name + (f", in a vGPU guest as profile {gpu.name!r}" if vgpu_of(model, gpu.name) else "")
              if model is not None else (f"{second['pci_ids']}; {models.missing(gpu.index)}, so NVML's "
                                                   "name is not checked against it"))
-    return v.passed(measured, f"{subject}: NVML {gpu.name!r} at {bus}, sysfs PCI device 0x{device} ({known}), "
-                    f"visible to CUDA, MIG {'off' if gpu.mig_mode == 0 else 'not supported'}", second)
+    return with_sources(v.passed(measured, f"{subject}: NVML {gpu.name!r} at {bus}, sysfs PCI device 0x{device} ({known}), "
+                                 f"visible to CUDA, MIG {'off' if gpu.mig_mode == 0 else 'not supported'}", second), *sources)
 
 
 _FIELD = {"UUID": "uuid", "serial": "serial", "PCI bus ID": "pci_bus_id"}
@@ -278,9 +343,10 @@ def judge_persistence_mode(section: Gpus, subject: Subject, m: HostReading, cont
         return v.not_measured(f"{subject}'s persistence mode is not in this NVML reading (a recording made before "
                               "it was read, or NVML does not support it here)")
     if mode != 1:
-        return v.failed("off", f"{subject} persistence mode is off: the driver tears the GPU down whenever no process "
-                               "holds it (nvidia-smi -pm 1, or run nvidia-persistenced)")
-    return v.passed("on", f"{subject} persistence mode is on")
+        return with_sources(v.failed("off", f"{subject} persistence mode is off: the driver tears the GPU down whenever no process "
+                               "holds it (nvidia-smi -pm 1, or run nvidia-persistenced)"), "NVML")
+    return with_sources(v.passed("on", f"{subject} persistence mode is on"), "NVML",
+                        unconfirmed="NVML's persistence mode alone (no second reading of it)")
 
 
 def gpuaccept_host_identity(gpuaccept_host: HostReading, gpuaccept_models: GpuModels) -> HostReading:
@@ -292,10 +358,12 @@ COUNT = Clause("gpus.count", SECTION, "test_gpu_count", HostWide(), gpuaccept_ho
                "exactly `count` GPUs (NVML and CUDA; more in sysfs: a slice, said)", "GPUs",
                lambda s: s.count is not None)
 MODEL = Clause("gpus.model", SECTION, "test_gpu_model", PerGpu(), gpuaccept_host_identity, judge_model,
-               "case-insensitive substring of each GPU's name, or the marketing name of its PCI device ID", None,
+               "case-insensitive substring of each GPU's name, or the marketing name of its PCI device ID; NVML's name "
+               "is the one the model table gives that device ID (or an alias), never merely contains it", None,
                lambda s: s.model is not None)
-MEMORY = Clause("gpus.memory", SECTION, "test_gpu_memory", PerGpu(), gpuaccept_host, judge_memory,
-                "total memory as the driver reports it, at least this", "GB", lambda s: s.memory is not None)
+MEMORY = Clause("gpus.memory", SECTION, "test_gpu_memory", PerGpu(), gpuaccept_host_identity, judge_memory,
+                "total memory as the driver reports it, at least this, and no more than the published capacity of the "
+                "GPU's PCI device ID", "GB", lambda s: s.memory is not None)
 DRIVER = Clause("gpus.driver", SECTION, "test_driver_version", HostWide(), gpuaccept_host, judge_driver,
                 "the driver version satisfies the specifier set", None, lambda s: s.driver is not None)
 CUDA = Clause("gpus.cuda", SECTION, "test_cuda_version", HostWide(), gpuaccept_host, judge_cuda,

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels, HostReading, NvlinkErrorReadings, WithModels
-from ..probes import nvidia_smi
+from ..probes import nvidia_smi, sysfs
+from ..probes._run import Reading
 from ..probes.nvidia_smi import LinkStatus, Topology
 from ..probes.sysfs import sysfs_bus_id
 from ..schema import Key
@@ -17,12 +18,12 @@ from ..units import Bandwidth
 from ..verdict import Check, fmt
 from . import allreduce
 from .base import Clause, GpuPairs, PerGpu, Section
+from .sources import with_sources
 
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..measurements import AllReduceRuns
     from ..models import Model
-    from ..probes._run import Reading
     from ..probes.nvml import Host
     from ..state import State
 
@@ -89,12 +90,77 @@ def nvml_disagrees(host: Host | None, model: Model | None, i: int, j: int, claim
     return None, None
 
 
-def judge_pair(section: NVLink, subject: Subject, measured: WithModels[Topology], contract: Contract) -> Check:
-    """NVLinks between GPU i and GPU j from the topo matrix, corroborated by NVML; PCIe paths count 0."""
+@dataclass(frozen=True, slots=True)
+class NvlinkTopology:
+    """`topo -m`, the GPUs' models, NVML's per-link state, and the NVIDIA bridge functions (NVSwitches) sysfs lists
+    (bus ID -> device ID; None: not read): each pair's NVLinks from two sources, the switches they lead into from a
+    third."""
+
+    reading: Reading[Topology]
+    models: GpuModels
+    host: Host | None = None
+    bridges: dict[str, str] | None = None
+    bridges_file: str = ""
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        return self.reading.evidence
+
+
+def _switches_named(host: Host, models: GpuModels) -> dict[str, list[str]]:
+    """The PCI functions NVML's active NVLinks lead to that are neither a GPU NVML lists nor a GPU function sysfs
+    lists (a slice's neighbours): the NVSwitches, by bus ID, with the GPUs whose links lead there."""
+    gpus = {sysfs_bus_id(g.pci_bus_id) for g in host.gpus if g.pci_bus_id} | set(models.sysfs_gpus or ())
+    named: dict[str, list[str]] = {}
+    for gpu in host.gpus:
+        for link in gpu.nvlinks or ():
+            far = sysfs_bus_id(link.remote_bus_id) if link.active and link.remote_bus_id else None
+            if far and far not in gpus and f"GPU{gpu.index}" not in named.get(far, []):
+                named.setdefault(far, []).append(f"GPU{gpu.index}")
+    return named
+
+
+def phantom_switches(m: NvlinkTopology | WithModels[Topology], model: Model | None) -> tuple[str | None, str]:
+    """(why the NVSwitches NVML's links lead into are not in sysfs as the model's NVSwitches, what could not be
+    confirmed of them). Each must be an NVIDIA bridge function sysfs lists at that address, with a device ID of the
+    model's NVSwitch, and NVML must name as many as the model's baseboard has (gpus.json `nvswitch`)."""
+    host = m.host
+    if host is None or host.error:
+        return None, ""
+    named = _switches_named(host, m.models)
+    if not named:
+        return None, ""  # direct links (or none): no switch to confirm
+    bridges = m.bridges if isinstance(m, NvlinkTopology) else None
+    if model is None or not model.nvswitch_ids:
+        what = model.name if model else "this GPU's device ID"
+        return None, f"NVML's links lead into {len(named)} NVSwitch(es); the model table gives no NVSwitch of a {what} to compare"
+    if bridges is None:
+        return None, "NVML's links lead into NVSwitches, but the PCI bus in sysfs was not read"
+    shown = ", ".join(sorted(named)[:6]) + (" ..." if len(named) > 6 else "")
+    absent = sorted(far for far in named if far not in bridges)
+    if absent:
+        return (f"NVML says the NVLinks of {', '.join(named[absent[0]][:4])} lead into NVSwitches at {shown}, but sysfs "
+                f"has no NVIDIA bridge function (an NVSwitch) at {', '.join(absent[:6])}"), ""
+    alien = sorted(far for far in named if bridges[far] not in model.nvswitch_ids)
+    if alien:
+        ids = " or ".join(f"0x{i}" for i in model.nvswitch_ids)
+        return (f"sysfs has device 0x{bridges[alien[0]]} at {alien[0]}, where NVML's links lead, but the NVSwitches of a "
+                f"{model.name} baseboard are {ids}"), ""
+    if model.nvswitch_count is not None and len(named) != model.nvswitch_count:
+        return (f"NVML's links lead into {len(named)} NVSwitches ({shown}); a {model.name} baseboard has "
+                f"{model.nvswitch_count}"), ""
+    return None, ""
+
+
+def judge_pair(section: NVLink, subject: Subject, measured: NvlinkTopology | WithModels[Topology],
+               contract: Contract) -> Check:
+    """NVLinks between GPU i and GPU j from the topo matrix, corroborated by NVML (and NVML's NVSwitches by sysfs
+    and the model table); PCIe paths count 0."""
     assert subject.gpu is not None and subject.peer is not None
     i, j = subject.gpu, subject.peer
     m = measured.reading
-    v = PAIRS.verdict(subject, f">= {section.min_links}", m.evidence, float(section.min_links))
+    evidence = m.evidence + ((measured.bridges_file,) if isinstance(measured, NvlinkTopology) and measured.bridges_file else ())
+    v = PAIRS.verdict(subject, f">= {section.min_links}", evidence, float(section.min_links))
     if m.value is None:
         return v.not_measured(m.failure or "no topology")
     topo = m.value
@@ -103,18 +169,20 @@ def judge_pair(section: NVLink, subject: Subject, measured: WithModels[Topology]
     links, label = topo.nvlinks(i, j), topo.labels[(i, j)]
     model = measured.models.model(i)
     contradiction, unread = nvml_disagrees(measured.host, model, i, j, links)
-    if contradiction:
-        return v.failed(links, contradiction)
+    phantom, unconfirmed = phantom_switches(measured, model) if links and not contradiction else (None, "")
+    sources = ("`nvidia-smi topo -m`", "NVML's links", "" if unconfirmed or not links else "sysfs NVSwitches")
+    if contradiction or phantom:
+        return with_sources(v.failed(links, contradiction or str(phantom)), *sources)
     if unread:
         return v.not_measured(f"{label} between GPU{i} and GPU{j} in `topo -m` cannot be checked against NVML: {unread}")
     ok = links >= section.min_links
     suffix = "" if ok else f", {links} < {section.min_links} links"
-    details: dict[str, Any] = {}
+    details: dict[str, Any] = {"nvswitches": unconfirmed} if unconfirmed else {}
     if model is not None and model.nvlink_links:
-        details = {"fraction_of_published": round(links / model.nvlink_links, 4),
-                   "published": f"{model.nvlink_links} NVLinks per GPU ({model.name})"}
+        details.update({"fraction_of_published": round(links / model.nvlink_links, 4),
+                        "published": f"{model.nvlink_links} NVLinks per GPU ({model.name})"})
         suffix += f" ({links / model.nvlink_links:.0%} of the {model.nvlink_links} NVLinks of a {model.name})"
-    return v.judged(ok, links, f"{label} between GPU{i} and GPU{j}{suffix}", details)
+    return with_sources(v.judged(ok, links, f"{label} between GPU{i} and GPU{j}{suffix}", details), *sources)
 
 
 def judge_links(section: NVLink, subject: Subject, measured: WithModels[LinkStatus], contract: Contract) -> Check:
@@ -138,8 +206,9 @@ def judge_links(section: NVLink, subject: Subject, measured: WithModels[LinkStat
                               f"for GPU{index}")
     nvml_active = sorted(n.link for n in nvml.nvlinks if n.active)
     if nvml_active != sorted(active):
-        return v.failed(len(active), f"`nvidia-smi nvlink -s` shows links {sorted(active)} active on GPU{index}, "
-                        f"NVML shows {nvml_active or 'none'}" + (f" ({nvml.nvlink_error})" if nvml.nvlink_error else ""))
+        return with_sources(v.failed(len(active), f"`nvidia-smi nvlink -s` shows links {sorted(active)} active on GPU{index}, "
+                        f"NVML shows {nvml_active or 'none'}" + (f" ({nvml.nvlink_error})" if nvml.nvlink_error else "")),
+                            "`nvidia-smi nvlink -s`", "NVML's links")
     if per_gpu is not None and len(active) < per_gpu:
         down = sorted(n for n, s in links.items() if s is None)
         problems.append(f"{len(active)} of {per_gpu} links active" + (f" (inactive: {down})" if down else ""))
@@ -154,7 +223,8 @@ def judge_links(section: NVLink, subject: Subject, measured: WithModels[LinkStat
         per_link = model.nvlink_gbyte_s / model.nvlink_links / 2  # one direction of one link
         details = {"fraction_of_published": round(min(active.values()) / per_link, 4),
                    "published": f"{model.nvlink_links} links of {per_link:g} GB/s each way ({model.name})"}
-    return v.judged(not problems, len(active), shown + ("; " + "; ".join(problems) if problems else ""), details)
+    return with_sources(v.judged(not problems, len(active), shown + ("; " + "; ".join(problems) if problems else ""), details),
+                        "`nvidia-smi nvlink -s`", "NVML's links")
 
 
 def judge_errors(section: NVLink, subject: Subject, m: NvlinkErrorReadings, contract: Contract) -> Check:
@@ -183,10 +253,13 @@ def judge_errors(section: NVLink, subject: Subject, m: NvlinkErrorReadings, cont
                 reset.append(f"link {link} {name} went down {old} -> {value} (counters reset during the load)")
     if lost or reset:
         return v.failed(None, "the error counters cannot be compared across the load: " + "; ".join((lost + reset)[:6]))
+    alone = "the counters as `nvidia-smi nvlink -e` prints them, no second reading of them"
     if grown:
         increase = after.total(index) - before.total(index)
-        return v.failed(increase, "error counters increased during the load: " + "; ".join(grown[:6]))
-    return v.passed(0, f"no NVLink error counter increased ({after.total(index)} in total, as before the load)")
+        return with_sources(v.failed(increase, "error counters increased during the load: " + "; ".join(grown[:6])),
+                            "`nvidia-smi nvlink -e`", unconfirmed=alone)
+    return with_sources(v.passed(0, f"no NVLink error counter increased ({after.total(index)} in total, as before the load)"),
+                        "`nvidia-smi nvlink -e`", unconfirmed=alone)
 
 
 def gpuaccept_nvlink_status(gpuaccept_state: State) -> Reading[LinkStatus]:
@@ -194,10 +267,18 @@ def gpuaccept_nvlink_status(gpuaccept_state: State) -> Reading[LinkStatus]:
     return nvidia_smi.read_nvlink_status(gpuaccept_state.runner)
 
 
-def gpuaccept_nvlink_topology(gpuaccept_topology: Reading[Topology], gpuaccept_models: GpuModels,
-                              gpuaccept_host: HostReading) -> WithModels[Topology]:
-    """`topo -m`, with the GPUs' models and NVML's per-link state: each pair's NVLinks from two sources."""
-    return WithModels(gpuaccept_topology, gpuaccept_models, gpuaccept_host.host)
+SWITCHES_FILE = "sysfs-nvswitches.json"
+
+
+def gpuaccept_nvlink_topology(gpuaccept_state: State, gpuaccept_topology: Reading[Topology], gpuaccept_models: GpuModels,
+                              gpuaccept_host: HostReading) -> NvlinkTopology:
+    """`topo -m`, with the GPUs' models, NVML's per-link state and the NVSwitches sysfs lists: each pair's NVLinks
+    from two sources, the switches they lead into from a third."""
+    state = gpuaccept_state
+    reading = state.runner.reading(SWITCHES_FILE, lambda: sysfs.read_nvidia_bridges(state.sys_root))
+    bridges = reading.get("bridges")
+    return NvlinkTopology(gpuaccept_topology, gpuaccept_models, gpuaccept_host.host,
+                          {str(k): str(v) for k, v in bridges.items()} if isinstance(bridges, dict) else None, SWITCHES_FILE)
 
 
 def gpuaccept_nvlink_links(gpuaccept_nvlink_status: Reading[LinkStatus], gpuaccept_models: GpuModels,

@@ -6,20 +6,22 @@ import importlib.util
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels, LoadRun
 from ..probes import kernel_log, nvml
 from ..probes._run import Command, Reading
-from ..probes.nvml import BAD_THROTTLE, GpuSeries, decode_reasons
-from ..probes.sysfs import pci_address, pci_name
+from ..probes.nvml import APPLICATION_CLOCKS, BAD_THROTTLE, GpuSeries, Sample, decode_reasons
+from ..probes.sysfs import link_gen, link_width, pci_address, pci_name, read_pci_links
 from ..schema import Key
 from ..state import NVML_HOST_FILE
 from ..subjects import Subject
 from ..units import Duration, parse_duration
 from ..verdict import Check, Verdict, fmt
 from .base import Clause, PerGpu, Section, gpu_count
+from .sources import with_sources
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -30,6 +32,11 @@ if TYPE_CHECKING:
 TRAIN = "pytest_gpuaccept.workloads.train"
 SAMPLES_FILE = "nvml-samples.json"
 SAMPLE_INTERVAL_S = 0.15  # NVML utilisation is a rolling fraction; 100-200 ms sampling resolves dips
+CLOCK_FRACTION = 0.85  # health.clocks: the SM clock under load at least this share of the model's boost clock
+BUSY_PERCENT = 50.0  # a sample this busy is one whose clock and power say whether the GPU works
+AT_POWER_LIMIT = 0.90  # a sample drawing this share of its enforced limit is held by power (health.power_limit's)
+IDLE_POWER = 0.25  # "busy" at under this share of the power limit (or TDP) ...
+IDLE_CLOCK = 0.50  # ... and under this share of the boost clock is an idle GPU's power and clock: not busy
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +57,8 @@ class Health:
     power_limit: str | None  # "default": the enforced limit is not below the GPU's default limit
     max_remapped_rows: int | None  # rows already remapped for uncorrectable errors (history), per GPU
     xid: bool  # no Xid error event on any GPU during the load (NVML events and the kernel log)
+    clocks: bool  # the SM clock under load at least min_clock_fraction of the model's boost clock
+    min_clock_fraction: float | None  # None: CLOCK_FRACTION (and health.clocks only with `clocks: true`)
 
 
 def _utilisation_rules(util: Utilisation, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -75,7 +84,8 @@ HEALTH = Section(
     {"ecc": Key(schema.boolean, default=False), "row_remapping": Key(schema.boolean, default=False),
      "throttle": Key(schema.boolean, default=False), "pcie_gen": Key(schema.whole(1, 7)),
      "pcie_width": Key(schema.whole(1, 32)), "power_limit": Key(schema.one_of("default")),
-     "max_remapped_rows": Key(schema.whole(0, 1000000)), "xid": Key(schema.boolean, default=False)},
+     "max_remapped_rows": Key(schema.whole(0, 1000000)), "xid": Key(schema.boolean, default=False),
+     "clocks": Key(schema.boolean, default=False), "min_clock_fraction": Key(schema.number(0.0, 1.0, low_open=True))},
     Health, "GPU health read around the utilisation load (NVML)", needs_gpu_count=True, cross_check=_health_rules)
 
 
@@ -125,12 +135,52 @@ def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contra
     mean, p5 = sum(values) / len(values), _percentile(values, 0.05)
     stats = f"mean {mean:.1f} %, 5th percentile {p5:.1f} % over {len(values)} samples after the {fmt(warmup_s)} s warmup"
     details["stats"] = {"min": lowest, "mean": round(mean, 2), "p5": round(p5, 2), "samples": len(values)}
+    idle, sources, unconfirmed = _busy_at_idle(series, m, index, max(minimum, BUSY_PERCENT), warmup_s)
     if failure:
         return v.failed(lowest, f"the workload failed: {failure}", details)
+    if idle:
+        return with_sources(v.failed(0, f"{idle}: an idle GPU's power and clock, not busy; {stats}", details), *sources)
     if lowest < minimum:
-        return v.failed(lowest, f"GPU{index} dropped to {fmt(lowest)} % at t={low_t:.1f} s (below {fmt(minimum)} %); {stats}",
-                        details)
-    return v.passed(lowest, f"GPU{index} lowest {fmt(lowest)} % >= {fmt(minimum)} %; {stats}", details)
+        return with_sources(v.failed(lowest, f"GPU{index} dropped to {fmt(lowest)} % at t={low_t:.1f} s (below "
+                                             f"{fmt(minimum)} %); {stats}", details), *sources, unconfirmed=unconfirmed)
+    return with_sources(v.passed(lowest, f"GPU{index} lowest {fmt(lowest)} % >= {fmt(minimum)} %; {stats}", details),
+                        *sources, unconfirmed=unconfirmed)
+
+
+def _power_reference(series: GpuSeries, sample: Sample, model: Model | None) -> tuple[float | None, str]:
+    """What a sample's power draw is set beside: its enforced limit, the load's, the default limit, else the TDP."""
+    health = series.health
+    for value, what in ((sample.power_limit_w, "enforced limit"), (health.get("power_limit_enforced_w"), "enforced limit"),
+                        (health.get("power_limit_default_w"), "default limit"),
+                        (model.tdp_w if model else None, f"published TDP ({model.name})" if model else "")):
+        if value:
+            return float(value), what
+    return None, ""
+
+
+def _busy_at_idle(series: GpuSeries, m: LoadRun, index: int, busy: float,
+                  warmup_s: float) -> tuple[str | None, tuple[str, ...], str]:
+    """(why a sample NVML calls busy is not: it drew an idle GPU's power at an idle GPU's clock, the sources that
+    corroborated the utilisation, what could not be). Utilisation is set beside power draw and SM clock of the same
+    sample: under IDLE_POWER of the power limit and under IDLE_CLOCK of the model's boost clock, both."""
+    model = m.models.model(index) if m.models else None
+    boost = model.boost_clock_mhz if model else None
+    claims = [s for s in series.samples if s.t_s >= warmup_s and s.util_percent is not None and s.util_percent >= busy]
+    powered = [s for s in claims if s.power_w is not None and _power_reference(series, s, model)[0]]
+    clocked = [s for s in claims if s.sm_clock_mhz is not None]
+    if not claims or not powered or not clocked or not boost:
+        why = ("the model table has no boost clock of this GPU" if not boost else
+               "NVML gave no power draw and SM clock beside it, or no power limit to set the draw beside")
+        return None, ("NVML utilisation",), f"NVML's utilisation alone: {why}" if claims else ""
+    for sample in powered:
+        limit, what = _power_reference(series, sample, model)
+        assert limit is not None and sample.power_w is not None
+        if sample.sm_clock_mhz is not None and sample.power_w < IDLE_POWER * limit and sample.sm_clock_mhz < IDLE_CLOCK * boost:
+            return (f"GPU{index} reports {fmt(float(sample.util_percent or 0))} % busy at t={sample.t_s:.1f} s while drawing "
+                    f"{fmt(sample.power_w)} W ({sample.power_w / limit:.0%} of its {fmt(limit)} W {what}) at "
+                    f"{fmt(sample.sm_clock_mhz)} MHz ({sample.sm_clock_mhz / boost:.0%} of the {fmt(boost)} MHz boost of a "
+                    f"{model.name if model else 'GPU'})"), ("NVML utilisation", "NVML power draw", "NVML SM clock"), ""
+    return None, ("NVML utilisation", "NVML power draw", "NVML SM clock"), ""
 
 
 def _sampled(v: Verdict, m: LoadRun, subject: Subject, strict: bool = False) -> GpuSeries | Check:
@@ -173,7 +223,8 @@ def judge_ecc(section: Health, subject: Subject, m: LoadRun, contract: Contract)
         mode = series.health.get("ecc_mode_current")
         return v.not_measured("volatile ECC counters are not supported on this GPU" + (
             " (or ECC is off)" if mode is None else " although NVML says ECC is enabled"))
-    return v.judged(count == 0, count, f"{count} volatile uncorrectable ECC errors")
+    return with_sources(v.judged(count == 0, count, f"{count} volatile uncorrectable ECC errors"), "NVML",
+                        unconfirmed=_NVML_ALONE)
 
 
 def judge_row_remapping(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
@@ -188,21 +239,40 @@ def judge_row_remapping(section: Health, subject: Subject, m: LoadRun, contract:
     rows = series.health.get("remapped_rows")
     if rows is not None:
         corrected, uncorrected, pending, failed = rows
-        return v.judged(not pending and not failed, int(bool(pending)) + int(bool(failed)),
-                        f"remapped rows: {corrected} correctable, {uncorrected} uncorrectable, "
-                        f"pending {'yes' if pending else 'no'}, failure {'yes' if failed else 'no'}")
+        return with_sources(v.judged(not pending and not failed, int(bool(pending)) + int(bool(failed)),
+                                     f"remapped rows: {corrected} correctable, {uncorrected} uncorrectable, "
+                                     f"pending {'yes' if pending else 'no'}, failure {'yes' if failed else 'no'}"), "NVML",
+                            unconfirmed=_NVML_ALONE)
     retired = series.health.get("retired_pages_pending")
     if retired is None:
         return v.not_measured("neither row remapping nor page retirement is supported on this GPU")
-    return v.but(required="no retired pages pending").judged(
+    return with_sources(v.but(required="no retired pages pending").judged(
         not retired, int(retired), f"retired pages pending: {'yes' if retired else 'no'} "
-        "(this GPU retires pages instead of remapping rows)")
+        "(this GPU retires pages instead of remapping rows)"), "NVML", unconfirmed=_NVML_ALONE)
+
+
+def clock_floor(contract: Contract, model: Model | None) -> float | None:
+    """The lowest SM clock a busy GPU may run at: the contract's fraction (CLOCK_FRACTION by default) of the model's
+    boost clock; None where the table has no boost clock of it."""
+    section = HEALTH.get(contract)
+    fraction = section.min_clock_fraction if section is not None and section.min_clock_fraction else CLOCK_FRACTION
+    return fraction * model.boost_clock_mhz if model is not None and model.boost_clock_mhz else None
+
+
+def _bad_mask(sample: Sample, floor: float | None) -> int:
+    """The bad clock event reasons of a sample: HW slowdown, thermal, power brake; and an application-clock setting
+    where it holds a busy GPU below the clock floor (an application clock at the boost clock holds nothing back)."""
+    mask = sample.throttle_reasons or 0
+    held = (mask & APPLICATION_CLOCKS and floor is not None and sample.sm_clock_mhz is not None
+            and sample.sm_clock_mhz < floor and (sample.util_percent or 0) >= BUSY_PERCENT)
+    return (mask & BAD_THROTTLE) | (APPLICATION_CLOCKS if held else 0)
 
 
 def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
-    """No hardware slowdown, thermal slowdown or power brake at any moment of the load."""
+    """No hardware slowdown, thermal slowdown or power brake at any moment of the load, nor application clocks that
+    hold the busy GPU below the clock floor (health.clocks' fraction of the boost clock)."""
     # No unit until there are samples to count: a check not measured says none.
-    v = THROTTLE.verdict(subject, "no HW slowdown / thermal / power brake", m.evidence).but(unit=None)
+    v = THROTTLE.verdict(subject, "no HW slowdown / thermal / power brake / application-clock cap", m.evidence).but(unit=None)
     series = _sampled(v, m, subject, strict=True)
     if isinstance(series, Check):
         return series
@@ -210,19 +280,86 @@ def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Cont
     if not masks:
         return v.not_measured("clock event reasons are not supported on this GPU")
     seen = sorted({name for mask in set(masks) for name in decode_reasons(mask)})  # each distinct mask once
-    bad = [(s.t_s, s.throttle_reasons) for s in series.samples if s.throttle_reasons and s.throttle_reasons & BAD_THROTTLE]
+    floor = clock_floor(contract, m.models.model(_gpu(subject)) if m.models else None)
+    bad = [(s.t_s, bad_mask, s.sm_clock_mhz) for s in series.samples if (bad_mask := _bad_mask(s, floor))]
     details: dict[str, Any] = {"throttle_reasons_seen": seen}
     v = v.but(unit=THROTTLE.unit)
+    alone = "NVML's clock event reasons alone (no second reading of them)"
     if bad:
-        first_t, first_mask = bad[0]
-        names = ", ".join(decode_reasons(first_mask & BAD_THROTTLE))
-        return v.failed(len(bad), f"{len(bad)} of {len(masks)} samples throttled, first at t={first_t:.1f} s: {names}; "
-                                  f"all reasons seen: {', '.join(seen)}", details)
-    return v.passed(0, f"no bad throttle reason in {len(masks)} samples; reasons seen: {', '.join(seen) or 'none'}", details)
+        first_t, first_mask, clock = bad[0]
+        names = ", ".join(decode_reasons(first_mask))
+        held = f" (SM clock {fmt(float(clock or 0))} MHz, under {fmt(floor or 0)})" if first_mask & APPLICATION_CLOCKS else ""
+        return with_sources(v.failed(len(bad), f"{len(bad)} of {len(masks)} samples throttled, first at t={first_t:.1f} s: "
+                                               f"{names}{held}; all reasons seen: {', '.join(seen)}", details), "NVML",
+                            unconfirmed=alone)
+    return with_sources(v.passed(0, f"no bad throttle reason in {len(masks)} samples; reasons seen: {', '.join(seen) or 'none'}",
+                                 details), "NVML", unconfirmed=alone)
+
+
+def judge_clocks(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
+    """The SM clock of the busy GPU after the warmup against the model's boost clock: the median over the samples
+    not held by the power limit at least the contract's fraction of it (CLOCK_FRACTION); an application-clock setting
+    that holds it below that fails, named. A sample drawing AT_POWER_LIMIT of its enforced limit runs at the clock
+    its power buys: not counted (health.power_limit judges the limit)."""
+    index = _gpu(subject)
+    fraction = section.min_clock_fraction or CLOCK_FRACTION
+    v = CLOCKS.verdict(subject, f">= {fraction:g} x the boost clock", m.evidence)
+    series = _sampled(v, m, subject, strict=True)
+    if isinstance(series, Check):
+        return series
+    model = m.models.model(index) if m.models else None
+    floor = clock_floor(contract, model)
+    if model is None or floor is None or not model.boost_clock_mhz:
+        why = f"a {model.name} has no published boost clock" if model else m.models.missing(index) if m.models else "no model"
+        return v.not_measured(f"{why}: no boost clock to take {fraction:g} of")
+    boost = float(model.boost_clock_mhz)
+    v = v.but(required=f">= {fmt(floor)} ({fraction:g} x the {fmt(boost)} MHz boost of a {model.name})", threshold=floor)
+    warmup_s = UTILISATION.of(contract).warmup.seconds
+    busy = [s for s in series.samples if s.t_s >= warmup_s and s.sm_clock_mhz is not None
+            and (s.util_percent or 0) >= BUSY_PERCENT]
+    if not busy:
+        return v.not_measured(f"no sample after the {fmt(warmup_s)} s warmup with GPU{index} busy and its SM clock read")
+    powered = [_at_power_limit(series, s) for s in busy]
+    free = [s for s, held in zip(busy, powered) if not held]
+    capped = [s for s in free if _bad_mask(s, floor) & APPLICATION_CLOCKS]
+    sources = ("NVML SM clock", f"the model table's boost clock ({model.name})")
+    if capped:
+        low = min(float(s.sm_clock_mhz or 0) for s in capped)
+        return with_sources(v.failed(low, f"GPU{index} held at {fmt(low)} MHz by application clocks (clock event reason "
+                                          f"applications_clocks_setting in {len(capped)} of {len(busy)} busy samples, first "
+                                          f"at t={capped[0].t_s:.1f} s), {low / boost:.0%} of the {fmt(boost)} MHz boost of a "
+                                          f"{model.name}"), *sources)
+    if not free:
+        median = _percentile([float(s.sm_clock_mhz or 0) for s in busy], 0.5)
+        return with_sources(v.passed(median, f"GPU{index} at its power limit in every one of {len(busy)} busy samples after "
+                                             f"the warmup: its clock (median {fmt(median)} MHz) is what that power buys"),
+                            *sources)
+    median = _percentile([float(s.sm_clock_mhz or 0) for s in free], 0.5)
+    shown = (f"GPU{index} SM clock under load: median {fmt(median)} MHz over {len(free)} busy samples after the warmup "
+             f"({median / boost:.0%} of the {fmt(boost)} MHz boost of a {model.name})"
+             + (f"; {len(busy) - len(free)} more at the power limit, not counted" if len(free) < len(busy) else ""))
+    return with_sources(v.judged(median >= floor, median, shown + ("" if median >= floor else f" < {fmt(floor)} MHz")),
+                        *sources)
+
+
+def _at_power_limit(series: GpuSeries, sample: Sample) -> bool:
+    """Whether a sample drew AT_POWER_LIMIT of its enforced limit (the sample's, else the load's)."""
+    limit = sample.power_limit_w or series.health.get("power_limit_enforced_w")
+    return limit is not None and limit > 0 and sample.power_w is not None and sample.power_w >= AT_POWER_LIMIT * float(limit)
+
+
+def _kernel_link(series: GpuSeries) -> tuple[int | None, int | None, int | None]:
+    """The GPU's link as the kernel reads it from its PCIe registers (sysfs, as the sampling ended, under load):
+    current generation and width, and the maximum generation; None where a file did not read."""
+    entry = series.pcie_sysfs or {}
+    return (link_gen(entry.get("current_link_speed")), link_width(entry.get("current_link_width")),
+            link_gen(entry.get("max_link_speed")))
 
 
 def judge_pcie(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
-    """The PCIe link under load (after warmup: idle links downshift to save power) at least gen and width."""
+    """The PCIe link under load (after warmup: idle links downshift to save power) at least gen and width, as sysfs
+    reads it (`current_link_speed`, `current_link_width`, as the sampling ends) with NVML's figure beside it: NVML
+    claiming a faster or wider link than the kernel reads, or a generation above the link's maximum, fails."""
     gen, width = section.pcie_gen, section.pcie_width
     required = " ".join(x for x in (f"gen >= {gen}" if gen else "", f"x{width} or wider" if width else "") if x)
     v = PCIE.verdict(subject, required, m.evidence)
@@ -234,14 +371,36 @@ def judge_pcie(section: Health, subject: Subject, m: LoadRun, contract: Contract
               if s.t_s >= warmup_s and s.pcie_gen is not None and s.pcie_width is not None]
     if not steady:
         return v.not_measured("no PCIe link reading under load")
-    low_gen = min(g for g, _w in steady)
-    low_width = min(w for _g, w in steady)
+    nvml_gen, nvml_width = min(g for g, _w in steady), min(w for _g, w in steady)
+    last_gen, last_width = steady[-1]
+    k_gen, k_width, k_max = _kernel_link(series)
+    nvml = f"gen {nvml_gen} x{nvml_width} under load (lowest of {len(steady)} samples)"
+    if k_gen is None or k_width is None:
+        return with_sources(_pcie_judged(v, nvml_gen, nvml_width, gen, width, f"PCIe {nvml}"), "NVML",
+                            unconfirmed="NVML's link alone: sysfs current_link_speed and current_link_width did not read")
+    lies = []
+    if last_gen > k_gen:
+        lies.append(f"NVML says gen {last_gen}, sysfs current_link_speed says gen {k_gen}")
+    if last_width > k_width:
+        lies.append(f"NVML says x{last_width}, sysfs current_link_width says x{k_width}")
+    top = max(g for g, _w in steady)
+    if k_max is not None and top > k_max:
+        lies.append(f"NVML says gen {top}, above the link's maximum gen {k_max} (sysfs max_link_speed)")
+    low_gen, low_width = min(nvml_gen, k_gen), min(nvml_width, k_width)
+    shown = f"PCIe gen {k_gen} x{k_width} in sysfs as the load ended; NVML: {nvml}"
+    sources = ("sysfs current_link_speed/width", "NVML")
+    if lies:
+        return with_sources(v.failed(f"gen{low_gen} x{low_width}", f"{shown}: NVML and the kernel disagree: "
+                                                                    + "; ".join(lies)), *sources)
+    return with_sources(_pcie_judged(v, low_gen, low_width, gen, width, shown), *sources)
+
+
+def _pcie_judged(v: Verdict, low_gen: int, low_width: int, gen: int | None, width: int | None, shown: str) -> Check:
     problems = []
     if gen and low_gen < gen:
         problems.append(f"gen {low_gen} < {gen}")
     if width and low_width < width:
         problems.append(f"x{low_width} < x{width}")
-    shown = f"PCIe gen {low_gen} x{low_width} under load (lowest of {len(steady)} samples)"
     return v.judged(not problems, f"gen{low_gen} x{low_width}", shown + (": " + ", ".join(problems) if problems else ""))
 
 
@@ -258,25 +417,34 @@ def judge_power_limit(section: Health, subject: Subject, m: LoadRun, contract: C
         return series
     health = series.health
     enforced, default = health.get("power_limit_enforced_w"), health.get("power_limit_default_w")
+    per_sample = [(s.t_s, s.power_limit_w) for s in series.samples if s.power_limit_w is not None]
+    if enforced is None and per_sample:
+        enforced = min(w for _t, w in per_sample)
     if enforced is None or default is None:
         return v.not_measured("NVML gives no enforced or default power limit for this GPU")
     v = v.but(required=f">= {default:g} (the default limit)", threshold=float(default))
-    shown = f"enforced power limit {enforced:g} W under load, default {default:g} W"
-    if enforced + 1e-9 < default:
-        return v.failed(enforced, f"{shown}: capped to {enforced / default:.0%} of the default")
     assert subject.gpu is not None
     model = m.models.model(subject.gpu) if m.models else None
+    sources = ("NVML", f"the published TDP ({model.name})" if model and model.tdp_w else "")
+    lowest = min(per_sample, key=lambda p: p[1], default=None)
+    if lowest is not None and lowest[1] + 1e-9 < min(enforced, default):  # lowered during the load, and raised again
+        return with_sources(v.failed(lowest[1], f"enforced power limit {lowest[1]:g} W at t={lowest[0]:.1f} s of the load "
+                                                f"(read at each of {len(per_sample)} samples), default {default:g} W: capped "
+                                                f"to {lowest[1] / default:.0%} of the default"), *sources)
+    shown = f"enforced power limit {enforced:g} W under load, default {default:g} W"
+    if enforced + 1e-9 < default:
+        return with_sources(v.failed(enforced, f"{shown}: capped to {enforced / default:.0%} of the default"), *sources)
     low, high = health.get("power_limit_min_w"), health.get("power_limit_max_w")
     if low is not None and high is not None:
-        return _within_constraints(v, enforced, default, float(low), float(high), model, shown)
+        return with_sources(_within_constraints(v, enforced, default, float(low), float(high), model, shown), *sources)
     if model is not None and model.tdp_w and enforced < TDP_FRACTION * model.tdp_w:
         # NVML's default is NVML's word; the published TDP of the card's PCI device ID is not.
-        return v.failed(enforced, f"{shown} (NVML), but a {model.name} (PCI device 0x{model.device_id}) is published at "
-                        f"{model.tdp_w:g} W: {enforced / model.tdp_w:.0%} of it",
-                        _OLD_RECORDING)
+        return with_sources(v.failed(enforced, f"{shown} (NVML), but a {model.name} (PCI device 0x{model.device_id}) is "
+                                               f"published at {model.tdp_w:g} W: {enforced / model.tdp_w:.0%} of it",
+                                     _OLD_RECORDING), *sources)
     published = f"; published {model.tdp_w:g} W ({model.name})" if model and model.tdp_w else ""
-    return v.passed(enforced, shown + published,
-                    _OLD_RECORDING)
+    return with_sources(v.passed(enforced, shown + published, _OLD_RECORDING), *sources,
+                        unconfirmed="NVML's limits alone: no published TDP of this GPU to set them beside")
 
 
 def _within_constraints(v: Verdict, enforced: float, default: float, low: float, high: float, model: Model | None,
@@ -294,6 +462,7 @@ def _within_constraints(v: Verdict, enforced: float, default: float, low: float,
     return v.passed(enforced, shown + published)
 
 
+_NVML_ALONE = "NVML's counters alone: nothing on the host reads them a second way"
 _OLD_RECORDING = {"power_limit_constraints": "not in the recording (made before NVML's min/max were read): judged "
                                           "against the default and 85 % of the published TDP, as before"}
 TDP_FRACTION = 0.85  # a card whose limit (or, with NVML's constraints, maximum) is under this share of the TDP is capped
@@ -357,15 +526,16 @@ def judge_xid(section: Health, subject: Subject, m: LoadRun, contract: Contract)
         shown = ", ".join(f"Xid {e.get('xid')} at t={e.get('t_s')} s" for e in events[:5])
         return v.failed(len(events), f"NVML reported {len(events)} Xid event(s) during the load: {shown}")
     if m.kernel is None:  # an NVML recording: the kernel log here is not the recorded host's
-        return v.passed(0, "no Xid event during the load (NVML events)")
+        return with_sources(v.passed(0, "no Xid event during the load (NVML events)"), "NVML Xid events",
+                            unconfirmed="NVML's events alone: the kernel log here is not the recorded host's")
     if m.kernel.value is None:
         return v.not_measured(f"NVML reported no Xid event, but the kernel log cannot be read: {m.kernel.failure}")
     pci = _kernel_pci(m.buses.get(subject.gpu, ""))
     failed = _kernel_failure(v, m.kernel, pci, m.window)
     if failed is not None:
-        return failed
-    return v.passed(0, f"no Xid event during the load (NVML events); {_kernel_source(m.kernel)} agrees (no NVRM Xid "
-                       f"for PCI {pci or '(unknown)'} during the load)")
+        return with_sources(failed, "NVML Xid events", "the kernel log")
+    return with_sources(v.passed(0, f"no Xid event during the load (NVML events); {_kernel_source(m.kernel)} agrees (no "
+                                    f"NVRM Xid for PCI {pci or '(unknown)'} during the load)"), "NVML Xid events", "the kernel log")
 
 
 def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
@@ -385,25 +555,28 @@ def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract:
         count, source = int(series.health["retired_pages_double_bit"]), "pages retired for double-bit ECC errors"
     else:
         return v.not_measured("neither row remapping nor page retirement is readable on this GPU")
-    return v.judged(count <= section.max_remapped_rows, count, f"{count} {source} (at most {section.max_remapped_rows})")
+    return with_sources(v.judged(count <= section.max_remapped_rows, count,
+                                 f"{count} {source} (at most {section.max_remapped_rows})"), "NVML", unconfirmed=_NVML_ALONE)
 
 
 def under_load(state: State, command: Command, duration_s: float, count: int, samples_file: str,
                expected_s: float, models: GpuModels | None = None) -> LoadRun:
-    """Run a workload while NVML samples every GPU (or the recording replays its samples); once per run."""
+    """Run a workload while NVML samples every GPU (or the recording replays its samples); once per run. As the
+    sampling ends, the load still on, each GPU's PCIe link files are read from sysfs beside its samples."""
+    buses = {g.index: g.pci_bus_id for g in state.host().gpus}  # read before the load: the sampler takes no lock
 
     def sample(stop: threading.Event) -> dict[str, Any]:
         if state.nvml_recording is not None:  # recorded series replayed through the NVML adapter
             ends = time.monotonic() + duration_s
             samples = state.recorded_samples()
             stop.wait(max(0.0, ends - time.monotonic()))
-            return samples
+            return with_links(samples, state.sys_root, buses)
         def told(elapsed: float, lowest: float | None) -> None:
             if state.runner.progress is not None:
                 busy = f", lowest GPU {lowest:g} %" if lowest is not None else ""
                 state.runner.progress(f"gpuaccept: {command.key or command.tool} {elapsed:.0f}/{expected_s:g} s{busy}")
 
-        return nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop, told)
+        return with_links(nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop, told), state.sys_root, buses)
 
     started = kernel_log.uptime()
     run = state.runner.run_during(command, duration_s, sample, samples_file)
@@ -422,7 +595,6 @@ def under_load(state: State, command: Command, duration_s: float, count: int, sa
         else:  # no boot clock to place the kernel's lines on: the kernel log cannot be judged, never "no Xid"
             kernel = Reading(None, None, "the load's window on the boot clock (/proc/uptime) could not be read")
             evidence = (*evidence, "load-window.json")
-    buses = {g.index: g.pci_bus_id for g in state.host().gpus}
 
     def load(series: dict[int, nvml.GpuSeries], failure: str | None, workload_failure: str | None) -> LoadRun:
         return LoadRun(run, series, failure, workload_failure, evidence, kernel, window, buses, models,
@@ -439,6 +611,17 @@ def under_load(state: State, command: Command, duration_s: float, count: int, sa
         tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
         workload_failure += f"; its last output: {tail}" if tail else ""
     return load(series, None, workload_failure)
+
+
+def with_links(samples: dict[str, Any], sys_root: Path, buses: dict[int, str]) -> dict[str, Any]:
+    """The samples with each GPU's PCIe link files read from sysfs now (`pcie_sysfs`), where the samples have none:
+    the kernel's reading of the link under load, the second source health.pcie sets beside NVML's."""
+    gpus = samples.get("gpus")
+    if not isinstance(gpus, list):
+        return samples
+    links = read_pci_links(sys_root, {i: b for i, b in buses.items() if b})["gpus"]
+    return {**samples, "gpus": [{**g, "pcie_sysfs": links.get(str(g.get("index")))}
+                                if isinstance(g, dict) and "pcie_sysfs" not in g else g for g in gpus]}
 
 
 def gpuaccept_load(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> LoadRun:
@@ -469,7 +652,12 @@ ROW_REMAPPING = Clause("health.row_remapping", HEALTH, "test_row_remapping", Per
                        judge_row_remapping, "no pending or failed row remapping (or retired page)", None,
                        lambda s: s.row_remapping)
 THROTTLE = Clause("health.throttle", HEALTH, "test_throttle", PerGpu(), gpuaccept_load, judge_throttle,
-                  "no HW slowdown, thermal slowdown or power brake during the load", "samples", lambda s: s.throttle)
+                  "no HW slowdown, thermal slowdown or power brake during the load, nor application clocks holding the "
+                  "busy GPU below the clock floor", "samples", lambda s: s.throttle)
+CLOCKS = Clause("health.clocks", HEALTH, "test_sm_clock", PerGpu(), gpuaccept_load, judge_clocks,
+                "with `clocks: true` (or `min_clock_fraction`): the median SM clock of the busy GPU after the warmup at "
+                "least that fraction (default 0.85) of the model's boost clock; application clocks holding it lower fail",
+                "MHz", lambda s: s.clocks or s.min_clock_fraction is not None)
 PCIE = Clause("health.pcie", HEALTH, "test_pcie_link", PerGpu(), gpuaccept_load, judge_pcie,
               "PCIe generation and width under load", None, lambda s: s.pcie_gen is not None or s.pcie_width is not None)
 POWER_LIMIT = Clause("health.power_limit", HEALTH, "test_power_limit", PerGpu(), gpuaccept_load, judge_power_limit,
@@ -481,5 +669,5 @@ REMAPPED_ROWS = Clause("health.remapped_rows", HEALTH, "test_remapped_rows", Per
 XID = Clause("health.xid", HEALTH, "test_xid", PerGpu(), gpuaccept_load, judge_xid,
              "no Xid error event during the load (NVML events; the kernel log's NVRM Xid lines, unread: not measured)",
              "events", lambda s: s.xid)
-CLAUSES = (UTIL, ECC, ROW_REMAPPING, THROTTLE, PCIE, POWER_LIMIT, REMAPPED_ROWS, XID)
+CLAUSES = (UTIL, ECC, ROW_REMAPPING, THROTTLE, CLOCKS, PCIE, POWER_LIMIT, REMAPPED_ROWS, XID)
 MEASUREMENTS = (gpuaccept_load,)

@@ -222,7 +222,10 @@ THROTTLE_REASONS = {
     0x100: "display_clock_setting",
 }
 BAD_THROTTLE = 0x8 | 0x20 | 0x40 | 0x80
-SAMPLE_FIELDS = ("t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c", "throttle_reasons", "pcie_gen", "pcie_width")
+SAMPLE_FIELDS = ("t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c", "throttle_reasons", "pcie_gen", "pcie_width",
+                 "power_limit_w")
+OLD_SAMPLE_FIELDS = SAMPLE_FIELDS[:-1]  # recordings made before the enforced power limit was read at every sample
+APPLICATION_CLOCKS = 0x2  # the clock event reason an application-clock setting sets
 
 
 def decode_reasons(mask: int) -> list[str]:
@@ -279,6 +282,7 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any,
                     _or_none(reasons, handle),
                     _or_none(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
                     _or_none(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+                    _watts(_or_none(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
                 ])
             if progress is not None and tick - told >= PROGRESS_EVERY_S:
                 told = tick
@@ -297,6 +301,10 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any,
         return {"error": f"NVML read failed: {type(exc).__name__}: {exc}"}
     finally:
         pynvml.nvmlShutdown()
+
+
+def _watts(milliwatts: int | None) -> float | None:
+    return round(milliwatts / 1000.0, 1) if milliwatts is not None else None
 
 
 def _xid_listener(pynvml: Any, handles: list[Any]) -> tuple[Any, list[dict[str, Any]]]:
@@ -370,6 +378,7 @@ class Sample(NamedTuple):
     throttle_reasons: int | None
     pcie_gen: int | None
     pcie_width: int | None
+    power_limit_w: float | None = None  # the enforced limit at this sample; None: not read (an older recording)
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +388,7 @@ class GpuSeries:
     health: dict[str, Any]
     lost: dict[str, Any] | None = None  # {"t_s", "error"}: the GPU stopped answering NVML during the load
     xid: dict[str, Any] | None = None  # {"events": [{"t_s", "xid"}]} or {"error"}; None: not read (older recording)
+    pcie_sysfs: dict[str, Any] | None = None  # the GPU's PCIe link files in sysfs, read as the sampling ends (under load)
 
 
 def parse_samples(recording: dict[str, Any]) -> list[GpuSeries]:
@@ -386,13 +396,15 @@ def parse_samples(recording: dict[str, Any]) -> list[GpuSeries]:
     if recording.get("error"):
         raise ValueError(recording["error"])
     fields = recording.get("fields", list(SAMPLE_FIELDS))
-    if list(fields) != list(SAMPLE_FIELDS):
+    if list(fields) not in (list(SAMPLE_FIELDS), list(OLD_SAMPLE_FIELDS)):
         raise ParseError("nvml", f"samples have fields {fields}, expected {list(SAMPLE_FIELDS)}")
+    # Sample._make: a row of the wrong length is a TypeError as Sample(*row) is, at 2/3 of its cost (6,400 rows a run:
+    # the load's and the report's); an older recording's rows get no power limit
+    make = Sample._make if len(fields) == len(SAMPLE_FIELDS) else (lambda row: Sample._make((*row, None)))
     try:
-        # Sample._make: a row of the wrong length is a TypeError as Sample(*row) is, at 2/3 of its cost (6,400 rows
-        # a run: the load's and the report's)
-        return [GpuSeries(int(g["index"]), tuple(map(Sample._make, g["samples"])), dict(g.get("health", {})),
-                          dict(g["lost"]) if g.get("lost") else None, dict(g["xid"]) if g.get("xid") is not None else None)
+        return [GpuSeries(int(g["index"]), tuple(map(make, g["samples"])), dict(g.get("health", {})),
+                          dict(g["lost"]) if g.get("lost") else None, dict(g["xid"]) if g.get("xid") is not None else None,
+                          dict(g["pcie_sysfs"]) if isinstance(g.get("pcie_sysfs"), dict) else None)
                 for g in recording["gpus"]]
     except (KeyError, TypeError) as exc:
         raise ParseError("nvml", f"samples malformed: {exc!r}") from None
