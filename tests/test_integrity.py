@@ -128,7 +128,9 @@ def test_a_replay_shows_the_recorded_host_and_time(accepted, accept, tmp_path):
     assert results["recorded"]["host"] == accepted.json["host"]["hostname"]
     assert results["recorded"]["started"] == accepted.json["started"]
     assert replay.result.outlines[-1] == (f"gpuaccept verdict: ACCEPTED [REPLAY of host {accepted.json['host']['hostname']} "
-                                          f"recorded {accepted.json['started']}: judged from a bundle, not measured now]")
+                                          f"recorded {accepted.json['started']} (a SIMULATED run: NVML readings from a "
+                                          "recording): judged from a bundle, not measured now; verdict recomputed from "
+                                          "the raw evidence on the verifying machine]")
 
 
 # ------------------------------------------------------------------ modes that judge nothing touch nothing
