@@ -39,7 +39,8 @@ def accepted(accept, fake_tools):
 
 # ------------------------------------------------------------------ planted evidence
 
-def test_a_tool_that_plants_nvml_topology_and_workload_files_is_named_and_never_believed(accept, fake_tools, tmp_path):
+def test_a_tool_that_plants_nvml_topology_and_workload_files_is_named_and_never_believed(accept, fake_tools, tmp_path,
+                                                                                          capsys):
     """An 8x A100 40GB PCIe box whose all_reduce_perf writes an H100 NVML reading, an NV18 topology with its
     run record, NVML samples and a workload log into the evidence folder before it prints a P5 log."""
     forged = tmp_path / "forged"
@@ -70,7 +71,14 @@ def test_a_tool_that_plants_nvml_topology_and_workload_files_is_named_and_never_
     assert {c["measured"] for c in run.checks("gpus.model")} == {"NVIDIA A100-SXM4-40GB"}
     assert {c["measured"] for c in run.checks("nvlink")} == {0}
     assert "FOREIGN FILES IN THE EVIDENCE FOLDER" in run.html
-    assert cli(["verify", str(run.path)]) == 0  # the bundle keeps the planted files, named, under .foreign
+    # The bundle keeps what was planted, as it was found: every digest matches, but the re-judge reads the planted
+    # H100 reading and cannot reach the checks the run made from its own: verify fails, naming them.
+    capsys.readouterr()
+    assert cli(["verify", str(run.path)]) == 1
+    out = capsys.readouterr().out
+    fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert fails and all(line.startswith("FAIL re-judged: ") for line in fails), out
+    assert "FAIL re-judged: results.json: check gpus.memory GPU0: measured 42.95 in the bundle, 85.520809984 re-judged" in out
 
 
 # ------------------------------------------------------------------ recordings: the command line only
