@@ -40,6 +40,10 @@ def claimed_seconds(tool: str, text: str) -> float:
     return torch_work(text).seconds if tool == "python" else 0.0
 
 
+# Tools asked to run for a time, and the option that says how long: their fakes take it unless told otherwise.
+ASKED_FOR = {"ib_write_bw": "-D", "iperf3": "-t"}
+
+
 @dataclass
 class FakeTools:
     """Executables in a folder at the head of PATH. Each prints a recorded output chosen by its argv."""
@@ -49,11 +53,11 @@ class FakeTools:
     tools: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
     def add(self, name: str, stdout: Path | str | bytes = b"", *, when: str = "", rc: int = 0, stderr: str = "",
-            sleep: float | None = None, hang: float = 0.0, then: str = "") -> None:
+            sleep: float | str | None = None, hang: float = 0.0, then: str = "") -> None:
         """Add a response: for argv containing `when` (first match wins; "" matches all).
 
         `sleep` waits before printing (by default, a copy tool waits as long as the copies it prints took:
-        clauses/plausible.py refuses a run shorter than its own timed work; sleep=0 is a tool that does not), `hang` after printing (a tool stuck with its output half written);
+        clauses/plausible.py refuses a run shorter than its own timed work; ib_write_bw and iperf3 wait what their argv asks, -D or -t; sleep=0 is a tool that does not), `hang` after printing (a tool stuck with its output half written);
         `then` is Python run after printing (what the tool does to the host: counters it moves, files it writes).
         """
         if isinstance(stdout, Path):
@@ -62,6 +66,8 @@ class FakeTools:
             data = stdout.encode()
         else:
             data = stdout
+        if sleep is None and name in ASKED_FOR:
+            sleep = ASKED_FOR[name]  # as long as its argv asks (-D 5, -t 10): clauses/network.py refuses a shorter run
         if sleep is None:
             timed = claimed_seconds(name, data.decode(errors="replace"))
             sleep = timed + 0.05 if timed else 0.0
@@ -87,7 +93,10 @@ class FakeTools:
             argv = " ".join(sys.argv[1:])
             for rule in json.loads(rules):
                 if rule["when"] in argv:
-                    time.sleep(rule["sleep"])
+                    wait = rule["sleep"]
+                    if isinstance(wait, str):  # the duration the argv asks for (-D, -t), as an honest run takes
+                        wait = float(sys.argv[sys.argv.index(wait) + 1]) if wait in sys.argv[1:-1] else 0.0
+                    time.sleep(wait)
                     sys.stdout.buffer.write(open(rule["stdout"], "rb").read().replace(b"@PID@", str(os.getpid()).encode()))
                     sys.stdout.flush()
                     sys.stderr.write(rule["stderr"])

@@ -153,7 +153,8 @@ RDMA_8 = "gpuaccept: 1\nvendor: V\nrdma:\n  devices: ['mlx5_*']\n  min_fraction_
 
 def test_a_physical_port_passes_and_shows_its_pci_function(accept, fake_tools, tmp_path):
     fake_tools.add("ethtool", ICE_25G)
-    pci_port(tmp_path / "sys", "net", "ens6f0", "0000:9a:00.0", driver="ice")
+    port = pci_port(tmp_path / "sys", "net", "ens6f0", "0000:9a:00.0", driver="ice")
+    (port / "speed").write_text("25000\n")  # the kernel's word on the speed, as an honest host's sysfs has it
     run = accept(NICS_25.format(pattern="ens6f0", extra=""), f"--gpuaccept-sysfs={tmp_path / 'sys'}")
     check = run.checks("nics")[0]
     assert check["outcome"] == "passed"
@@ -186,6 +187,7 @@ def test_a_bond_counts_as_physical_only_when_every_member_is(accept, fake_tools,
     assert check["message"].startswith("bond0 is a bond of ens1f0, veth9 whose members are not all physical "
                                        "(veth9: not a PCI function")
     (bond / "bonding" / "slaves").write_text("ens1f0 ens1f1\n")
+    (bond / "speed").write_text("200000\n")  # the bonding driver's sum of its members, as ethtool says
     pci_port(root, "net", "ens1f1", "0000:3b:00.1")
     check = accept(contract, f"--gpuaccept-sysfs={root}").checks("nics")[0]
     assert (check["outcome"], check["message"]) == ("passed", "bond0 speed 200 Gb/s >= 200 Gb/s (bond of ens1f0, ens1f1)")

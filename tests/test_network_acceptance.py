@@ -71,8 +71,10 @@ def test_real_ethtool_on_a_veth_below_the_contracted_speed_fails_with_10(accept,
 
 
 def test_real_ethtool_on_a_veth_at_the_contracted_speed_passes(accept, veth):
+    """The real kernel's /sys/class/net/IF/speed says what the real ethtool says: two sources, one figure."""
     run = accept(nics_contract(f"['{veth['host']}']", "10 Gb/s"))
     assert [(c["outcome"], c["measured"]) for c in run.checks("nics")] == [("passed", 10)]
+    assert run.checks("nics")[0]["details"]["sources"] == ["ethtool", "sysfs speed"]
     assert run.json["verdict"] == "accepted"
 
 
@@ -106,6 +108,9 @@ def test_real_iperf3_between_namespaces_passes_with_the_measured_value(accept, i
     assert run.json["verdict"] == "accepted" and run.json["complete"] is True and run.result.ret == 0
     assert f"{check['measured']} Gb/s" in run.html
     assert "end" in (run.path / "gpuaccept-evidence" / check["evidence"][0]).read_text()
+    # The rate is confirmed by the route's own interface: its tx_bytes over the time the clients ran.
+    assert check["details"]["sources"] == ["iperf3", "tx_bytes"] and check["details"]["wall_s"] >= 1.0
+    assert check["details"]["counted_gbit_s"] * 1.1 >= check["measured"]
 
 
 def test_an_iperf3_server_on_an_address_of_this_host_is_refused(accept, veth):
@@ -131,17 +136,19 @@ def test_an_iperf3_server_on_an_address_of_this_host_is_refused(accept, veth):
 def test_a_truncated_iperf3_json_is_not_measured(accept, fake_tools, tmp_path):
     fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
     sysfs = routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_TRUNCATED_invalid.json")
-    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n", sysfs)
+    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n  duration: '1 s'\n",
+                 sysfs)
     check = run.checks("iperf3")[0]
     assert (check["outcome"], check["measured"]) == ("not_measured", None)
     assert "JSON cut or invalid at line 70 column 26" in check["message"]
-    assert fake_tools.calls("iperf3")[1] == ["iperf3", "-c", "10.0.0.2", "-p", "5201", "-J", "-t", "10", "-P", "8"]
+    assert fake_tools.calls("iperf3")[1] == ["iperf3", "-c", "10.0.0.2", "-p", "5201", "-J", "-t", "1", "-P", "8"]
 
 
 def test_old_iperf3_runs_one_client_per_stream_on_consecutive_ports(accept, fake_tools, tmp_path):
     fake_tools.add("iperf3", "iperf 3.9 (cJSON 1.7.13)\n", when="--version")
     sysfs = routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
-    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '7 Gb/s'\n  streams: 4\n", sysfs)
+    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '7 Gb/s'\n  streams: 4\n"
+                 "  duration: '1 s'\n", sysfs)
     ports = sorted(call[4] for call in fake_tools.calls("iperf3")[1:])
     assert ports == ["5201", "5202", "5203", "5204"]
     check = run.checks("iperf3")[0]
@@ -152,7 +159,7 @@ def test_old_iperf3_runs_one_client_per_stream_on_consecutive_ports(accept, fake
 def test_an_iperf3_error_is_not_measured_with_its_own_text(accept, fake_tools, tmp_path):
     fake_tools.add("iperf3", "iperf 3.17\n", when="--version")
     sysfs = routed_nic(fake_tools, tmp_path / "sys")
-    fake_tools.add("iperf3", DATA / "iperf3" / "text_error_control_socket_closed.txt", rc=1)
+    fake_tools.add("iperf3", DATA / "iperf3" / "text_error_control_socket_closed.txt", rc=1, sleep=0)
     run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n", sysfs)
     assert "control socket has closed unexpectedly" in run.checks("iperf3")[0]["message"]
 
@@ -177,6 +184,7 @@ RDMA = "gpuaccept: 1\nvendor: V\nrdma:\n  devices: {devices}\n  min_fraction_of_
 
 
 def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(accept, fake_tools, tmp_path):
+    """In a tree without the port's counters (a container's), the figure stands on ib_write_bw's word, and says so."""
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     run = accept(RDMA.format(devices="['mlx5_*']", extra=""), sysfs)
@@ -184,8 +192,10 @@ def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(accept, fake_too
     assert check["subject"] == "mlx5_0" and check["outcome"] == "passed"
     assert run.json["verdict"] == "accepted" and run.result.ret == 0
     assert check["measured"] == pytest.approx(90.495, abs=0.01)
-    assert check["message"] == ("mlx5_0 ib_write_bw BW average 90.5 Gb/s >= 90 Gb/s "
+    assert check["message"] == ("mlx5_0 ib_write_bw BW average 90.5 Gb/s (sources: ib_write_bw only) >= 90 Gb/s "
                                 "(90.5% of 100 Gb/s line rate, port 1 rate in sysfs)")
+    assert check["details"]["sources"] == ["ib_write_bw"] and "port_xmit_data could not be read" in \
+        check["details"]["unconfirmed"]
     server, client = fake_tools.calls("ib_write_bw")
     assert server == ["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-s", "65536", "-p", "18515", "--report_gbits", "-F", "-D", "5"]
     assert client == server + ["localhost"]
@@ -206,7 +216,7 @@ def test_roce_below_the_fraction_fails_and_uses_the_contract_line_rate_and_peer(
     run = accept(RDMA.format(devices="[mlx5_0]", extra="  peer: 10.0.0.2\n  message_size: '1 MiB'\n"), sysfs)
     check = run.checks("rdma")[0]
     assert (check["outcome"], check["measured"]) == ("failed", 52.52)
-    assert check["message"] == ("mlx5_0 ib_write_bw BW average 52.52 Gb/s < 180 Gb/s "
+    assert check["message"] == ("mlx5_0 ib_write_bw BW average 52.52 Gb/s (sources: ib_write_bw only) < 180 Gb/s "
                                 "(26.3% of 200 Gb/s line rate, port 1 rate in sysfs)")
     assert fake_tools.calls("ib_write_bw") == [
         ["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-s", "1048576", "-p", "18515", "--report_gbits", "-F", "-D", "5",
@@ -214,7 +224,8 @@ def test_roce_below_the_fraction_fails_and_uses_the_contract_line_rate_and_peer(
 
 
 def test_a_failed_connection_is_not_measured_with_the_tools_words(accept, fake_tools, tmp_path):
-    fake_tools.add("ib_write_bw", " Couldn't connect to localhost:18515\nUnable to open file descriptor for socket connection\n", rc=1)
+    fake_tools.add("ib_write_bw", " Couldn't connect to localhost:18515\nUnable to open file descriptor for socket connection\n", rc=1,
+                   sleep=0)
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
     check = run.checks("rdma")[0]

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import schema
 from ..measurements import Iperf3Path, NicLinks, RdmaDevices
-from ..probes import ethtool, ib_write_bw, iperf3, iproute, sysfs
+from ..probes import counters, ethtool, ib_write_bw, iperf3, iproute, sysfs
 from ..probes._run import Reading
+from ..probes.counters import COUNTER_WORD, Counted, clock_problem
 from ..probes.sysfs import SAFE_NAME, Function
 from ..schema import Key
 from ..subjects import Subject
@@ -119,8 +120,66 @@ def _port(v: Verdict, subject: Subject, what: str, names: tuple[str, ...], patte
     return _not_a_port(v, function, evidence, others, physical), function, evidence
 
 
+RATE_MARGIN = 0.10  # a tool's rate may be this much above its port's counters' over its run, and no more
+SHORT_SLACK_S = 0.05  # a run this much shorter than asked is the timer's grain; more is not the run asked for
+
+
+@dataclass(frozen=True, slots=True)
+class Rated:
+    """A tool's run as the plugin timed it: its name, the seconds it was asked to run, the seconds it took."""
+
+    tool: str
+    asked_s: float
+    wall_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SecondSource:
+    """What a source the vendor's tool does not print says of the tool's figure."""
+
+    refuted: str | None  # why the figure is not believed: the check fails with this message
+    measured: float | None  # what a refuted check is measured at (the second source's figure; None: none)
+    details: dict[str, Any]  # `sources`: the sources that agree on the figure; `unconfirmed`: why only one
+    shown: str  # beside a passing figure: the second source's own, or ` (sources: TOOL only)`
+
+
+def short_run(run: Rated) -> str | None:
+    """A run shorter than the time asked measured something else, or nothing: why, or None."""
+    if run.wall_s + SHORT_SLACK_S < run.asked_s:
+        return (f"not a measurement: {run.tool} was asked to run {run.asked_s:g} s and returned after "
+                f"{run.wall_s:.2f} s (the plugin's clock)")
+    return None
+
+
+def rate_check(claimed: float, run: Rated, counter: Counted, source: tuple[str, str]) -> SecondSource:
+    """A rate is bytes over time: the run took at least the time asked (a shorter one measured something else, or
+    nothing), the monotonic clock that timed it agrees with CLOCK_BOOTTIME, and the tool's figure (Gb/s) is at most
+    10 % above the bytes the port's own counter moved divided by the run's time. Where the counter cannot be
+    read, the figure stands on the tool's word alone and says so. `source`: (its name, how a message names it)."""
+    details: dict[str, Any] = {"asked_s": run.asked_s, "wall_s": round(run.wall_s, 3)}
+    short = short_run(run)
+    if short is not None:
+        return SecondSource(short, None, details, "")
+    clock = clock_problem(counter, run.wall_s)
+    if clock is not None and counter.monotonic_s is not None and counter.boottime_s is not None:
+        return SecondSource(f"{run.tool}'s run time cannot be trusted: {clock}", None, details, "")
+    if counter.backwards:
+        return SecondSource(f"{source[1]}: {counter.unread}, so nothing confirms {run.tool}'s figure", None, details, "")
+    if counter.counted_bytes is None or clock is not None:
+        details.update(sources=[run.tool], unconfirmed=counter.unread or clock)
+        return SecondSource(None, None, details, f" (sources: {run.tool} only)")
+    rate = counter.counted_bytes * 8 / run.wall_s / 1e9
+    details.update(sources=[run.tool, source[0]], counted_bytes=counter.counted_bytes, counted_gbit_s=round(rate, 3))
+    if claimed > rate * (1 + RATE_MARGIN):
+        return SecondSource(f"{run.tool} says {fmt(claimed)} Gb/s, but {source[1]} counted {counter.counted_bytes} "
+                            f"bytes in the {run.wall_s:.2f} s it ran: {fmt(rate)} Gb/s; a figure more than "
+                            f"{RATE_MARGIN:.0%} above what the port moved is not a measurement", round(rate, 3), details, "")
+    return SecondSource(None, None, details, f" ({source[0]}: {fmt(rate)} Gb/s over {run.wall_s:.2f} s)")
+
+
 def judge_nic(section: Nics, subject: Subject, m: NicLinks, contract: Contract) -> Check:
-    """Negotiated speed from ethtool, in Gb/s, of a physical port (sysfs); no link or an unknown speed fails."""
+    """Negotiated speed from ethtool, in Gb/s, of a physical port (sysfs), as the kernel's sysfs speed says it too;
+    no link or an unknown speed fails."""
     minimum = section.min_speed.gbit_s
     v = NIC_SPEED.verdict(subject, f">= {fmt(minimum)}")
     refused, function, function_evidence = _port(v, subject, "interface", m.names, section.interfaces, m.function,
@@ -139,12 +198,44 @@ def judge_nic(section: Nics, subject: Subject, m: NicLinks, contract: Contract) 
         return v.failed(0, f"{name}: no link (Link detected: no)")
     if link.speed_mbps is None:
         return v.failed(0, f"{name}: Speed: Unknown!")
-    return v.at_least(mbit_to_gbit(link.speed_mbps), minimum, f"{name} speed", {"function": _where(function)},
+    kernel, kernel_file = m.speed(name) if m.speed is not None else ({"error": "not read"}, "")
+    v = v.but(evidence=v.evidence + ((kernel_file,) if kernel_file else ()))
+    second = _kernel_speed(name, link.speed_mbps, kernel)
+    details = {"function": _where(function), "ethtool_speed_mbps": link.speed_mbps, **second.details}
+    if second.refuted is not None:
+        return v.failed(second.measured, second.refuted, details)
+    return v.at_least(mbit_to_gbit(link.speed_mbps), minimum, f"{name} speed", details, where=second.shown,
                       suffix=f" ({_where(function)})")
 
 
+def _kernel_speed(name: str, ethtool_mbps: int, kernel: dict[str, Any]) -> SecondSource:
+    """ethtool's speed against the kernel's (`/sys/class/net/IF/speed`, the same driver call, made by the kernel
+    for sysfs): agreeing, they are two sources; a kernel that says another speed, none (-1, SPEED_UNKNOWN) or
+    refuses (EINVAL: down, or no speed from the driver) refutes ethtool, and the lower figure is measured; no file
+    (ENOENT: a container, an old kernel, a recorded tree) leaves ethtool alone, and the message says so."""
+    sysfs_mbps, error = kernel.get("speed_mbps"), kernel.get("error")
+    if sysfs_mbps is None and error in ("ENOENT", "not read"):
+        unconfirmed = {"sources": ["ethtool"], "unconfirmed": f"no /sys/class/net/{name}/speed to read ({error})"}
+        return SecondSource(None, None, unconfirmed, " (sources: ethtool only)")
+    details = {"sources": ["ethtool", "sysfs speed"], "sysfs_speed_mbps": sysfs_mbps}
+    if sysfs_mbps == ethtool_mbps:
+        return SecondSource(None, None, details, "")
+    said = f"ethtool says {fmt(mbit_to_gbit(ethtool_mbps))} Gb/s ({ethtool_mbps}Mb/s)"
+    if isinstance(sysfs_mbps, int) and sysfs_mbps >= 0:
+        lower = mbit_to_gbit(min(sysfs_mbps, ethtool_mbps))
+        return SecondSource(f"{name}: {said}, the kernel's /sys/class/net/{name}/speed says "
+                            f"{fmt(mbit_to_gbit(sysfs_mbps))} Gb/s ({sysfs_mbps}Mb/s): they disagree (measured at the "
+                            "lower; a link speed two sources disagree on is not as sold)", lower, details, "")
+    kernel_says = "-1 (SPEED_UNKNOWN)" if sysfs_mbps == counters.SPEED_UNKNOWN else \
+        "nothing (EINVAL: the interface is down, or its driver gives no speed)" if error == "EINVAL" else \
+        f"nothing readable ({error})"
+    return SecondSource(f"{name}: {said}, the kernel's /sys/class/net/{name}/speed says {kernel_says}: they "
+                        "disagree", None, details, "")
+
+
 def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contract) -> Check:
-    """ib_write_bw BW average in Gb/s against fraction x line rate; above line rate is implausible."""
+    """ib_write_bw BW average in Gb/s against fraction x line rate; above line rate is implausible; a run shorter
+    than asked, or a figure the port's own counters refute, is not a measurement."""
     fraction = section.min_fraction_of_line_rate
     v = RDMA_BW.verdict(subject, f">= {fraction:g} x line rate")
     refused, _function, function_evidence = _port(v, subject, "RDMA device", m.names, section.devices, m.function,
@@ -168,19 +259,34 @@ def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contra
                f"{fmt(section.line_rate.gbit_s)} Gb/s ({port.state}): not measured further")
     if line_rate is None:
         return v.not_measured(f"no line rate: port {port.port} reports none and the contract gives no rdma.line_rate")
-    minimum = fraction * line_rate
+    return _rdma_measured(v, section, m, port, (line_rate, source))
+
+
+def _rdma_measured(v: Verdict, section: Rdma, m: RdmaDevices, port: sysfs.IbPort, line: tuple[float, str]) -> Check:
+    """ib_write_bw through `port`, with the port's own data counters read before and after it: the figure is
+    believed where the run took the time asked and the port moved about what it says (probes/counters.py)."""
+    device, (line_rate, source) = port.device, line
+    minimum = section.min_fraction_of_line_rate * line_rate
+    before, before_file = m.counters(device, port, "before") if m.counters is not None else (None, "")
     reading = m.write_bw(device, port)
-    v = v.but(required=f">= {fmt(minimum)}", evidence=v.evidence + reading.evidence)
-    if reading.value is None:
+    after, after_file = m.counters(device, port, "after") if m.counters is not None else (None, "")
+    files = tuple(f for f in (before_file, after_file) if f)
+    v = v.but(required=f">= {fmt(minimum)}", evidence=v.evidence + reading.evidence + files)
+    if reading.value is None or reading.run is None:
         return v.not_measured(reading.failure or "ib_write_bw did not run")
     measured = reading.value.last[2]
-    qps = section.qps or 1
+    second = rate_check(measured, Rated("ib_write_bw", ib_write_bw.DURATION_S,
+                                        ib_write_bw.client_seconds(reading.run, section.peer)),
+                        counters.counted(before, after, "port_xmit_data", COUNTER_WORD),
+                        ("port_xmit_data", f"port {port.port}'s port_xmit_data (sysfs, 4-byte words)"))
+    details = {"line_rate_gbit_s": line_rate, "fraction": round(measured / line_rate, 4), "qps": section.qps or 1,
+               "port": port.port, **second.details}
+    if second.refuted is not None:
+        return v.failed(second.measured, f"{device}: {second.refuted}", details)
     ratio = f" ({measured / line_rate:.1%} of {fmt(line_rate)} Gb/s line rate, {source}" + \
-        (f", {qps} queue pairs)" if section.qps else ")")
-    return v.at_least(measured, minimum, f"{device} ib_write_bw BW average",
-                      {"line_rate_gbit_s": line_rate, "fraction": round(measured / line_rate, 4), "qps": qps,
-                       "port": port.port},
-                      maximum=line_rate, maximum_reason=f"the line rate, {source}", suffix=ratio)
+        (f", {section.qps} queue pairs)" if section.qps else ")")
+    return v.at_least(measured, minimum, f"{device} ib_write_bw BW average", details, maximum=line_rate,
+                      maximum_reason=f"the line rate, {source}", where=second.shown, suffix=ratio)
 
 
 COUNTED_FRACTION = 0.9  # of the bytes iperf3 says it sent, the route's interface must have counted (headers add)
@@ -189,7 +295,8 @@ COUNTED_FRACTION = 0.9  # of the bytes iperf3 says it sent, the route's interfac
 def judge_iperf3(section: Iperf3, subject: Subject, path: Iperf3Path, contract: Contract) -> Check:
     """Received throughput summed over every client process, in Gb/s, through a NIC: the route to the server
     leaves through a non-local interface (a contracted one, with `nics`), whose tx byte counter grew by about
-    what iperf3 says it sent. Any client failing is not measured."""
+    what iperf3 says it sent, at about the rate it says over the time it ran (and it ran the time asked).
+    Any client failing is not measured."""
     minimum = section.min_throughput.gbit_s
     m = path.runs
     evidence = tuple(name for r in m.readings for name in r.evidence) + path.evidence
@@ -217,11 +324,18 @@ def judge_iperf3(section: Iperf3, subject: Subject, path: Iperf3Path, contract: 
     if any(b is None for b in sent):
         return v.not_measured("iperf3's JSON gives no end.sum_sent.bytes to compare with the interface's counter")
     moved, counted = sum(b for b in sent if b is not None), int(after["tx_bytes"]) - int(before["tx_bytes"])
+    rated = Rated("iperf3", iperf3.asked_seconds(section.duration.seconds), m.seconds or 0.0)
+    if short_run(rated) is not None:
+        return v.failed(None, str(short_run(rated)))
     if counted < COUNTED_FRACTION * moved:
         return v.failed(total, f"iperf3 says it sent {moved} bytes to {section.server}, but {route.dev}'s tx_bytes "
                         f"(sysfs) grew by {counted}: the traffic did not go through {route.dev}")
-    return v.at_least(total, minimum, f"received from {section.server}",
-                      {"route": f"dev {route.dev}", "sent_bytes": moved, "counted_tx_bytes": counted},
+    second = rate_check(total, rated, counters.counted(before, after, "tx_bytes"),
+                        ("tx_bytes", f"{route.dev}'s tx_bytes (sysfs)"))
+    details = {"route": f"dev {route.dev}", "sent_bytes": moved, "counted_tx_bytes": counted, **second.details}
+    if second.refuted is not None:
+        return v.failed(second.measured, second.refuted, details)
+    return v.at_least(total, minimum, f"received from {section.server}", details, where=second.shown,
                       suffix=f" ({m.note}; via {route.dev}, which counted {counted} of {moved} bytes sent)")
 
 
@@ -263,8 +377,13 @@ def gpuaccept_host_names(gpuaccept_state: State) -> dict[str, list[str]]:
 def gpuaccept_nic_links(gpuaccept_state: State, gpuaccept_host_names: dict[str, list[str]]) -> NicLinks:
     """The interfaces the host lists, and `ethtool IFACE` for any of them (each run once per run)."""
     state = gpuaccept_state
+
+    def speed(name: str) -> tuple[dict[str, Any], str]:
+        file = f"sysfs-net-{name}-speed.json"
+        return state.runner.reading(file, lambda: counters.read_link_speed(state.sys_root, name)), file
+
     return NicLinks(tuple(gpuaccept_host_names.get("net", [])), lambda name: ethtool.read_ethtool(state.runner, name),
-                    lambda name: state.function("net", name))
+                    lambda name: state.function("net", name), speed)
 
 
 def gpuaccept_rdma_devices(gpuaccept_state: State, gpuaccept_contract: Contract,
@@ -284,27 +403,31 @@ def gpuaccept_rdma_devices(gpuaccept_state: State, gpuaccept_contract: Contract,
         return ib_write_bw.run_ib_write_bw(state.runner, device, section.message_size.nbytes, RDMA_BASE_PORT + offset,
                                            section.peer, gid, port.port, section.qps or 1)
 
+    def port_counters(device: str, port: sysfs.IbPort, when: str) -> tuple[dict[str, Any], str]:
+        file = f"sysfs-infiniband-{device}-{port.port}-counters-{when}.json"
+        return state.runner.reading(file, lambda: counters.read_port_counters(state.sys_root, device, port.port)), file
+
     return RdmaDevices(tuple(gpuaccept_host_names.get("infiniband", [])), ports, write_bw,
-                       lambda name: state.function("infiniband", name))
+                       lambda name: state.function("infiniband", name), port_counters)
 
 
 def gpuaccept_iperf3(gpuaccept_state: State, gpuaccept_contract: Contract) -> Iperf3Path:
     """iperf3 clients against the contract's server (one per port before iperf3 3.16), run once, with the route
-    to the server and its interface's byte counters read before and after."""
+    to the server and its interface's byte counters (and the clocks) read before and after."""
     state = gpuaccept_state
     section = IPERF3.of(gpuaccept_contract)
     route = iproute.read_route(state.runner, section.server)
     dev = route.value.dev if route.value is not None and sysfs.SAFE_NAME.match(route.value.dev) else None
 
-    def counters(when: str) -> tuple[dict[str, Any] | None, str | None]:
+    def counted(when: str) -> tuple[dict[str, Any] | None, str | None]:
         if dev is None:
             return None, None
         name = f"sysfs-net-{dev}-counters-{when}.json"
-        return state.runner.reading(name, lambda: sysfs.read_counters(state.sys_root, dev)), name
+        return state.runner.reading(name, lambda: counters.read_net_counters(state.sys_root, dev)), name
 
-    before, before_file = counters("before")
+    before, before_file = counted("before")
     runs = iperf3.run_iperf3(state.runner, section.server, section.port, section.streams, section.duration.seconds)
-    after, after_file = counters("after")
+    after, after_file = counted("after")
     files = tuple(f for f in (before_file, after_file) if f)
     return Iperf3Path(runs, route, before, after, route.evidence + files)
 

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from ..units import mib_s_to_gbit
 from . import ParseError
-from ._run import Command, Reading, ToolRunner, parse_run
+from ._run import Command, Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "ib_write_bw"
 _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
 _FAILURE = re.compile(r"Couldn't|Unable to|Failed to|failed to|ERROR|Error|refused|No such", re.IGNORECASE)
+DURATION_S = 5  # -D: perftest sends for this long (its margins, D/4 each, are not in the figure it prints)
+CLIENT_AFTER_S = 1.0  # on one host, the client starts this long after its server (listening by then)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,8 @@ def perftest_args(device: str, message_size: int, port: int, gid_index: int | No
     `-i` is the device's port to measure through (its active one: a dual-port card may be cabled on 2);
     `-q` the queue pairs (a bonded RoCE port needs several to reach its line rate).
     """
-    args = ["-d", device, "-i", str(ib_port), "-s", str(message_size), "-p", str(port), "--report_gbits", "-F", "-D", "5"]
+    args = ["-d", device, "-i", str(ib_port), "-s", str(message_size), "-p", str(port), "--report_gbits", "-F", "-D",
+            str(DURATION_S)]
     if qps != 1:
         args += ["-q", str(qps)]
     if gid_index is not None:
@@ -87,7 +90,13 @@ def commands(device: str, message_size: int, port: int, peer: str | None, gid_in
     if peer is not None:
         return [Command(TOOL, (*args, peer), key=f"ib_write_bw_{device}_client")]
     return [Command(TOOL, tuple(args), key=f"ib_write_bw_{device}_server"),
-            Command(TOOL, (*args, "localhost"), key=f"ib_write_bw_{device}_client", start_after_s=1.0)]
+            Command(TOOL, (*args, "localhost"), key=f"ib_write_bw_{device}_client", start_after_s=CLIENT_AFTER_S)]
+
+
+def client_seconds(run: ToolRun, peer: str | None) -> float:
+    """The longest the client can have run: the group's time on the plugin's monotonic clock, less the wait
+    before the client started where its server ran here too (a server that outlives its client adds to it)."""
+    return max(0.0, run.duration_s - (0.0 if peer is not None else CLIENT_AFTER_S))
 
 
 def run_ib_write_bw(runner: ToolRunner, device: str, message_size: int, port: int, peer: str | None,

@@ -59,10 +59,15 @@ def run_version(runner: ToolRunner) -> ToolRun:
     return runner.run(TOOL, ["--version"], 30.0)
 
 
+def asked_seconds(duration_s: float) -> int:
+    """What each client is asked to run (-t): whole seconds, at least one."""
+    return max(1, round(duration_s))
+
+
 def client_commands(server: str, port: int, streams: int, duration_s: float,
                     version: tuple[int, int] | None) -> list[Command]:
     """One client with -P streams where iperf3 is multi-threaded; else one single-stream client per port."""
-    seconds = str(max(1, round(duration_s)))
+    seconds = str(asked_seconds(duration_s))
     if version is not None and version >= MULTITHREADED_SINCE:
         return [Command(TOOL, ("-c", server, "-p", str(port), "-J", "-t", seconds, "-P", str(streams)))]
     return [Command(TOOL, ("-c", server, "-p", str(port + n), "-J", "-t", seconds, "-P", "1"))
@@ -75,6 +80,12 @@ class Iperf3Runs:
 
     readings: tuple[Reading[Iperf3Result], ...]
     note: str
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the clients ran, together, on the plugin's monotonic clock (None: none ran)."""
+        times = [r.run.duration_s for r in self.readings if r.run is not None]
+        return max(times) if times else None
 
 
 def run_iperf3(runner: ToolRunner, server: str, port: int, streams: int, duration_s: float) -> Iperf3Runs:
