@@ -75,15 +75,17 @@ def counting_port(root, device: str, words: int = 1000):
     return folder
 
 
-def moves(folder, gbit_s: float, seconds: float = 5.0) -> str:
-    """What a client (its last argument a host, not a number) does to the port's counters: `gbit_s` for `seconds`."""
-    words = int(gbit_s * 1e9 * seconds / 8 / 4)
+def moves(folder, gbit_s: float) -> str:
+    """What a client (its last argument a host, not a number) does to the port's counters: `gbit_s` for as long as its
+    process has lived (since the kernel started it: an interpreter slow to start on a busy machine counts too)."""
     return textwrap.dedent(f"""\
         if not sys.argv[-1].isdigit():
+            born = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+            lived = float(open("/proc/uptime").read().split()[0]) - born
             for name in ("port_xmit_data", "port_rcv_data"):
                 path = {str(folder)!r} + "/" + name
                 value = int(open(path).read())
-                open(path, "w").write(str(value + {words}))
+                open(path, "w").write(str(value + int({gbit_s} * 1e9 * lived / 8 / 4)))
         """)
 
 
@@ -94,11 +96,11 @@ def test_an_honest_ib_write_bw_is_confirmed_by_the_ports_own_counters(accept, fa
     run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
     check = run.checks("rdma")[0]
     assert check["outcome"] == "passed" and run.json["verdict"] == "accepted", check["message"]
-    assert re.fullmatch(r"mlx5_0 ib_write_bw BW average 90\.5 Gb/s \(port_xmit_data: (8\d|9\d)(\.\d+)? Gb/s over 5\.\d\d s\) "
+    assert re.fullmatch(r"mlx5_0 ib_write_bw BW average 90\.5 Gb/s \(port_xmit_data: \d+(\.\d+)? Gb/s over \d+\.\d\d s\) "
                         r">= 90 Gb/s \(90\.5% of 100 Gb/s line rate, port 1 rate in sysfs\)", check["message"]), check["message"]
     assert check["details"]["sources"] == ["ib_write_bw", "port_xmit_data"]
-    assert check["details"]["counted_bytes"] == int(90.6e9 * 5 / 8 / 4) * 4
-    assert check["details"]["asked_s"] == 5 and 5.0 <= check["details"]["wall_s"] < 7.0
+    assert check["details"]["counted_bytes"] >= int(90.6e9 * 5 / 8 / 4) * 4  # 5 s at 90.6 Gb/s, at least
+    assert check["details"]["asked_s"] == 5 and check["details"]["wall_s"] >= 5.0
     assert {"sysfs-infiniband-mlx5_0-1-counters-before.json",
             "sysfs-infiniband-mlx5_0-1-counters-after.json"} <= set(check["evidence"])
 
@@ -111,7 +113,7 @@ def test_a_canned_ib_write_bw_answering_at_once_is_not_a_measurement(accept, fak
     run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
     check = run.checks("rdma")[0]
     assert (check["clause"], check["outcome"], check["measured"]) == ("rdma", "failed", None)
-    assert re.fullmatch(r"mlx5_0: not a measurement: ib_write_bw was asked to run 5 s and returned after 0\.\d\d s "
+    assert re.fullmatch(r"mlx5_0: not a measurement: ib_write_bw was asked to run 5 s and returned after [0-3]\.\d\d s "
                         r"\(the plugin's clock\)", check["message"]), check["message"]
     assert run.json["verdict"] == "rejected"
 
@@ -130,10 +132,10 @@ def test_ib_write_bw_figures_the_ports_counters_refute_are_rejected(accept, fake
     idle = checks["mlx5_0"]
     assert (idle["outcome"], idle["measured"]) == ("failed", 0)
     assert re.fullmatch(r"mlx5_0: ib_write_bw says 90\.5 Gb/s, but port 1's port_xmit_data \(sysfs, 4-byte words\) "
-                        r"counted 0 bytes in the 5\.\d\d s it ran: 0 Gb/s; a figure more than 10% above what the port "
+                        r"counted 0 bytes in the \d+\.\d\d s it ran: 0 Gb/s; a figure more than 10% above what the port "
                         r"moved is not a measurement", idle["message"]), idle["message"]
     inflated = checks["mlx5_1"]
-    assert inflated["outcome"] == "failed" and 33 < inflated["measured"] <= 40, inflated
+    assert inflated["outcome"] == "failed" and 30 < inflated["measured"] <= 40.5, inflated
     assert "ib_write_bw says 90.5 Gb/s, but port 1's port_xmit_data" in inflated["message"]
     assert inflated["details"]["sources"] == ["ib_write_bw", "port_xmit_data"]
 
@@ -228,8 +230,9 @@ def test_a_slow_iperf3_that_rewrites_its_json_is_rejected_by_the_counters_rate(a
     check = run.checks("iperf3")[0]
     assert (check["clause"], check["outcome"]) == ("iperf3", "failed"), check["message"]
     assert 0.15 < check["measured"] <= 0.23  # what the interface carried over the time the tool ran
+    assert check["details"]["wall_s"] >= 6.0 and check["details"]["asked_s"] == 1
     assert re.fullmatch(rf"iperf3 says \d+(\.\d+)? Gb/s, but {shaped['host']}'s tx_bytes \(sysfs\) counted \d+ bytes in the "
-                        r"6\.\d\d s it ran: 0\.\d+ Gb/s; a figure more than 10% above what the port moved is not a "
+                        r"\d+\.\d\d s it ran: 0\.\d+ Gb/s; a figure more than 10% above what the port moved is not a "
                         r"measurement", check["message"]), check["message"]
     assert run.json["verdict"] == "rejected"
 
@@ -244,7 +247,7 @@ def test_a_canned_iperf3_answering_at_once_is_not_a_measurement(accept, fake_too
     run = accept("gpuaccept: 1\nvendor: V\niperf3: {server: 10.0.0.2, min_throughput: '1 Gb/s', duration: '2 s'}\n", sysfs)
     check = run.checks("iperf3")[0]
     assert (check["outcome"], check["measured"]) == ("failed", None)
-    assert re.fullmatch(r"not a measurement: iperf3 was asked to run 2 s and returned after 0\.\d\d s \(the plugin's "
+    assert re.fullmatch(r"not a measurement: iperf3 was asked to run 2 s and returned after [01]\.\d\d s \(the plugin's "
                         r"clock\)", check["message"]), check["message"]
 
 
