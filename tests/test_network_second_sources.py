@@ -22,7 +22,7 @@ import pytest
 from conftest import DATA, pci_port, routed_nic
 from test_network_acceptance import IB_UP, RDMA, sysfs_tree
 
-from pytest_gpuaccept.clauses.network import Rated, rate_check
+from pytest_gpuaccept.clauses.network import Rated, _kernel_speed, rate_check
 from pytest_gpuaccept.probes.counters import SATURATED_32, Counted, counted
 
 ICE_25G = (DATA / "ethtool" / "ice_25g_dac_link_partner.txt").read_text()
@@ -289,3 +289,13 @@ def test_counters_that_cannot_confirm_say_why_and_a_reset_one_refutes():
     refuted = rate_check(90.0, Rated("ib_write_bw", 5, 5.1), reset, ("port_xmit_data", "port 1's port_xmit_data"))
     assert refuted.refuted == ("port 1's port_xmit_data: port_xmit_data went from 100 down to 5 during the run: reset, so "
                                "nothing confirms ib_write_bw's figure")
+
+
+def test_a_kernel_that_refuses_the_speed_refutes_ethtool_and_a_reading_not_taken_leaves_it_alone():
+    """EINVAL (the kernel's answer for an interface that is down, or a driver without a speed) cannot stand beside
+    ethtool's `Link detected: yes` and a speed; a reading a replayed bundle lacks is no second source, said so."""
+    down = _kernel_speed("ens1", 400000, {"error": "EINVAL"})
+    assert down.refuted == ("ens1: ethtool says 400 Gb/s (400000Mb/s), the kernel's /sys/class/net/ens1/speed says "
+                            "nothing (EINVAL: the interface is down, or its driver gives no speed): they disagree")
+    missing = _kernel_speed("ens1", 400000, {"error": "not in the replayed bundle /b: no such file"})
+    assert (missing.refuted, missing.shown, missing.details["sources"]) == (None, " (sources: ethtool only)", ["ethtool"])

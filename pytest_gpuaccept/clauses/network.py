@@ -211,10 +211,11 @@ def judge_nic(section: Nics, subject: Subject, m: NicLinks, contract: Contract) 
 def _kernel_speed(name: str, ethtool_mbps: int, kernel: dict[str, Any]) -> SecondSource:
     """ethtool's speed against the kernel's (`/sys/class/net/IF/speed`, the same driver call, made by the kernel
     for sysfs): agreeing, they are two sources; a kernel that says another speed, none (-1, SPEED_UNKNOWN) or
-    refuses (EINVAL: down, or no speed from the driver) refutes ethtool, and the lower figure is measured; no file
-    (ENOENT: a container, an old kernel, a recorded tree) leaves ethtool alone, and the message says so."""
+    refuses (EINVAL: down, or no speed from the driver) refutes ethtool, and the lower figure is measured; no
+    reading (ENOENT: a container, an old kernel, a recorded tree; a replayed bundle without one) leaves ethtool
+    alone, and the message says so (a vendor who hides the file gains no more than that)."""
     sysfs_mbps, error = kernel.get("speed_mbps"), kernel.get("error")
-    if sysfs_mbps is None and error in ("ENOENT", "not read"):
+    if sysfs_mbps is None and error != "EINVAL":
         unconfirmed = {"sources": ["ethtool"], "unconfirmed": f"no /sys/class/net/{name}/speed to read ({error})"}
         return SecondSource(None, None, unconfirmed, " (sources: ethtool only)")
     details = {"sources": ["ethtool", "sysfs speed"], "sysfs_speed_mbps": sysfs_mbps}
@@ -226,9 +227,8 @@ def _kernel_speed(name: str, ethtool_mbps: int, kernel: dict[str, Any]) -> Secon
         return SecondSource(f"{name}: {said}, the kernel's /sys/class/net/{name}/speed says "
                             f"{fmt(mbit_to_gbit(sysfs_mbps))} Gb/s ({sysfs_mbps}Mb/s): they disagree (measured at the "
                             "lower; a link speed two sources disagree on is not as sold)", lower, details, "")
-    kernel_says = "-1 (SPEED_UNKNOWN)" if sysfs_mbps == counters.SPEED_UNKNOWN else \
-        "nothing (EINVAL: the interface is down, or its driver gives no speed)" if error == "EINVAL" else \
-        f"nothing readable ({error})"
+    kernel_says = "nothing (EINVAL: the interface is down, or its driver gives no speed)" if sysfs_mbps is None else \
+        "-1 (SPEED_UNKNOWN)" if sysfs_mbps == counters.SPEED_UNKNOWN else f"{sysfs_mbps}Mb/s"
     return SecondSource(f"{name}: {said}, the kernel's /sys/class/net/{name}/speed says {kernel_says}: they "
                         "disagree", None, details, "")
 
