@@ -4,16 +4,18 @@ up to v0.4, a bare `Waived: ` in its place from v0.5) fails every pair or GPU th
 memory_bandwidth measured through nvbandwidth's device_local_copy, judged on twice the printed figure."""
 
 import json
+import re
 import statistics
 
 import pytest
 import yaml
-from conftest import DATA, nvml_recording, pci_tree
+from conftest import DATA, nvml_recording, pci_tree, staged_recording
 
 from pytest_gpuaccept.contract import parse_contract
 from pytest_gpuaccept.doctor import needs
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.nvbandwidth import ALL_TESTCASES, parse_nvbandwidth
+from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 NVB = DATA / "nvbandwidth"
 EXPECTED = yaml.safe_load((NVB / "EXPECTED.yaml").read_text())
@@ -104,11 +106,37 @@ memory_bandwidth: {{{threshold}{tool}}}
 """
 
 
+def host_of(output: str, tmp_path) -> str:
+    """The NVML recording of the host an nvbandwidth output came from: its `Device N: NAME (BUS)` lines as NVML lists
+    them (the rest as the 8-GPU H100 recording has it), so that the output is this host's (clauses/plausible.py
+    refuses one that lists GPUs NVML does not have here)."""
+    devices = re.findall(r"^Device (\d+): (.+?) \(([0-9a-f:]+)\)$", output, re.M)
+
+    def change(reading):
+        for n, name, bus in devices:
+            reading["gpus"][int(n)].update(name=name, pci_bus_id=f"{bus}.0")
+        reading["cuda_devices"]["bus_ids"] = [sysfs_bus_id(g["pci_bus_id"]) for g in reading["gpus"]]
+    return staged_recording(tmp_path, "h100_sxm5_8gpu.json", change)
+
+
 def _membw(accept, fake_tools, tmp_path, output, threshold, device="0x2330", tool=""):
     fake_tools.add("nvbandwidth", output)
-    run = accept(MEMBW_CONTRACT.format(threshold=threshold, tool=tool), nvml_recording("h100_sxm5_8gpu.json"),
-                 pci_tree(tmp_path / "sys", device))
+    nvml = host_of(output, tmp_path)
+    run = accept(MEMBW_CONTRACT.format(threshold=threshold, tool=tool), nvml,
+                 pci_tree(tmp_path / "sys", device, nvml.split("=", 1)[1]))
     return {c["subject"]: c for c in run.checks("memory_bandwidth")}
+
+
+def test_a_saved_log_of_another_hosts_gpus_is_not_this_hosts_measurement(accept, fake_tools, tmp_path):
+    """The real H20-3e output (devices at 18, 38, 49, 59, 9b, bb, ca, da) replayed where NVML lists eight H100s at
+    18, 28, ... 88, as long as its copies took: the wall time is right, the GPUs are not."""
+    fake_tools.add("nvbandwidth", H20)
+    run = accept(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1 GB/s'", tool=""), nvml_recording("h100_sxm5_8gpu.json"),
+                 pci_tree(tmp_path / "sys", "0x2330"))
+    checks = run.checks("memory_bandwidth")
+    assert {c["outcome"] for c in checks} == {"failed"}
+    assert checks[0]["message"].endswith("nvbandwidth -t device_local_copy` lists Device 0: NVIDIA H20-3e at PCI "
+                                         "00000000:18:00, where NVML has GPU0 'NVIDIA H100 80GB HBM3': not this host's output")
 
 
 def test_memory_bandwidth_by_default_is_nvbandwidth_device_local_copy_judged_on_twice_the_figure(

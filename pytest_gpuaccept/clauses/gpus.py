@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import schema
 from ..measurements import GpuModels, HostReading
-from ..models import answers_to, vgpu_of
+from ..models import answers_to, not_in_table, vgpu_of
 from ..models import names as names_model
 from ..probes.sysfs import sysfs_bus_id
 from ..schema import Key
@@ -111,7 +111,7 @@ def _name_sources(m: HostReading, index: int) -> tuple[tuple[str, ...], str]:
     """Who said who GPU `index` is: NVML's name, and sysfs's device ID looked up in the model table where known."""
     known = m.models.model(index) if m.models else None
     if known is None:
-        why = m.models.missing(index) if m.models else "the PCI devices in sysfs were not read"
+        why = not_in_table(m.models.device_ids.get(index)) if m.models else "the PCI devices in sysfs were not read"
         return ("NVML",), f"NVML's name alone: {why}"
     return ("NVML", f"sysfs PCI device 0x{known.device_id} in the model table"), ""
 
@@ -156,7 +156,7 @@ def _memory_of(v: Verdict, m: HostReading, gpu: Gpu, minimum: float, what: str) 
     total = bytes_to_gb(gpu.memory_total_bytes)
     known = m.models.model(gpu.index) if m.models else None
     if known is None:
-        why = m.models.missing(gpu.index) if m.models else "the PCI devices in sysfs were not read"
+        why = not_in_table(m.models.device_ids.get(gpu.index)) if m.models else "the PCI devices in sysfs were not read"
         return with_sources(v.at_least(total, minimum, what), "NVML",
                             unconfirmed=f"NVML's total not compared with a published capacity: {why}")
     top = max(known.memory_gb)

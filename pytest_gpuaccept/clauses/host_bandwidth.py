@@ -61,11 +61,13 @@ class HostCopies:
     tool: str = "nvbandwidth"
     cpus: dict[int, str] = field(default_factory=dict)  # torch: the CPUs each GPU's pinned buffer came from
     paths: plausible.Paths | None = None  # what each GPU's host link can carry (plausible.py)
-    too_fast: str | None = None  # the run ended before the copies it reports could: not a measurement
+    too_fast: str | None = None  # the run ended before the copies it reports could, or printed another host's GPUs
     waived: str | None = None  # nvbandwidth waived a testcase this clause needs: every GPU fails, quoting it
 
 
 def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, paths: plausible.Paths | None = None) -> HostCopies:
+    """One row each for h2d and d2h; a run shorter than its copies, or one listing another host's GPUs (the paths'
+    NVML GPUs), is not a measurement."""
     evidence = reading.evidence + models.evidence
     result = reading.value
     if result is None:
@@ -83,7 +85,8 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, paths: pl
         for index, value in enumerate(matrix.cells[0]):
             if value is not None:
                 figures[(index, aspect)] = value
-    too_fast = plausible.too_fast(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()))
+    too_fast = plausible.not_a_measurement(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()),
+                                           paths.gpus if paths else ())
     return HostCopies(evidence, None, figures, min(columns), models, paths=paths, too_fast=too_fast)
 
 

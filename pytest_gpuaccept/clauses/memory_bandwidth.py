@@ -19,7 +19,7 @@ could have (clauses/plausible.py): either fails, naming the figures.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import schema
 from ..measurements import GpuModels
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.membw import MemCopy
     from ..probes.nvbandwidth import NvBandwidth
+    from ..probes.nvml import Gpu
     from ..state import State
 
 TOOLS = ("nvbandwidth", "torch")
@@ -87,7 +88,7 @@ class MemoryCopies:
     failure: str | None = None
     waived: str | None = None
     copies: dict[int, LocalCopy] = field(default_factory=dict)
-    too_fast: str | None = None  # the run ended before the copies it reports could: not a measurement
+    too_fast: str | None = None  # the run ended before the copies it reports could, or printed another host's GPUs
 
 
 def from_torch(reading: Reading[dict[int, MemCopy]], models: GpuModels) -> MemoryCopies:
@@ -102,8 +103,9 @@ def from_torch(reading: Reading[dict[int, MemCopy]], models: GpuModels) -> Memor
                         too_fast=too_fast)
 
 
-def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> MemoryCopies:
-    """device_local_copy's one row: cell [0][i] is GPU i, bytes copied per second; judged as twice that."""
+def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, gpus: Sequence[Gpu] = ()) -> MemoryCopies:
+    """device_local_copy's one row: cell [0][i] is GPU i, bytes copied per second; judged as twice that. A run shorter
+    than its copies, or one listing GPUs NVML does not have here (`gpus`), is not a measurement."""
     evidence = reading.evidence + models.evidence
     result = reading.value
     if result is None:
@@ -116,7 +118,8 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels) -> Memory
         return MemoryCopies("nvbandwidth", evidence, models, f"nvbandwidth printed no {LOCAL_COPY} row in GB/s")
     copies = {index: LocalCopy(2 * value, f"nvbandwidth {LOCAL_COPY} {value:g} GB/s copied, x 2: read + written")
               for index, value in enumerate(matrix.cells[0]) if value is not None}
-    too_fast = plausible.too_fast(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()))
+    too_fast = plausible.not_a_measurement(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()),
+                                           gpus)
     return MemoryCopies("nvbandwidth", evidence, models, copies=copies, too_fast=too_fast)
 
 
@@ -186,7 +189,7 @@ def gpuaccept_memory_copies(gpuaccept_state: State, gpuaccept_contract: Contract
     section = SECTION.of(gpuaccept_contract)
     if section.tool == "nvbandwidth" or (section.tool is None and runner.which(nvbandwidth.TOOL)):
         nvb = nvbandwidth.run_nvbandwidth(runner, (LOCAL_COPY,), key="nvbandwidth_local")
-        return from_nvbandwidth(nvb, gpuaccept_models)
+        return from_nvbandwidth(nvb, gpuaccept_models, gpuaccept_state.host().gpus)
     reading = membw.run_membw(runner, gpu_count(gpuaccept_contract), section.size.nbytes, section.repeats)
     return from_torch(reading, gpuaccept_models)
 

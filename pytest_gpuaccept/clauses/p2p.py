@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.nvbandwidth import NvBandwidth
     from ..probes.nvidia_smi import Topology
+    from ..probes.nvml import Gpu
     from ..probes.p2p_latency import P2pLatency
     from ..probes.torch_p2p import TorchP2p
     from ..state import State
@@ -90,7 +91,7 @@ class P2pView:
     no_peer_anywhere: str | None = None  # the tool waived P2P altogether
     models: GpuModels | None = None  # for "x % of the published figure"
     paths: plausible.Paths | None = None  # what each pair's path can carry (plausible.py)
-    too_fast: str | None = None  # the run ended before the copies it reports could: not a measurement
+    too_fast: str | None = None  # the run ended before the copies it reports could, or printed another host's GPUs
 
 
 def _offdiag(cells: tuple[tuple[float | None, ...], ...]) -> dict[tuple[int, int], float | None]:
@@ -102,7 +103,7 @@ def with_models(view: P2pView, models: GpuModels, paths: plausible.Paths | None 
     return replace(view, models=models, paths=paths, evidence=view.evidence + models.evidence)
 
 
-def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool) -> P2pView:
+def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool, gpus: Sequence[Gpu] = ()) -> P2pView:
     view = P2pView("nvbandwidth", reading.evidence, reading.failure)
     result = reading.value
     if result is None:
@@ -135,7 +136,8 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool) -> P2pV
             other = cells.get((c, r))
             if r < c and value is not None and other is not None:
                 view.both_ways[(r, c)] = min(value, other)
-    too_fast = plausible.too_fast(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()))
+    too_fast = plausible.not_a_measurement(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()),
+                                           gpus)
     return replace(view, matrix_gpus=min(sizes, default=0), too_fast=too_fast)
 
 
@@ -280,7 +282,7 @@ def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccep
     if section.tool == "p2pBandwidthLatencyTest":
         return with_models(from_p2p_latency(p2p_latency.run_p2p_latency(runner), both), gpuaccept_models, paths)
     cases = (WRITE_CE, READ_CE) + ((BIDIR_CE,) if both else ())
-    return with_models(from_nvbandwidth(nvbandwidth.run_nvbandwidth(runner, cases), both), gpuaccept_models, paths)
+    return with_models(from_nvbandwidth(nvbandwidth.run_nvbandwidth(runner, cases), both, paths.gpus), gpuaccept_models, paths)
 
 
 ONE_WAY = Clause("p2p", SECTION, "test_p2p_bandwidth", OrderedGpuPairs(), gpuaccept_p2p, judge_one_way,

@@ -27,12 +27,13 @@ Two questions are asked of every figure the p2p and host_bandwidth clauses judge
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..models import TABLE_FILE
 from ..probes import option_value
-from ..probes.sysfs import link_gen, link_width, read_pci_links, sysfs_bus_id
+from ..probes.sysfs import link_gen, link_width, pci_address, read_pci_links, sysfs_bus_id
 from ..units import human_bytes
 from .sources import with_sources
 
@@ -363,6 +364,38 @@ def torch_work(text: str) -> Work:
         nbytes += moved * len(timings)
         seconds += sum(timings)
     return Work(nbytes, seconds, "the timings it printed")
+
+
+# nvbandwidth (v0.8 on) lists the GPUs it copies between: `Device 0: NVIDIA H20-3e (00000000:18:00)`
+_DEVICE_LINE = re.compile(r"^Device (\d+): (.+?) \(([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\)$")
+
+
+def foreign_devices(run: ToolRun | None, gpus: Sequence[Gpu]) -> str | None:
+    """Why a copy tool's output is not of this host's GPUs: it lists a device at a PCI address where NVML lists no GPU
+    here, or under another name than NVML gives the GPU there (a saved log of another host replayed). Only the lines
+    that give an address are compared (older versions print names alone); None where every one is NVML's."""
+    places = {where[:3]: gpu for gpu in gpus if (where := pci_address(gpu.pci_bus_id)) is not None}
+    if run is None or not places:
+        return None
+    for line in run.stdout.splitlines():
+        match = _DEVICE_LINE.match(line.strip().strip('"').strip())
+        where = pci_address(match.group(3)) if match else None
+        if match is None or where is None:
+            continue
+        gpu = places.get(where[:3])
+        said = f"`{run.command}` lists Device {match.group(1)}: {match.group(2)} at PCI {match.group(3)}"
+        if gpu is None:
+            listed = ", ".join(f"GPU{g.index} {sysfs_bus_id(g.pci_bus_id)}" for g in places.values())
+            return f"{said}, where NVML lists no GPU here (NVML: {listed}): not this host's output"
+        if match.group(2).strip().lower() != gpu.name.strip().lower():
+            return f"{said}, where NVML has GPU{gpu.index} {gpu.name!r}: not this host's output"
+    return None
+
+
+def not_a_measurement(run: ToolRun | None, work: Work, gpus: Sequence[Gpu]) -> str | None:
+    """Why a copy tool's run measured nothing of this host: it ended before the copies it reports could have, or its
+    output lists another host's GPUs."""
+    return too_fast(run, work) or foreign_devices(run, gpus)
 
 
 def too_fast(run: ToolRun | None, work: Work) -> str | None:
