@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import re
+import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -243,21 +246,39 @@ def routed_nic(fake_tools: FakeTools, root: Path, dev: str = "ens6f0", server: s
     return f"--gpuaccept-sysfs={root}"
 
 
+def run_pytest(pytester: pytest.Pytester, argv: list[str], python: tuple[str, ...] = (sys.executable,)) -> pytest.RunResult:
+    """`python -m pytest ARGV` in the working folder (pytester's), in a process of its own with this process's
+    environment as it is (pytester's own runpytest_subprocess would add PYTHONPATH, which a judging run refuses)."""
+    basetemp = pytester.path / f"basetemp-{next(_RUNS)}"
+    started = time.monotonic()
+    done = subprocess.run([*python, "-m", "pytest", f"--basetemp={basetemp}", *argv], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=900)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), time.monotonic() - started)
+
+
+_RUNS = itertools.count()
+
+
 @pytest.fixture
 def accept(pytester: pytest.Pytester):
-    """Run `pytest --contract=<text>` in pytester's folder; returns an Accept.
+    """Run `pytest --contract=<text>` in pytester's folder, in a process of its own; returns an Accept.
 
     A run on an NVML recording without a sysfs of its own gets the honest one: the PCI functions the
     recording's GPUs have (pci_tree), so that its GPUs' identity is corroborated as on a real host.
+    `python` is the interpreter's command line (another environment's Python, with -I). `subprocess=False`
+    runs it inside this process instead, for a test that replaces a function of the package to make it
+    crash: this test session's modules are then in the judging process, and the run is never accepted.
     """
-    def run(contract: str, *args: str, subprocess: bool = False) -> Accept:
+    def run(contract: str, *args: str, subprocess: bool = True, python: tuple[str, ...] = (sys.executable,)) -> Accept:
         path = pytester.path / "vendor.yaml"
         path.write_text(textwrap.dedent(contract))
         recordings = [a.split("=", 1)[1] for a in args if a.startswith("--gpuaccept-nvml=")]
         if recordings and not any(a.startswith("--gpuaccept-sysfs") for a in args):
             args = (*args, pci_tree(pytester.path / "sys", recording=Path(recordings[0])))
         argv = ["--contract", str(path), "-p", "no:cacheprovider", *args]
-        result = pytester.runpytest_subprocess(*argv) if subprocess else pytester.runpytest_inprocess(*argv)
+        result = run_pytest(pytester, argv, python) if subprocess else pytester.runpytest_inprocess(*argv)
         return Accept(result, pytester.path)
 
     return run

@@ -4,7 +4,8 @@ reads in them, and health.xid judged on them through a live-mode run with fake `
 
 The live mode needs NVML: the runs here replace `nvml.read_host` and `nvml.sample_gpus` with the 4-GPU H100
 recording and its sample series (as `--gpuaccept-nvml` would replay them), and `kernel_log.uptime` with a
-fixed boot clock, so that the kernel log is read as on a real host (an NVML recording never reads it).
+fixed boot clock, so that the kernel log is read as on a real host (an NVML recording never reads it). They run
+inside this process (accept(..., subprocess=False)), where those replacements reach: never an accepted run.
 """
 
 from __future__ import annotations
@@ -212,7 +213,7 @@ def xid_checks(run) -> dict[str, dict]:
 ])
 def test_an_xid_in_every_kernel_log_format_fails_health_xid(accept, fake_tools, live, name, bus, xid):
     fake_tools.add("dmesg", KERNEL / name)
-    run = accept(XID, live(bus))
+    run = accept(XID, live(bus), subprocess=False)
     checks = xid_checks(run)
     assert checks["GPU0"]["outcome"] == "failed", checks["GPU0"]["message"]
     assert "during the load" in checks["GPU0"]["message"] and xid in checks["GPU0"]["message"]
@@ -224,7 +225,7 @@ def test_an_xid_in_every_kernel_log_format_fails_health_xid(accept, fake_tools, 
 def test_where_dmesg_is_restricted_the_journal_is_read(accept, fake_tools, live):
     fake_tools.add("dmesg", rc=1, stderr=DMESG_DENIED)
     fake_tools.add("journalctl", KERNEL / "journal_kernel_prefix_only_xid45_ogkm1150.txt")
-    run = accept(XID, live("00000000:97:00.0"))
+    run = accept(XID, live("00000000:97:00.0"), subprocess=False)
     checks = xid_checks(run)
     assert checks["GPU0"]["outcome"] == "failed"
     assert checks["GPU0"]["message"].startswith("NVML reported no Xid event, but the kernel log (journalctl -k) shows 1 "
@@ -247,7 +248,7 @@ def test_where_dmesg_is_restricted_the_journal_is_read(accept, fake_tools, live)
 def test_a_kernel_log_neither_tool_can_read_is_not_measured(accept, fake_tools, live, journal, why):
     fake_tools.add("dmesg", rc=1, stderr=DMESG_DENIED)
     fake_tools.add("journalctl", **journal)
-    run = accept(XID, live("00000000:18:00.0"))
+    run = accept(XID, live("00000000:18:00.0"), subprocess=False)
     checks = xid_checks(run)
     assert {c["outcome"] for c in checks.values()} == {"not_measured"}, checks["GPU0"]["message"]
     message = checks["GPU0"]["message"]
@@ -259,14 +260,14 @@ def test_a_kernel_log_neither_tool_can_read_is_not_measured(accept, fake_tools, 
 
 def test_a_clean_kernel_log_passes_naming_it(accept, fake_tools, live):
     fake_tools.add("dmesg", KERNEL / "dmesg_h200_vm_boot_no_xid.txt")
-    run = accept(XID, live("00000000:18:00.0"))
+    run = accept(XID, live("00000000:18:00.0"), subprocess=False)
     assert xid_checks(run)["GPU0"]["message"] == ("no Xid event during the load (NVML events); the kernel log agrees "
                                                   "(no NVRM Xid for PCI 0000:18:00 during the load)")
 
 
 def test_an_unparsable_nvrm_xid_line_fails_the_run(accept, fake_tools, live):
     fake_tools.add("dmesg", "[ 3650.100000] NVRM: Xid (PCI:0000:18:00.0.0): 79, GPU has fallen off the bus.\n")  # CONSTRUCTED
-    run = accept(XID, live("00000000:18:00.0"))
+    run = accept(XID, live("00000000:18:00.0"), subprocess=False)
     checks = xid_checks(run)
     assert {c["outcome"] for c in checks.values()} == {"failed"}
     assert "'[ 3650.100000] NVRM: Xid (PCI:0000:18:00.0.0): 79, GPU has fallen off the bus.'" in checks["GPU3"]["message"]

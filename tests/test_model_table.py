@@ -226,7 +226,7 @@ def installed(tmp_path, monkeypatch):
 def test_an_unknown_device_id_still_gets_its_identity_judged_and_passed(accept, tmp_path, installed):
     assert by_device_id(UNKNOWN) is None
     run = accept(GPUS_8, staged_recording(tmp_path, "h100_sxm5_8gpu.json", _h20_3e),
-                 pci_tree(tmp_path / "sys", f"0x{UNKNOWN}"))
+                 pci_tree(tmp_path / "sys", f"0x{UNKNOWN}"), subprocess=False)  # pci.ids replaced in this process
     checks = {c["subject"]: c for c in run.checks("gpus.identity")}
     assert len(checks) == 8 and {c["outcome"] for c in checks.values()} == {"passed"}
     assert checks["GPU0"]["measured"] == "0x232c"
@@ -241,7 +241,7 @@ def test_an_unknown_device_id_still_gets_its_identity_judged_and_passed(accept, 
 def test_only_the_clauses_that_need_a_published_figure_are_not_measured(accept, tmp_path, monkeypatch):
     monkeypatch.setattr(pciids, "PATHS", (str(tmp_path / "absent"),))
     run = accept(GPUS_8 + "  form_factor: sxm\n", staged_recording(tmp_path, "h100_sxm5_8gpu.json", _h20_3e),
-                 pci_tree(tmp_path / "sys", f"0x{UNKNOWN}"))
+                 pci_tree(tmp_path / "sys", f"0x{UNKNOWN}"), subprocess=False)
     identity = {c["subject"]: c for c in run.checks("gpus.identity")}
     assert {c["outcome"] for c in identity.values()} == {"passed"}
     assert identity["GPU3"]["details"]["pci_ids"] == "pci.ids not installed"
@@ -260,7 +260,7 @@ def test_a_device_id_newly_in_the_table_is_checked_against_its_name(accept, tmp_
         for gpu in reading["gpus"]:
             gpu["name"], gpu["pci_device_id"] = name, "0x2230"
     honest = accept(GPUS_8.replace("8", "4"), staged_recording(tmp_path, "h100_sxm5_4gpu.json", a6000),
-                    pci_tree(tmp_path / "sys", "0x2230", recording="h100_sxm5_4gpu.json"))
+                    pci_tree(tmp_path / "sys", "0x2230", recording="h100_sxm5_4gpu.json"), subprocess=False)
     check = honest.checks("gpus.identity")[0]
     assert check["outcome"] == "passed", check["message"]
     assert check["message"] == ("GPU0: NVML 'NVIDIA RTX A6000' at 0000:18:00.0, sysfs PCI device 0x2230 (RTX A6000), "
@@ -282,7 +282,7 @@ def test_an_l40_that_nvml_calls_an_l40s_fails_on_its_name(accept, tmp_path, inst
         for gpu in reading["gpus"]:
             gpu["name"], gpu["pci_device_id"] = "NVIDIA L40S", "0x26b5"
     run = accept(GPUS_8.replace("8", "4"), staged_recording(tmp_path, "h100_sxm5_4gpu.json", renamed),
-                 pci_tree(tmp_path / "sys", "0x26b5", recording="h100_sxm5_4gpu.json"))
+                 pci_tree(tmp_path / "sys", "0x26b5", recording="h100_sxm5_4gpu.json"), subprocess=False)
     check = run.checks("gpus.identity")[0]
     assert (check["outcome"], check["message"]) == ("failed", "NVML names GPU0 'NVIDIA L40S', but sysfs says PCI "
                                                     "device 0x26b5 at 0000:18:00.0, a L40 (NVML name 'NVIDIA L40')")
