@@ -5,6 +5,7 @@ import importlib.metadata
 import json
 import shutil
 import subprocess
+import sys
 import sysconfig
 import time
 import xml.etree.ElementTree as ET
@@ -274,13 +275,17 @@ def test_a_module_name_given_someone_else_s_function_class_or_callable_is_named(
     assert len(found) == 3
 
 
-def test_with_their_own_test_paths_the_conftests_are_listed_with_their_digest(accept, pytester, fake_tools):
+def test_with_their_own_test_paths_the_conftests_are_listed_with_their_digest_and_are_foreign_unless_allowed(
+        accept, pytester, fake_tools):
+    """A conftest.py is code in the judging process like any plugin: listed, and foreign code unless the contract's
+    tools.allow_plugins names it with its SHA-256 (test_foreign_code.py)."""
     suite = pytester.mkdir("mine")
     (suite / "conftest.py").write_text("# the buyer's own helpers\n")
     (suite / "test_own.py").write_text("def test_mine():\n    pass\n")
     run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\n", nvml_recording("h100_sxm5_8gpu.json"), str(suite))
     listed = [p for p in run.json["plugins"] if p["file"].endswith("conftest.py")]
     assert listed and listed[0]["distribution"] == "conftest" and len(listed[0]["sha256"]) == 64
+    assert f"conftest {suite / 'conftest.py'}, loaded because test paths were given" in run.json["foreign_code"]
 
 
 # ------------------------------------------------------------------ the bundle protects the document people sign
@@ -382,7 +387,9 @@ def test_an_unsigned_bundle_fails_when_signatures_are_required(accepted, tmp_pat
 
 def test_a_pytest_gpuaccept_planted_in_the_working_directory_never_runs_as_a_workload(accept, pytester):
     """`python -m pytest_gpuaccept.workloads.membw` started in the run's folder would import a package planted
-    there (python -m puts the working directory first on sys.path): our workloads start beside our package."""
+    there (python -m puts the working directory first on sys.path): our workloads start beside our package. The run
+    itself is started as the buyer starts it, `python -I -m pytest`: without -I, `python -m pytest` would import the
+    planted package instead of the plugin (docs/running.md)."""
     planted = pytester.path / "pytest_gpuaccept" / "workloads"
     planted.mkdir(parents=True)
     (planted.parent / "__init__.py").write_text("")
@@ -392,7 +399,7 @@ def test_a_pytest_gpuaccept_planted_in_the_working_directory_never_runs_as_a_wor
     fake = fake.replace('"device": "cpu"', '"device": "cuda:0"')
     (planted / "membw.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nprint({fake!r})\n")
     run = accept("gpuaccept: 1\nvendor: V\ngpus: {count: 2}\nmemory_bandwidth: {min_bandwidth: '1 GB/s'}\n",
-                 nvml_recording("h100_sxm5_4gpu.json"))
+                 nvml_recording("h100_sxm5_4gpu.json"), python=(sys.executable, "-I"))
     assert not marker.exists()
     assert {c["outcome"] for c in run.checks("memory_bandwidth")} != {"passed"}
 

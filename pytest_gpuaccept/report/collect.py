@@ -15,6 +15,7 @@ from .. import __version__
 from ..bundle import CONTRACT_COPY, MANIFEST, RESULTS_COPY
 from ..clauses import registry
 from ..evidence import Evidence, ForeignEvidence
+from ..foreign import Audit, audit
 from ..integrity import loaded_plugins, replaced_code
 from ..probes.nvml import Host
 from ..probes.provenance import flags
@@ -41,7 +42,8 @@ def judged(state: State, config: pytest.Config, interrupted: bool, other_failure
     evidence.write(PLUGINS_FILE, json.dumps(plugins, indent=1).encode())
     results_copy = evidence.claim(RESULTS_COPY)
     foreign = evidence.foreign()  # anything the runner did not write, or that changed since: never trusted
-    foreign_code = sorted(set(state.foreign_code + replaced_code()))
+    audited = audit_code(state, config)
+    foreign_code = sorted(set(state.foreign_code + replaced_code() + audited.findings))
     verdict = verdict_of(checks, complete)
     if other_failures or foreign or foreign_code:
         verdict = "rejected"
@@ -55,7 +57,15 @@ def judged(state: State, config: pytest.Config, interrupted: bool, other_failure
         replayed_from=None if replayed is None else str(replayed),
         recorded=None if replayed is None else recorded_identity(replayed),
         other_failures=other_failures, foreign_evidence=foreign, foreign_code=foreign_code, plugins=plugins,
+        code_audit=audited.listing,
         tools=tools_run(evidence), contract_warnings=list(state.advice)), results_copy
+
+
+def audit_code(state: State, config: pytest.Config) -> Audit:
+    """The foreign code in this process (foreign.py), with the contract's allow-list, the -p names given and the
+    rootdir its conftests and test modules are named from."""
+    return audit(config.pluginmanager, state.contract.tools.allow_plugins, config.option.plugins or [],
+                 str(config.rootpath))
 
 
 def _every_check(state: State, interrupted: bool) -> tuple[list[Check], bool]:

@@ -16,7 +16,7 @@ from ..bundle import RESULTS_COPY, evidence_digest, write_manifest
 from ..probes._run import last_line
 from ..state import State
 from ..verdict import Outcome, Verdict
-from .collect import environment, fallback, judged
+from .collect import audit_code, environment, fallback, judged
 from .page import banner
 from .results import Results, json_lines, root_cause, verdict_line, write_atomic
 from .table import TableHooks, check_of, compact_report, item_of
@@ -29,6 +29,13 @@ class ReportPlugin(TableHooks):
         self.results: Results | None = None
         self.manifest_digest = ""
         self.other_failures = 0
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Foreign code is looked for before anything is measured (and again when the run is judged): what it finds
+        rejects the run."""
+        if self.state.is_controller:
+            self.state.foreign_code += audit_code(self.state, self.config).findings
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -43,6 +43,7 @@ class Results:
     foreign_evidence: list[str] = field(default_factory=list)
     foreign_code: list[str] = field(default_factory=list)
     plugins: list[dict[str, str]] | None = None
+    code_audit: dict[str, Any] | None = None  # what the foreign-code audit allowed (foreign.py)
     tools: list[dict[str, Any]] | None = None
     contract_warnings: list[str] = field(default_factory=list)
     error: str | None = None
@@ -66,7 +67,7 @@ class Results:
                     ("replayed_from", self.replayed_from), ("recorded", self.recorded),
                     ("other_failures", self.other_failures or None),
                     ("foreign_evidence", self.foreign_evidence or None), ("foreign_code", self.foreign_code or None),
-                    ("plugins", self.plugins), ("tools", self.tools),
+                    ("plugins", self.plugins), ("code_audit", self.code_audit), ("tools", self.tools),
                     ("contract_warnings", self.contract_warnings or None), ("error", self.error))
         document.update((key, value) for key, value in optional if value is not None)
         return document
