@@ -52,9 +52,10 @@ LINGER_S = 2.0
 # The system's own folders of executables: with the tool's own folder, the whole PATH a tool gets.
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # The cluster launchers' own settings, passed on by name where the run has them (a login node's slurm.conf kept
-# elsewhere, how mpirun reaches the nodes, an ssh agent): nothing else of the run's environment reaches a tool.
+# elsewhere, how mpirun reaches the nodes, an ssh agent, kubectl's kubeconfig files): nothing else of the run's
+# environment reaches a tool.
 PASSED_ON = ("SLURM_CONF", "OMPI_MCA_plm_rsh_agent", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
-             "SSH_AUTH_SOCK")
+             "SSH_AUTH_SOCK", "KUBECONFIG")
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
 
 
@@ -266,8 +267,9 @@ class ToolRunner:
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold the host-wide lock of this session: one measurement at a time, across xdist workers."""
-        if not self.keep:
+        """Hold the host-wide lock of this session: one measurement at a time, across xdist workers (a single
+        process measures one thing at a time anyway, and keeps no lock file a tool could hold)."""
+        if not self.keep or not self.shared:
             yield
             return
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
