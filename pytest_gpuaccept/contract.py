@@ -20,7 +20,7 @@ from .units import Duration
 
 FORMAT_VERSION = 1
 TOOL_KEYS = ("nvidia-smi", "all_reduce_perf", "nvbandwidth", "p2pBandwidthLatencyTest", "ethtool", "iperf3",
-             "ib_write_bw", "python", "ip")
+             "ib_write_bw", "python", "ip", "dcgmi")
 NAME_PATTERN = schema.NAME_PATTERN
 
 

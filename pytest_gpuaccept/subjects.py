@@ -25,6 +25,7 @@ class Kind(str, Enum):
     ORDERED_PAIR = "ordered_pair"  # i -> j: data moving from GPU i to GPU j
     BOTH_WAYS = "both_ways"  # i <-> j, i < j: both directions at once
     NAME = "name"  # a name the host lists (interface, RDMA device), or the pattern that matched none
+    GPU_TEST = "gpu_test"  # one test a tool ran on one GPU (DCGM's): GPU0/memory
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -61,6 +62,10 @@ class Subject:
         return cls(Kind.GPU, gpu=index, aspect=aspect)
 
     @classmethod
+    def gpu_test(cls, index: int, test: str) -> Subject:
+        return cls(Kind.GPU_TEST, gpu=index, aspect=test)
+
+    @classmethod
     def all_gpus(cls) -> Subject:
         return cls(Kind.ALL_GPUS)
 
@@ -91,6 +96,8 @@ class Subject:
         """The subject without its host: GPU3, GPU0-GPU1, GPU0->GPU1, ens1f0, host."""
         if self.kind is Kind.GPU:
             return f"GPU{self.gpu}" + (f":{self.aspect}" if self.aspect else "")
+        if self.kind is Kind.GPU_TEST:
+            return f"GPU{self.gpu}/{self.aspect}"
         if self.kind is Kind.ALL_GPUS:
             return "GPUs"
         if self.kind is Kind.PAIR:

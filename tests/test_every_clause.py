@@ -9,6 +9,7 @@ from pathlib import Path
 
 from conftest import DATA, nccl_log, routed_nic
 from test_compute import as_gpus
+from test_dcgm import dcgm4_document
 from test_host_bandwidth import pci_tree
 from test_network_acceptance import IB_UP, sysfs_tree
 from test_nvlink_health import h100_errors, h100_status
@@ -39,6 +40,7 @@ iperf3: {server: 10.0.0.2, min_throughput: "1.5 Gb/s", streams: 1, duration: "1 
 utilisation: {min_percent: 80, duration: "1.5 s", warmup: "1 s", workload: ["train-job"]}
 health: {ecc: true, row_remapping: true, throttle: true, pcie_gen: 5, pcie_width: 16, power_limit: default,
          max_remapped_rows: 0, xid: true, clocks: true}
+dcgm: {level: 1}
 """
 
 
@@ -86,6 +88,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
     routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
     fake_tools.add("train-job", "training\n", hang=30)
+    fake_tools.add("dcgmi", dcgm4_document([f"165232200000{i}" for i in range(4)]))  # constructed: test_dcgm.py
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     pci_tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json")  # the GPUs' PCI functions: H100 SXM5
     health = {i: {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_limit_enforced_w": 700.0,
@@ -106,7 +109,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and eight health clauses per GPU: every check once.
     # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth, compute, form_factor and identity per GPU;
-    # host 4 x 2; persistence_mode per GPU.
-    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 9 + 4
+    # host 4 x 2; persistence_mode per GPU; dcgm's level-1 software test per GPU.
+    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 9 + 4 + 4
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

@@ -45,6 +45,7 @@ NOT_CLAUSE_NAMES = {
     ("pytest_gpuaccept/clauses/cluster.py", "allreduce"): "the key cluster.allreduce of the cluster section",
     ("pytest_gpuaccept/clauses/cluster.py", "iperf3"): "the key cluster.links.iperf3 of the cluster section",
     ("pytest_gpuaccept/clauses/cluster.py", "rdma"): "the key cluster.links.rdma of the cluster section",
+    ("pytest_gpuaccept/clauses/dcgm.py", "memory_bandwidth"): "DCGM's test of that name (a level-3 plugin)",
 }
 
 
