@@ -17,13 +17,20 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .clauses import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
+from .cluster.base import ClusterError
+from .cluster.kubernetes import GPU, Kubernetes, node_state, parse_nodes
 from .contract import Contract
 from .probes._run import find_tool
 from .probes.provenance import flags, read_provenance
 
 TOOL_IPERF3 = "iperf3"  # the tool, named as the contract's `tools:` key
 SCHEDULER = "scheduler"  # the kind of a need that is a daemon answering, not a file: Slurm's controller
+KUBERNETES = "kubernetes"  # the kind of the Kubernetes API answering kubectl: the nodes it sees and their GPUs
+SETTING = "setting"  # the kind of a contract key that must be set (cluster.kubernetes.image)
+IMAGE = "cluster.kubernetes.image"
 PING_TIMEOUT_S = 15.0  # Slurm whose SLURM_CONF names no file retries for 60 s before it says so
 _UP = re.compile(r"^Slurmctld\((primary|backup)\) at \S+ is UP$")
 
@@ -36,6 +43,7 @@ class Need:
     clauses: list[str] = field(default_factory=list)
     found: str | None = None  # where it is; None: missing
     detail: str = ""  # version, provenance, or why it is not usable
+    lines: list[str] = field(default_factory=list)  # shown under it, one a line (the Kubernetes nodes)
 
 
 def _cuda_home() -> str:
@@ -81,6 +89,12 @@ def _hints() -> dict[str, str]:
                      "naming it), munge running with the cluster's key, slurmctld up (systemctl status slurmctld)",
         "mpirun": "Open MPI (Debian/Ubuntu: apt install openmpi-bin; RHEL: dnf install openmpi) on every node, "
                   "and ssh from the login node to each",
+        "kubectl": "kubectl (https://kubernetes.io/docs/tasks/tools/, or your cloud's CLI: gcloud components install "
+                   "kubectl, az aks install-cli) with a kubeconfig for the cluster (KUBECONFIG or ~/.kube/config)",
+        KUBERNETES: "a kubeconfig context that reaches the cluster and may list nodes (RBAC: docs/cluster.md); "
+                    "`kubectl get nodes` must answer from this machine",
+        IMAGE: "set cluster.kubernetes.image: an image with python3, this version of pytest-gpuaccept and the per-node "
+               "tools (docs/cluster.md), by digest (@sha256:...)",
     }
 
 
@@ -112,6 +126,11 @@ def needs(contract: Contract) -> list[Need]:
 def _login_node(site: cluster.ClusterSection, table: _Needs) -> None:
     """The login node of a cluster needs the engine (and nccl-tests at the same path as on the nodes); what each
     node needs is the per-node sections' list, on that node: run doctor there."""
+    if site.engine == "kubernetes":
+        for name, kind in (("kubectl", "tool"), (KUBERNETES, KUBERNETES), (IMAGE, SETTING)):
+            table.add(name, kind, cluster.SECTION.name)
+        table.found[IMAGE].found = (site.kubernetes.image if site.kubernetes else None)
+        return
     engine = ("scontrol", "srun") if site.engine == "slurm" else ("mpirun",)
     for command in engine:
         table.add(command, "tool", cluster.SECTION.name)
@@ -177,6 +196,8 @@ def look(need: Need, paths: dict[str, str], nvml_recording: Path | None = None, 
             package = origin.get("package") or origin.get("package_note") or "no package"
             need.detail = f"{origin.get('kind', '?')}, {package}" + "".join(
                 f"; look twice: {flag}" for flag in flags(origin, expects_binary=True))
+    elif need.kind in (KUBERNETES, SETTING):
+        pass  # asked with the contract's context (kubernetes_answers), or set in the contract
     elif need.kind == SCHEDULER:
         scontrol = find_tool("scontrol", paths)
         if scontrol is None:
@@ -233,8 +254,70 @@ def _decoded(output: str | bytes | None) -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
+def kubernetes_answers(need: Need, contract: Contract, timeout_s: float = PING_TIMEOUT_S) -> Need:
+    """The Kubernetes API, asked as the run will (`kubectl [--context C] [-n NS] get nodes -o json`): the context, each
+    node it lists with its state and GPUs, and which of them the contract's cluster.nodes names."""
+    section = cluster.SECTION.of(contract)
+    engine = Kubernetes.of(section)
+    kubectl = find_tool("kubectl", {})
+    if kubectl is None:
+        need.detail = "not asked: kubectl is missing"
+        return need
+    context = engine.keys.context or current_context() or "(none: kubectl has no current context)"
+    where = f"context {context}, namespace {engine.keys.namespace or '(the context says)'}"
+    try:
+        done = subprocess.run(engine.kubectl("get", "nodes", "-o", "json", executable=kubectl), capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+        nodes = parse_nodes(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ClusterError) as exc:
+        need.detail = f"{where}: `kubectl get nodes` gave no list of nodes: {exc}"
+        return need
+    if nodes is None:
+        said = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        need.detail = f"{where}: `kubectl get nodes` exit {done.returncode}: {said}"
+        return need
+    try:
+        wanted = set(engine.expand(section.nodes, done.stdout))
+    except ClusterError as exc:
+        wanted, need.detail = set(), f"{exc}; "
+    usable = 0
+    for name, node in nodes.items():
+        line, runnable = _node_line(name, node, name in wanted)
+        need.lines.append(line)
+        usable += runnable
+    need.found = where if usable else None
+    need.detail += f"`kubectl get nodes`: {len(nodes)} nodes, {usable} of the contract's schedulable"
+    return need
+
+
+def _node_line(name: str, node: dict[str, Any], wanted: bool) -> tuple[str, bool]:
+    """One node as the doctor shows it (state, GPUs, the GPU Operator's product) and whether a run would start it."""
+    try:
+        state = node_state(node)
+    except ClusterError as exc:
+        return f"{name}  {exc}", False
+    product = dict(state.facts).get("gpu_product")
+    return (f"{name}  {state.state}  {state.gpus} {GPU}" + (f" x {product}" if product else "")
+            + ("" if wanted else "  (not in cluster.nodes)") + (f"  ({state.reason})" if state.reason else ""),
+            wanted and state.schedulable)
+
+
+def current_context() -> str | None:
+    """kubectl's current context, read from the kubeconfig files as kubectl merges them (the first file to set it)."""
+    files = os.environ.get("KUBECONFIG") or os.path.join(os.path.expanduser("~"), ".kube", "config")
+    for path in files.split(os.pathsep):
+        try:
+            config = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(config, dict) and config.get("current-context"):
+            return str(config["current-context"])
+    return None
+
+
 def diagnose(contract: Contract, nvml_recording: Path | None = None, provenance: bool = True) -> list[Need]:
-    return [look(need, contract.tools.paths, nvml_recording, provenance) for need in needs(contract)]
+    found = [look(need, contract.tools.paths, nvml_recording, provenance) for need in needs(contract)]
+    return [kubernetes_answers(need, contract) if need.kind == KUBERNETES else need for need in found]
 
 
 def render(found: list[Need], contract: Contract) -> str:
@@ -247,6 +330,8 @@ def render(found: list[Need], contract: Contract) -> str:
                          + f"  [{clauses}]")
         else:
             lines.append(f"  MISSING  {need.name:26} needed by {clauses}" + (f" ({need.detail})" if need.detail else ""))
+        lines += [f"             {line}" for line in need.lines]
+        if need.found is None:
             lines.append(f"           get it: {need.hint}")
     lines.append("")
     lines.append(f"{len(missing)} of {len(found)} missing: a run now would reject "
@@ -258,7 +343,8 @@ def render(found: list[Need], contract: Contract) -> str:
 def summary(contract: Contract, nvml_recording: Path | None) -> str | None:
     """The one line a run prints at its start (lookups only, no package queries, the scheduler not asked: the run
     asks it at once): None when nothing is missing."""
-    looked = [look(n, contract.tools.paths, nvml_recording, provenance=False) for n in needs(contract) if n.kind != SCHEDULER]
+    looked = [look(n, contract.tools.paths, nvml_recording, provenance=False) for n in needs(contract)
+              if n.kind not in (SCHEDULER, KUBERNETES)]
     missing = [n for n in looked if n.found is None]
     if not missing:
         return None
@@ -269,4 +355,4 @@ def summary(contract: Contract, nvml_recording: Path | None) -> str | None:
 
 def as_dict(found: list[Need]) -> list[dict[str, Any]]:
     return [{"name": n.name, "kind": n.kind, "clauses": n.clauses, "found": n.found, "detail": n.detail,
-             "hint": None if n.found else n.hint} for n in found]
+             "lines": n.lines, "hint": None if n.found else n.hint} for n in found]

@@ -1,10 +1,11 @@
-"""The `cluster` section: every node of a cluster, through the engine the cluster already has (Slurm or
-mpirun), judged from the login node.
+"""The `cluster` section: every node of a cluster, through the engine the cluster already has (Slurm, mpirun or
+Kubernetes), judged from the login node.
 
 The file's other sections are the per-node contract: the login node runs them on every node through the
 engine (`python -m pytest_gpuaccept node-run`), brings each node's bundle back through the engine's own
 output, and reports each node's checks as `<node>/<subject>`. Here: `cluster.nodes`, one check per node:
 known to the scheduler, schedulable, the GPUs it offers, and a verified bundle with complete results.
+`cluster.nodes` is node names (hostlist expressions) or, for Kubernetes, `{selector: "key=value,..."}`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import yaml
 
 from .. import schema
-from ..cluster.engine import engine_for
+from ..cluster.engine import ENGINES, engine_for
+from ..cluster.kubernetes import DEFAULT_PORT, KubernetesKeys, namespace_name, parse_selector
 from ..cluster.pairs import plan
 from ..cluster.run import run_allreduce, run_cluster, run_links, run_pairs
 from ..schema import Key
@@ -60,14 +62,29 @@ class Pairs:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeSelector:
+    """cluster.nodes as `{selector: "key=value,..."}`: the nodes whose labels match (Kubernetes)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSection:
     engine: str
-    nodes: tuple[str, ...]
+    nodes: tuple[str, ...]  # the names or hostlist expressions; () where cluster.nodes is a selector
     partition: str | None
     node_timeout: Duration
     pairs: Pairs | None = None
     allreduce: Pairs | None = None
     links: Links | None = None
+    kubernetes: KubernetesKeys | None = None
+    selector: str | None = None  # cluster.nodes' label selector (`{selector: ...}`), never a key of its own
+
+    def __post_init__(self) -> None:
+        # The nodes key holds names or a selector: the selector is kept apart, so that `nodes` is always names.
+        if isinstance(self.nodes, NodeSelector):
+            object.__setattr__(self, "selector", self.nodes.text)
+            object.__setattr__(self, "nodes", ())
 
 
 def nested(name: str, keys: dict[str, Key], build: Callable[..., Any]) -> Callable[[Any, yaml.Node], Any]:
@@ -99,11 +116,14 @@ def nested(name: str, keys: dict[str, Key], build: Callable[..., Any]) -> Callab
     return convert
 
 
-def hostlists(value: Any, node: yaml.Node) -> tuple[str, ...]:
-    """Node names or hostlist expressions (`gpu[01-16]`, `gpu[01,03]`): letters, digits, . _ - [ ] , only."""
+def hostlists(value: Any, node: yaml.Node) -> tuple[str, ...] | NodeSelector:
+    """Node names or hostlist expressions (`gpu[01-16]`, `gpu[01,03]`): letters, digits, . _ - [ ] , only; or
+    `{selector: "key=value,..."}`, a label selector (Kubernetes)."""
+    if isinstance(value, yaml.MappingNode):
+        return selector(value)
     if not isinstance(value, yaml.SequenceNode) or not value.value:
         raise ValueError(f"expected a non-empty list of node names or hostlist expressions such as ['gpu[01-16]'], "
-                         f"got {schema.shown(value)}")
+                         f"or {{selector: \"key=value\"}}, got {schema.shown(value)}")
     out = []
     for item in value.value:
         text = schema.scalar(item) if isinstance(item, yaml.ScalarNode) else None
@@ -114,6 +134,32 @@ def hostlists(value: Any, node: yaml.Node) -> tuple[str, ...]:
     return tuple(out)
 
 
+def selector(value: yaml.MappingNode) -> NodeSelector:
+    """`{selector: "key=value,key2!=value2"}`: the one key, a label selector kubectl's -l would read."""
+    keys = [k.value if isinstance(k, yaml.ScalarNode) else schema.describe(k) for k, _v in value.value]
+    if keys != ["selector"]:
+        raise ValueError(f"expected {{selector: \"key=value,...\"}} (node labels), got the keys {', '.join(map(str, keys))}")
+    text = schema.text(schema.scalar(value.value[0][1]) if isinstance(value.value[0][1], yaml.ScalarNode) else None,
+                       value.value[0][1])
+    try:
+        parse_selector(text)
+    except ValueError as exc:
+        raise ValueError(f"selector: {exc}") from None
+    return NodeSelector(text)
+
+
+def namespace(value: Any, node: yaml.Node) -> str:
+    return namespace_name(schema.text(value, node))
+
+
+def image(value: Any, node: yaml.Node) -> str:
+    """An image reference as a pod names it: no spaces; a digest (`@sha256:...`) pins it."""
+    text = schema.text(value, node)
+    if any(c.isspace() for c in text) or text.startswith(("-", "/")):
+        raise ValueError(f"expected an image such as 'registry.example/gpuaccept:0.1@sha256:...', got {text!r}")
+    return text
+
+
 def not_yet(value: Any, node: yaml.Node) -> None:
     """cluster.links.rdma is in the format but not measured by this version: a clause that would run no test is
     refused before anything runs, never skipped."""
@@ -121,8 +167,30 @@ def not_yet(value: Any, node: yaml.Node) -> None:
                      "(a clause that runs no test would pass unmeasured)")
 
 
-def _cross_check(section: ClusterSection, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+# What the PyTorch all_reduce the Kubernetes pods run takes of nccl-tests' options (pairs.args, allreduce.args).
+TORCH_OPTIONS = ("-n", "-w")
+
+
+def _kubernetes_problems(section: ClusterSection) -> list[tuple[str, str]]:
+    """The keys only one engine reads, and what the Kubernetes engine does not measure (yet)."""
+    if section.engine != "kubernetes":
+        return [(key, "only for engine: kubernetes") for key, given in
+                (("cluster.kubernetes", section.kubernetes), ("cluster.nodes", section.selector)) if given is not None]
     problems = []
+    if section.links is not None:
+        problems.append(("cluster.links", "not measured through engine: kubernetes by this version yet: remove it (a "
+                                          "clause that runs no test would pass unmeasured)"))
+    for name, keys in (("pairs", section.pairs), ("allreduce", section.allreduce)):
+        args = keys.args if keys is not None else ()
+        flags, values = args[0::2], args[1::2]
+        if any(f not in TORCH_OPTIONS for f in flags) or len(flags) != len(values) or not all(v.isdigit() for v in values):
+            problems.append((f"cluster.{name}.args", f"engine kubernetes runs the PyTorch all_reduce, which takes "
+                                                     f"{' N, '.join(TORCH_OPTIONS)} N only, got {' '.join(args)}"))
+    return problems
+
+
+def _cross_check(section: ClusterSection, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    problems = _kubernetes_problems(section)
     if section.partition is not None and section.engine != "slurm":
         problems.append(("cluster.partition", "only for engine: slurm"))
     if section.links is not None:
@@ -140,7 +208,7 @@ def _cross_check(section: ClusterSection, sections: Mapping[str, Any]) -> list[t
 
 SECTION = Section(
     "cluster",
-    {"engine": Key(schema.one_of("slurm", "mpirun"), required=True), "nodes": Key(hostlists, required=True),
+    {"engine": Key(schema.one_of(*ENGINES), required=True), "nodes": Key(hostlists, required=True),
      "partition": Key(schema.text), "node_timeout": Key(schema.duration, default=parse_duration("1 h")),
      "pairs": Key(nested("cluster.pairs", {k: v for k, v in allreduce.SECTION.keys.items() if k != "tool"}, Pairs)),
      "allreduce": Key(nested("cluster.allreduce", {k: v for k, v in allreduce.SECTION.keys.items() if k != "tool"},
@@ -150,8 +218,12 @@ SECTION = Section(
              "min_throughput": Key(schema.bandwidth, required=True), "interfaces": Key(schema.names),
              "duration": Key(schema.duration, default=parse_duration("5 s")),
              "port": Key(schema.whole(1, 65535), default=5301)}, Iperf3Links)),
-         "rdma": Key(not_yet)}, Links))},
-    ClusterSection, "many nodes, through Slurm or mpirun (the per-node sections judge every node)",
+         "rdma": Key(not_yet)}, Links)),
+     "kubernetes": Key(nested("cluster.kubernetes", {
+         "context": Key(schema.text), "namespace": Key(namespace), "image": Key(image),
+         "privileged": Key(schema.boolean, default=False),
+         "port": Key(schema.whole(1, 65535), default=DEFAULT_PORT)}, KubernetesKeys))},
+    ClusterSection, "many nodes, through Slurm, mpirun or Kubernetes (the per-node sections judge every node)",
     cross_check=_cross_check)
 
 
@@ -193,7 +265,8 @@ def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contr
     if node is None:
         return v.failed(None, f"not among the nodes the engine expanded {', '.join(section.nodes)} to")
     state = node.state
-    details: dict[str, Any] = {"state": state.state, "engine": section.engine, "evidence_folder": node.folder}
+    details: dict[str, Any] = {"state": state.state, "engine": section.engine, "evidence_folder": node.folder,
+                               **dict(state.facts)}
     if state.reason:
         details["reason"] = state.reason
     if node.results is not None:
@@ -207,8 +280,9 @@ def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contr
                         details)
     wanted = gpu_count(contract)
     if wanted and state.gpus is not None and state.gpus < wanted:
-        return v.failed(state.state, f"the scheduler offers {state.gpus} GPUs on {subject.local} (Gres), the contract "
-                        f"{wanted}", details)
+        why = f" ({state.reason})" if state.reason else ""
+        return v.failed(state.state, f"the scheduler offers {state.gpus} GPUs on {subject.local} ({state.gpus_source}), "
+                        f"the contract {wanted}{why}", details)
     if node.problem is not None:
         return v.failed(state.state, node.problem, details)
     results = node.results or {}
@@ -217,7 +291,7 @@ def judge_node(section: ClusterSection, subject: Subject, run: ClusterRun, contr
         return v.failed(state.state, _twins_message(subject.local, twins, results), details)
     checks = results.get("checks", [])
     not_passed = sum(c.get("outcome") != "passed" for c in checks)
-    gres = f", {state.gpus} GPUs in Gres" if state.gpus is not None else ""
+    gres = f", {state.gpus} GPUs in {state.gpus_source}" if state.gpus is not None else ""
     return v.passed(state.state, f"{state.state}{gres}; results returned: the node's own checks {str(results.get('verdict')).upper()} "
                     f"({len(checks) - not_passed} of {len(checks)} passed)", details)
 
@@ -344,16 +418,19 @@ def gpuaccept_cluster_links(gpuaccept_state: State, gpuaccept_contract: Contract
 
 
 NODES = Clause("cluster.nodes", SECTION, "test_cluster_node", PerNode(), gpuaccept_cluster, judge_node,
-               "every node known to the scheduler, schedulable, with the contracted GPUs in its Gres, and its "
-               "per-node run's bundle returned through the engine, verified and complete")
+               "every node known to the scheduler, schedulable, with the contracted GPUs in its Gres (Kubernetes: Ready, "
+               "not cordoned or tainted against the run, allocatable nvidia.com/gpu), and its per-node run's bundle "
+               "returned through the engine, verified and complete")
 PAIRS = Clause("cluster.pairs", SECTION, "test_cluster_pair", NodePairs(), gpuaccept_cluster_pairs, judge_pair,
-               "a 2-node all_reduce (nccl-tests, MPI, one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes, "
-               "in rounds of disjoint pairs at once; a failing pair names the bad node or the bad link", "GB/s",
+               "a 2-node all_reduce (nccl-tests, MPI, one rank per GPU, NCCL_ALGO=Ring; Kubernetes: the PyTorch all_reduce, "
+               "a pod per node) between every pair of nodes, in rounds of disjoint pairs at once; a failing pair names "
+               "the bad node or the bad link", "GB/s",
                lambda s: s.pairs is not None)
 ALLREDUCE = Clause("cluster.allreduce", SECTION, "test_cluster_allreduce", HostWide("cluster", "`cluster`"),
                    gpuaccept_cluster_allreduce, judge_allreduce,
-                   "one all_reduce (nccl-tests, MPI, one rank per GPU) over every GPU of every node; any node "
-                   "missing and it is not passed", "GB/s", lambda s: s.allreduce is not None)
+                   "one all_reduce (nccl-tests, MPI, one rank per GPU; Kubernetes: the PyTorch all_reduce, a pod per "
+                   "node) over every GPU of every node; any node missing and it is not passed", "GB/s",
+                   lambda s: s.allreduce is not None)
 LINKS = Clause("cluster.links", SECTION, "test_cluster_link", NodeLinks(), gpuaccept_cluster_links, judge_link,
                "node to node per interface, each direction its own check, measured one at a time (iperf3, then "
                "iperf3 -R, bound to each side's address on that interface), in the pairs' rounds", "Gb/s",

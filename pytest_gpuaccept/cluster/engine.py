@@ -1,4 +1,4 @@
-"""The engines a cluster run goes through: a Protocol and a table of implementations (Slurm, mpirun), as
+"""The engines a cluster run goes through: a Protocol and a table of implementations (Slurm, mpirun, Kubernetes), as
 pytest-xdist does with its schedulers. An engine only turns intentions into argv lists (expand these
 names, read their state, run this on that node, run this MPI job over those nodes); the tool runner
 executes them, with timeouts and evidence, like every other tool.
@@ -6,31 +6,18 @@ executes them, with timeouts and evidence, like every other tool.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..probes import ParseError
-from ..probes.slurm import expand_hostlist, parse_scontrol_nodes
+from ..probes.slurm import parse_scontrol_nodes
+from .base import NODE_NAME, ClusterError, NodeState, own_expansion
+from .kubernetes import Kubernetes
 
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection
 
-
-class ClusterError(ValueError):
-    """What a cluster run cannot read with certainty (node names, a node's bundle): said, never guessed."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeState:
-    """What the engine says of a node before anything runs on it."""
-
-    name: str
-    present: bool  # the scheduler knows it (mpirun: listed)
-    schedulable: bool
-    state: str  # the scheduler's words, e.g. IDLE, DOWN+NOT_RESPONDING; mpirun: "listed"
-    gpus: int | None  # what the scheduler offers (Gres), None where it says nothing
-    reason: str | None = None
+__all__ = ["ENGINES", "ClusterError", "Engine", "Mpirun", "NodeState", "Slurm", "engine_for", "own_expansion"]
 
 
 class Engine(Protocol):
@@ -62,6 +49,11 @@ class Engine(Protocol):
         """The argv of one MPI job: `ranks_per_node` ranks on each node, `env` set for every rank."""
         ...
 
+    def launched(self, stderr: str) -> tuple[tuple[str, str], ...]:
+        """What the launcher said of how it ran a node's run (Kubernetes: the pod, its node, the image's digest),
+        from its own stream (stderr, never the node's output), for the node's check; () where it says nothing."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Slurm:
@@ -75,7 +67,7 @@ class Slurm:
 
     def expand(self, expressions: tuple[str, ...], output: str | None) -> list[str]:
         names = [line.strip() for line in (output or "").splitlines() if line.strip()]
-        bad = [n for n in names if not _NODE_NAME.match(n)]
+        bad = [n for n in names if not NODE_NAME.match(n)]
         if not names or bad:
             raise ClusterError(f"scontrol show hostnames printed no node names for {','.join(expressions)!r}"
                              + (f" (odd names: {', '.join(bad[:3])})" if bad else ""))
@@ -111,6 +103,9 @@ class Slurm:
                 f"--ntasks-per-node={ranks_per_node}", "--exclusive", f"--export={exported}", *self._where(),
                 "--", *argv]
 
+    def launched(self, stderr: str) -> tuple[tuple[str, str], ...]:
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class Mpirun:
@@ -141,26 +136,14 @@ class Mpirun:
         return [*self.launcher, "--host", hosts, "-np", str(len(nodes) * ranks_per_node),
                 "--map-by", "ppr:%d:node" % ranks_per_node, *exports, "--", *argv]
 
+    def launched(self, stderr: str) -> tuple[tuple[str, str], ...]:
+        return ()
 
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
-
-def own_expansion(expressions: tuple[str, ...]) -> list[str]:
-    """The node names the plugin itself reads in cluster.nodes (hostlist expressions, `gpu[01-16]`), each once: what
-    mpirun is given, and what a scheduler's own expansion is compared with."""
-    try:
-        names = [name for expression in expressions for name in expand_hostlist(expression)]
-    except ValueError as exc:
-        raise ClusterError(str(exc)) from None
-    bad = [n for n in names if not _NODE_NAME.match(n)]
-    if bad:
-        raise ClusterError(f"not a host name: {bad[0]!r}")
-    return list(dict.fromkeys(names))
-
-# The engines by contract name (cluster.engine), each made from the section: a third (Kubernetes JobSet) is
-# one more entry.
+# The engines by contract name (cluster.engine), each made from the section.
 ENGINES: dict[str, Callable[[ClusterSection], Engine]] = {"slurm": lambda section: Slurm(section.partition),
-                                                          "mpirun": lambda _section: Mpirun()}
+                                                          "mpirun": lambda _section: Mpirun(),
+                                                          "kubernetes": Kubernetes.of}
 
 
 def engine_for(section: ClusterSection) -> Engine:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -70,7 +70,8 @@ def _shown(names: tuple[str, ...]) -> str:
 
 def expansion(state: State, engine: Engine, section: ClusterSection) -> Expansion:
     """The node names as the plugin reads the contract's hostlists, and as the scheduler expands them (Slurm), its
-    command run once per run (or replayed); ClusterError where either cannot be read."""
+    command run once per run (or replayed); ClusterError where either cannot be read. A label selector (Kubernetes)
+    is applied by the plugin to the engine's node list: one list, nothing to compare."""
     ours = tuple(own_expansion(section.nodes))
     argv = engine.expand_argv(section.nodes)
     if argv is None:
@@ -78,7 +79,10 @@ def expansion(state: State, engine: Engine, section: ClusterSection) -> Expansio
     run = state.runner.run(argv[0], argv[1:], key="cluster-hostnames")
     if run.failure:
         raise ClusterError(f"the node names could not be listed: {run.failure}")
-    return Expansion(section.nodes, ours, tuple(engine.expand(section.nodes, strip_escapes(run.stdout))))
+    listed = tuple(engine.expand(section.nodes, strip_escapes(run.stdout)))
+    if section.selector is not None:
+        return Expansion((f"selector {section.selector}",), listed, None)
+    return Expansion(section.nodes, ours, listed)
 
 
 def expand(state: State, engine: Engine, section: ClusterSection) -> list[str]:
@@ -128,7 +132,9 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
     except ClusterError as exc:
         return ClusterRun(engine.name, {}, tuple(evidence), f"the scheduler's node list is unreadable: {exc}")
     states.update({n: NodeState(n, False, False, "not in both node lists", None, why) for n, why in differing.items()})
-    runnable = [n for n in names if states[n].present and states[n].schedulable]
+    wanted = gpu_count(state.contract)
+    # A node short of the contract's GPUs fails whatever its run says: it is not started, nor waited for.
+    runnable = [n for n in names if states[n].present and states[n].schedulable and not _short(states[n], wanted)]
     commands = []
     for node in runnable:
         argv = engine.on_node(node, node_argv(state, node))
@@ -137,8 +143,16 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
         if commands else {}
     nodes = {}
     for node in listed.names:
-        nodes[node] = _outcome(state, node, states[node], runs.get(node))
+        launch = runs.get(node)
+        # What the launcher said of how it ran the node (Kubernetes: the pod, its image's digest) joins the node's facts.
+        said = replace(states[node], facts=states[node].facts + engine.launched(launch.stderr)) if launch else states[node]
+        nodes[node] = _outcome(state, node, said, launch)
     return ClusterRun(engine.name, nodes, tuple(evidence))
+
+
+def _short(node: NodeState, wanted: int) -> bool:
+    """The scheduler offers the node fewer GPUs than the contract's count (where it says how many)."""
+    return bool(wanted) and node.gpus is not None and node.gpus < wanted
 
 
 def _outcome(state: State, node: str, node_state: NodeState, run: ToolRun | None) -> NodeOutcome:
