@@ -337,23 +337,33 @@ def _link_ends(number: int, pairing: list[tuple[str, str]], device: str, ready: 
     return measured
 
 
+# The clients of a round start this long after the last of its servers: one wait a round, not one a pair (a second
+# before each client made a round of 75 pairs start its last client 75 s late, past the round's deadline).
+SERVER_HEAD_START_S = 1.0
+
+
 def _iperf3_step(state: State, engine: Engine, links: Iperf3Links, number: int, interface: tuple[int, str],
                  measured: list[LinkEnds], reverse: bool, results: dict[str, LinkResult]) -> None:
     """One direction of every measured link on one interface (the k-th, whose servers listen on port + k), at
-    once: a one-off server on the second node, the client on the first; each result as its receiver counted it."""
+    once and under one deadline: a one-off server on each second node, all started first, then every client on
+    the first nodes; each result as its receiver counted it."""
     k, device = interface
     seconds = str(max(1, round(links.duration.seconds)))
-    commands: list[Command] = []
+    way = "back" if reverse else "there"
+    servers: list[Command] = []
+    clients: list[Command] = []
     for a, b, source, target, _there, _back in measured:
         port = str(links.port + k)
         server = engine.on_node(b, [iperf3.TOOL, "-s", "-1", "-B", target, "-p", port])
         client = engine.on_node(a, [iperf3.TOOL, "-c", target, "-B", source, "-p", port, "-J", "-t", seconds,
                                     *(["-R"] if reverse else [])])
-        way = "back" if reverse else "there"
-        commands += [Command(*_split(server), key=f"link-server-{b}-{device}-{way}"),
-                     Command(*_split(client), key=f"link-{a}-{b}-{device}-{way}", start_after_s=1.0)]
-    runs = state.runner.run_together(commands, timeout_s=links.duration.seconds + 60) if commands else []
-    for (_a, _b, source, target, there, back), served, asked in zip(measured, runs[0::2], runs[1::2]):
+        servers.append(Command(*_split(server), key=f"link-server-{a}-{b}-{device}-{way}"))
+        clients.append(Command(*_split(client), key=f"link-{a}-{b}-{device}-{way}",
+                               start_after_s=0.0 if clients else SERVER_HEAD_START_S))
+    if not measured:
+        return
+    runs = state.runner.run_together(servers + clients, timeout_s=SERVER_HEAD_START_S + links.duration.seconds + 60)
+    for (_a, _b, source, target, there, back), served, asked in zip(measured, runs[:len(servers)], runs[len(servers):]):
         name, route = (back, f"{target} -> {source}") if reverse else (there, f"{source} -> {target}")
         evidence = (*asked.evidence, *served.evidence)
         problem = asked.failure
