@@ -1,7 +1,8 @@
 """`python -m pytest_gpuaccept verify BUNDLE` and `sign BUNDLE --key KEY`: check and sign an evidence bundle.
 `record-nvml OUT.json`: record this host's NVML readings in the format `--gpuaccept-nvml` reads.
 `contracts [--copy NAME [DEST]]`: list the shipped example contracts (presets), or copy one to edit.
-`doctor --contract FILE|PRESET`: what each clause needs on this host, what is missing, how to get it."""
+`doctor --contract FILE|PRESET`: what each clause needs on this host, what is missing, how to get it.
+`compare OLD NEW`: what got worse between two verified bundles of the same hosts (compare.py)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     node.add_argument("--node", required=True, help="this node's name, as the scheduler knows it")
     node.add_argument("--contract-b64", required=True, help="the contract's bytes, base64")
     node.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the login node's options")
+    _compare_command(commands)
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        from .compare import run as run_compare  # noqa: PLC0415 (lazy: see the imports)
+
+        return run_compare(args.old, args.new, args.json, args.html, args.max_regression)
     if args.command == "node-run":
         from .cluster.node import node_run  # noqa: PLC0415 (lazy: see the imports)
 
@@ -72,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"signed: {target} (ssh-keygen: {keygen})")
         return 0
     return run_verify(args.folder, args.report, args.allowed_signers, args.rejudged)
+
+
+def _compare_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    compared = commands.add_parser("compare", help="what got worse between two bundles of the same hosts (both verified first)")
+    compared.add_argument("old", type=Path)
+    compared.add_argument("new", type=Path)
+    compared.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the comparison as JSON")
+    compared.add_argument("--html", type=Path, default=None, metavar="FILE", help="write it as a page in the report's style")
+    compared.add_argument("--max-regression", type=float, default=0.05, metavar="FRACTION",
+                          help="the most a measured value may move the worse way (default 0.05: 5 %%)")
 
 
 def _allowed_signers(value: str) -> Path:
