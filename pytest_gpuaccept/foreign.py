@@ -18,13 +18,14 @@ import functools
 import hashlib
 import importlib.metadata
 import inspect
+import io
 import os
 import re
 import site
 import sys
 import sysconfig
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.machinery import PathFinder
 from pathlib import Path
@@ -124,18 +125,58 @@ def record_hash(digest: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def parse_record(text: str, location: str) -> dict[str, str]:
-    """A RECORD file (CSV: path, hash, size): absolute path -> its hash field (`sha256=...`, or "" where none)."""
-    files = {}
-    folder = os.path.join(location, "")
-    for line in text.splitlines():
-        row = next(csv.reader([line])) if '"' in line else line.rsplit(",", 2)
-        if not row or not row[0]:
-            continue
-        path = row[0]
-        files[folder + path if ".." not in path and not path.startswith("/") else
-              os.path.normpath(os.path.join(location, path))] = row[1] if len(row) > 1 else ""
-    return files
+def parse_record(text: str) -> dict[str, str]:
+    """A RECORD file (CSV: path, hash, size): path as written (from the site folder) -> its hash field (`sha256=...`,
+    or "" where none). Split at commas in one go where no path is quoted (torch's RECORD has 15,000 lines)."""
+    fields = text.strip().replace("\n", ",").split(",")
+    if '"' in text or len(fields) % 3:
+        return {row[0]: row[1] if len(row) > 1 else "" for row in csv.reader(io.StringIO(text)) if row and row[0]}
+    return dict(zip(fields[0::3], fields[1::3]))
+
+
+@dataclass
+class Installed:
+    """An installed distribution: its site folder (ending in a separator), name==version, the names its top_level.txt
+    gives (None without one), and its RECORD, read when first asked about a file it could list: each path from the
+    folder -> hash field, and the few outside it (its scripts, `../../../bin/pytest`) by absolute path. A
+    distribution whose top_level.txt does not name a file's top-level module is not read for it (torch's RECORD has
+    15,000 lines): one that leaves out a module of its own leaves that module's file unvouched for, never vouched."""
+
+    folder: str
+    owner: str
+    record: Callable[[], str]
+    tops: frozenset[str] | None = None
+    _text: str | None = field(default=None, repr=False)
+    _files: dict[str, str] | None = field(default=None, repr=False)
+    _outside: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, folder: str, owner: str, record: str, tops: Iterable[str] | None = None) -> Installed:
+        return cls(os.path.join(folder, ""), owner, lambda: record, None if tops is None else frozenset(tops))
+
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self.record()
+        return self._text
+
+    def files(self) -> dict[str, str]:
+        if self._files is None:
+            self._files = parse_record(self.text())
+            self._outside = {os.path.normpath(os.path.join(self.folder, path)): field
+                             for path, field in self._files.items() if path[:1] in "./"}
+        return self._files
+
+    def recorded(self, path: str) -> str | None:
+        """The hash field RECORD gives this absolute, normalised path; None where it does not list it."""
+        if not path.startswith(self.folder):  # a script (../../../bin/pytest): where the RECORD names the file at all
+            if self._files is None and f"/{os.path.basename(path)}," not in self.text():
+                return None
+            self.files()
+            return self._outside.get(path)
+        relative = path[len(self.folder):]
+        if self.tops is not None and relative.split(os.sep, 1)[0].split(".")[0] not in self.tops:
+            return None
+        return self.files().get(relative)
 
 
 def parse_md5sums(text: str, package: str) -> dict[str, tuple[str, str]]:
@@ -149,10 +190,11 @@ def parse_md5sums(text: str, package: str) -> dict[str, tuple[str, str]]:
 
 
 def parse_conffiles(status: str) -> dict[str, tuple[str, str]]:
-    """The configuration files dpkg's status lists under each package's Conffiles: path -> (MD5, package)."""
+    """The configuration files dpkg's status lists under each package's Conffiles: path -> (MD5, package), of the
+    packages that install Python's (/etc/python3.X/sitecustomize.py)."""
     found = {}
     for stanza in status.split("\n\n"):
-        if "Conffiles:" not in stanza:
+        if "Conffiles:" not in stanza or "/etc/python" not in stanza:
             continue
         package = re.search(r"^Package: (\S+)", stanza, re.M)
         for match in re.finditer(r"^ (/\S+) ([0-9a-f]{32})(?: obsolete)?$", stanza, re.M):
@@ -162,14 +204,14 @@ def parse_conffiles(status: str) -> dict[str, tuple[str, str]]:
 
 @dataclass
 class Files:
-    """Who vouches for a file, each file hashed once: an installed distribution's RECORD (path -> hash field and
-    name==version), dpkg's checksums (read when first needed), the standard library's folders, this package's own
-    folders."""
+    """Who vouches for a file, each file hashed once: an installed distribution's RECORD, dpkg's checksums (read when
+    first needed), the standard library's folders, this package's own folders."""
 
-    record: dict[str, tuple[str, str]]
+    installed: list[Installed]
     stdlib: tuple[str, ...]
     own: tuple[str, ...] = ()  # an editable install's folders, whose files no RECORD lists
     dpkg_root: Path | None = None  # /var/lib/dpkg where the OS keeps one
+    dpkg_folders: tuple[str, ...] = ("/usr/", "/etc/")  # where Debian's packages put Python and its configuration
     _dpkg: dict[str, tuple[str, str]] | None = field(default=None, repr=False)  # path -> (MD5, package), Python's
     _sha256: dict[str, bytes] = field(default_factory=dict, repr=False)
     _vouched: dict[str, tuple[str | None, str]] = field(default_factory=dict, repr=False)
@@ -189,7 +231,7 @@ class Files:
 
     def stdlib_by_dpkg(self) -> bool:
         """The OS's package manager keeps the standard library's checksums: each of its files must match."""
-        return os.path.join(self.stdlib[0], "os.py") in self.dpkg()
+        return self.stdlib[0].startswith(self.dpkg_folders) and os.path.join(self.stdlib[0], "os.py") in self.dpkg()
 
     def vouch(self, path: str) -> tuple[str | None, str]:
         """(who vouches for the file, or None; why not): a distribution's name==version, "standard library",
@@ -205,17 +247,26 @@ class Files:
             self._vouched[path] = found or (None, "listed by no installed distribution")
         return self._vouched[path]
 
+    def recorded(self, path: str) -> tuple[str, str] | None:
+        """(hash field, name==version) of the first installed distribution whose RECORD lists the path."""
+        for dist in self.installed:
+            recorded = dist.recorded(path)
+            if recorded is not None:
+                return recorded, dist.owner
+        return None
+
     def _vouch(self, path: str) -> tuple[str | None, str] | None:
-        if path in self.record:
-            recorded, owner = self.record[path]
+        in_stdlib = path.startswith(self.stdlib) and not _installed_folder(path)
+        listed = self.recorded(path) if not in_stdlib else None  # no RECORD vouches for the standard library
+        if listed is not None:
+            recorded, owner = listed
             if recorded and recorded == record_hash(self.sha256(path)):
                 return owner, ""
             return (None, f"changed since {owner} was installed (not the SHA-256 its RECORD lists)") if recorded \
                 else (None, f"{owner}'s RECORD lists it without a SHA-256")
         if path.startswith(self.own):
             return f"{OWN_DISTRIBUTION} (editable)", ""
-        in_stdlib = path.startswith(self.stdlib) and not _installed_folder(path)
-        if in_stdlib or path.startswith(("/usr/", "/etc/")):  # where dpkg installs Python's files
+        if path.startswith(self.dpkg_folders):
             md5, package = self.dpkg().get(path, ("", ""))
             if md5:
                 if md5 == hashlib.md5(_read(path), usedforsecurity=False).hexdigest():
@@ -510,16 +561,19 @@ def _distributions(folders: list[str]) -> list[Any]:
     return list(importlib.metadata.distributions(path=list(dict.fromkeys([*folders, *added]))))
 
 
-def _own_folders(record: Mapping[str, tuple[str, str]], sha256: Any) -> tuple[str, ...]:
+def _own_folders(installed: Iterable[Installed], sha256: Any) -> tuple[str, ...]:
     """An editable install of this package: the folders the path lines of its own .pth (RECORD-checked) name, the
     package and its suites beside it; () for an ordinary install, whose RECORD lists every file."""
     folders = []
-    for path, (recorded, owner) in record.items():
-        if path.endswith(".pth") and normalized(owner.split("==")[0]) == OWN_DISTRIBUTION \
-                and recorded == record_hash(sha256(path)):
-            for folder in path_lines(_read(path).decode(errors="replace"), os.path.dirname(path)):
-                if os.path.join(folder, "pytest_gpuaccept") == HOME:  # where this package was imported from
-                    folders += [os.path.join(folder, "pytest_gpuaccept", ""), os.path.join(folder, "suites", "")]
+    for dist in installed:
+        if normalized(dist.owner.split("==")[0]) != OWN_DISTRIBUTION:
+            continue
+        for name, recorded in dist.files().items():
+            path = os.path.normpath(dist.folder + name)
+            if name.endswith(".pth") and recorded == record_hash(sha256(path)):
+                for folder in path_lines(_read(path).decode(errors="replace"), dist.folder):
+                    if os.path.join(folder, "pytest_gpuaccept") == HOME:  # where this package was imported from
+                        folders += [os.path.join(folder, "pytest_gpuaccept", ""), os.path.join(folder, "suites", "")]
     return tuple(dict.fromkeys(folders))
 
 
@@ -529,27 +583,30 @@ def _dpkg_sums(root: Path) -> dict[str, tuple[str, str]]:
     sums: dict[str, tuple[str, str]] = {}
     for file in sorted((root / "info").glob("*python3*.md5sums")):
         sums.update(parse_md5sums(_read(str(file)).decode(errors="replace"), file.name.split(":")[0].removesuffix(".md5sums")))
-    conffiles = parse_conffiles(_read(str(root / "status")).decode(errors="replace"))
-    sums.update((path, found) for path, found in conffiles.items() if "python" in path)
+    sums.update(parse_conffiles(_read(str(root / "status")).decode(errors="replace")))
     return sums
 
 
 @functools.cache
 def installed_files() -> Files:
     """Who vouches for which file in this interpreter: read once a process."""
-    folders = site_folders()
-    record: dict[str, tuple[str, str]] = {}
-    for dist in _distributions(folders):
-        text = dist.read_text("RECORD")
-        owner = name_version(dist)
-        for path, recorded in parse_record(text or "", str(dist.locate_file(""))).items():
-            record.setdefault(path, (recorded, owner))
+    installed = [Installed(os.path.join(str(dist.locate_file("")), ""), name_version(dist), _reader(dist, "RECORD"),
+                           _top_level(dist)) for dist in _distributions(site_folders())]
     paths = sysconfig.get_paths()
     stdlib = tuple(dict.fromkeys(os.path.join(form(paths[key]), "") for form in (os.path.realpath, os.path.normpath)
                                  for key in ("stdlib", "platstdlib")))
-    files = Files(record, stdlib, dpkg_root=DPKG if DPKG.is_dir() else None)
-    files.own = _own_folders(record, files.sha256)
+    files = Files(installed, stdlib, dpkg_root=DPKG if DPKG.is_dir() else None)
+    files.own = _own_folders(installed, files.sha256)
     return files
+
+
+def _reader(dist: Any, name: str) -> Callable[[], str]:
+    return lambda: dist.read_text(name) or ""
+
+
+def _top_level(dist: Any) -> frozenset[str] | None:
+    text = dist.read_text("top_level.txt")
+    return None if text is None else frozenset(line.strip().split("/")[0] for line in text.splitlines() if line.strip())
 
 
 def _vouched_startup(startup: Iterable[StartupFile], files: Files) -> dict[str, str]:

@@ -443,15 +443,23 @@ def test_a_dependency_file_edited_in_place_is_not_vouched_for(tmp_path):
     module.parent.mkdir(parents=True)
     module.write_text("x = 1\n")
     text = (f"lib/mod.py,{foreign.record_hash(hashlib.sha256(b'x = 1' + bytes([10])).digest())},6\n"
-            "lib/__pycache__/mod.cpython-311.pyc,,\n")
-    record = {path: (field, "lib==1.0") for path, field in foreign.parse_record(text, str(module.parents[1])).items()}
-    assert foreign.Files(record, ()).vouch(str(module)) == ("lib==1.0", "")
+            "lib/__pycache__/mod.cpython-311.pyc,,\n../../bin/lib-tool,sha256=x,1\n")
+    assert foreign.parse_record('"a,b.py",sha256=y,1\n' + text) == {
+        "a,b.py": "sha256=y", "lib/mod.py": text.split(",")[1], "lib/__pycache__/mod.cpython-311.pyc": "",
+        "../../bin/lib-tool": "sha256=x"}
+    installed = [foreign.Installed.of(str(module.parents[1]), "lib==1.0", text)]
+    assert installed[0].recorded(str(tmp_path.parent / "bin" / "lib-tool")) == "sha256=x"  # a script, outside
+    assert foreign.Files(installed, ()).vouch(str(module)) == ("lib==1.0", "")
     module.write_text("x = 2\n")
-    edited = foreign.Files(record, ())  # each file hashed once a process: the next process sees the edit
+    edited = foreign.Files(installed, ())  # each file hashed once a process: the next process sees the edit
     assert edited.vouch(str(module)) == (None, "changed since lib==1.0 was installed (not the SHA-256 its RECORD lists)")
     assert edited.vouch(str(module.parent / "__pycache__" / "mod.cpython-311.pyc")) == (
         None, "lib==1.0's RECORD lists it without a SHA-256")
     assert edited.vouch(str(tmp_path / "elsewhere.py")) == (None, "listed by no installed distribution")
+    # A top_level.txt that leaves the module out: its RECORD is not read for it, and nothing vouches for the file.
+    module.write_text("x = 1\n")
+    elsewhere = [foreign.Installed.of(str(module.parents[1]), "lib==1.0", text, tops=["other"])]
+    assert foreign.Files(elsewhere, ()).vouch(str(module)) == (None, "listed by no installed distribution")
 
 
 def test_the_standard_library_is_checked_against_dpkg_where_dpkg_keeps_it(tmp_path):
@@ -465,14 +473,14 @@ def test_the_standard_library_is_checked_against_dpkg_where_dpkg_keeps_it(tmp_pa
     md5 = hashlib.md5(b"# os\n").hexdigest()
     (dpkg / "info" / "libpython3.11-stdlib:amd64.md5sums").write_text(
         f"{md5}  {str(stdlib / 'os.py').lstrip('/')}\n{md5}  {str(stdlib / 'json.py').lstrip('/')}\n")
-    files = foreign.Files({}, (str(stdlib) + "/",), dpkg_root=dpkg)
+    files = foreign.Files([], (str(stdlib) + "/",), dpkg_root=dpkg, dpkg_folders=(str(tmp_path) + "/",))
     files.dpkg()  # read from the folder named, not only under /usr
     assert files.stdlib_by_dpkg()
     assert files.vouch(str(stdlib / "os.py")) == ("dpkg (libpython3.11-stdlib)", "")
     assert files.vouch(str(stdlib / "json.py")) == (
         None, "changed since the Debian package libpython3.11-stdlib installed it (not the MD5 dpkg keeps)")
     assert files.vouch(str(stdlib / "planted.py")) == (None, "in the standard library's folder, but in none of its packages (dpkg)")
-    without = foreign.Files({}, (str(stdlib) + "/",))  # no package manager: the folder vouches
+    without = foreign.Files([], (str(stdlib) + "/",))  # no package manager: the folder vouches
     assert without.vouch(str(stdlib / "planted.py")) == ("standard library", "")
 
 
@@ -495,8 +503,8 @@ def test_python_s_variables_that_load_code_are_each_named():
 
 def test_dpkg_s_configuration_files_are_read_from_its_status():
     status = ("Package: libpython3.11-minimal\nConffiles:\n /etc/python3.11/sitecustomize.py d6b276695157bde06a56ba1b2bc53670\n"
-              " /etc/old.conf 0123456789abcdef0123456789abcdef obsolete\nDescription: x\n")
-    assert foreign.parse_conffiles(status + "\nPackage: other\nConffiles:\n /etc/other.conf 0123456789abcdef0123456789abcdee\n") == {
+              " /etc/python3.11/old.py 0123456789abcdef0123456789abcdef obsolete\nDescription: x\n\n"
+              "Package: other\nConffiles:\n /etc/other.conf 0123456789abcdef0123456789abcdee\n")
+    assert foreign.parse_conffiles(status) == {  # the packages that install Python's configuration files
         "/etc/python3.11/sitecustomize.py": ("d6b276695157bde06a56ba1b2bc53670", "libpython3.11-minimal"),
-        "/etc/old.conf": ("0123456789abcdef0123456789abcdef", "libpython3.11-minimal"),
-        "/etc/other.conf": ("0123456789abcdef0123456789abcdee", "other")}
+        "/etc/python3.11/old.py": ("0123456789abcdef0123456789abcdef", "libpython3.11-minimal")}
