@@ -209,6 +209,8 @@ class PairRuns:
     results: dict[tuple[str, str], PairResult]
     blame: Blame
     error: str | None = None
+    # Past the budget: each suspect with known-good nodes (pairs.second_pass), judged into the blame, not checks.
+    second_pass: dict[tuple[str, str], PairResult] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from ..probes._run import Command, ToolRun
 from ..units import human_bytes
 from .bundles import NODES_FOLDER, decode, members
 from .engine import ClusterError, Engine, NodeState, own_expansion
-from .pairs import blame, plan
+from .pairs import DEFAULT_BUDGET, blame, every_pair_fits, plan, second_pass
 
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection, Iperf3Links
@@ -197,35 +197,61 @@ def _fresh(started: str, run_started: str) -> bool:
         return False
 
 
+def pair_budget(section: ClusterSection) -> int:
+    """cluster.pairs.budget, the rounds the first pass may take (links follow the pairs' rounds): its default
+    where there are no pairs."""
+    return section.pairs.budget if section.pairs is not None else DEFAULT_BUDGET
+
+
 def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> PairRuns:
-    """cluster.pairs: a 2-node all_reduce (one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes, the
-    pairs of a round at once; a pair with a node that is not available is not run. Then the blame."""
+    """cluster.pairs: a 2-node all_reduce (one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes (or, past
+    the budget, in random rounds), the pairs of a round at once; a pair with a node that is not available is not
+    run. Past the budget, a second pass pairs every suspect with known-good nodes. Then the blame."""
     pairs = section.pairs
     assert pairs is not None
     if cluster.error is not None:
         return PairRuns({}, blame({}), cluster.error)
     nodes = list(cluster.nodes)
-    ready = set(cluster.available)
     per_node = gpu_count(state.contract) or 1
     args = nccl_tests.all_reduce_args(1, pairs.min_bytes.nbytes, pairs.max_bytes.nbytes, pairs.args)
     env = {"NCCL_ALGO": "Ring"} if not any(a.startswith("NCCL_ALGO") for a in pairs.args) else {}
     tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
+
+    def job(pair: tuple[str, str]) -> Command:
+        argv = engine.mpi_job(list(pair), per_node, [tool, *args], env)
+        return Command(argv[0], tuple(argv[1:]), key=f"pair-{pair[0]}+{pair[1]}")
+
+    first = plan(nodes, state.contract.sha256, pairs.budget)
+    results = _pair_rounds(state, cluster, first, 1, job, 2 * per_node)
+    judged = _judged(results, pairs.min_busbw.gbyte_s)
+    second: dict[tuple[str, str], PairResult] = {}
+    if not every_pair_fits(len(nodes), pairs.budget):
+        # The first pass met three random partners a node: its suspects meet known-good nodes before any blame.
+        again = second_pass(nodes, judged, state.contract.sha256)
+        second = _pair_rounds(state, cluster, again, len(first) + 1, job, 2 * per_node)
+    return PairRuns(results, blame({**judged, **_judged(second, pairs.min_busbw.gbyte_s)}), second_pass=second)
+
+
+def _pair_rounds(state: State, cluster: ClusterRun, planned: list[list[tuple[str, str]]], first_round: int,
+                 job: Callable[[tuple[str, str]], Command], ranks: int) -> dict[tuple[str, str], PairResult]:
+    """Each round's pairs at once (numbered from `first_round`); a pair with a node that is not available is not run."""
+    ready = set(cluster.available)
     results: dict[tuple[str, str], PairResult] = {}
-    for number, ordered in enumerate(plan(nodes, state.contract.sha256), start=1):
+    for number, ordered in enumerate(planned, start=first_round):
         for a, b in ordered:
             if a not in ready or b not in ready:
                 down = ", ".join(f"{n} ({_unavailable(cluster.nodes[n])})" for n in (a, b) if n not in ready)
                 results[(a, b)] = PairResult(number, None, "", f"not run: {down} not available")
         runnable = [(a, b) for a, b in ordered if a in ready and b in ready]
-        commands = []
-        for a, b in runnable:
-            argv = engine.mpi_job([a, b], per_node, [tool, *args], env)
-            commands.append(Command(argv[0], tuple(argv[1:]), key=f"pair-{a}+{b}"))
-        for (a, b), run in zip(runnable, state.runner.run_together(commands) if commands else []):
-            results[(a, b)] = _pair_result(number, run, 2 * per_node, human_bytes)
-    judged = {pair: r.busbw is not None and r.busbw >= pairs.min_busbw.gbyte_s for pair, r in results.items()
-              if r.problem is None or r.busbw is not None}
-    return PairRuns(results, blame(judged))
+        for pair, run in zip(runnable, state.runner.run_together([job(p) for p in runnable]) if runnable else []):
+            results[pair] = _pair_result(number, run, ranks, human_bytes)
+    return results
+
+
+def _judged(results: dict[tuple[str, str], PairResult], min_busbw: float) -> dict[tuple[str, str], bool]:
+    """Each measured pair against the threshold (a pair that was not measured blames no one)."""
+    return {pair: r.busbw is not None and r.busbw >= min_busbw for pair, r in results.items()
+            if r.problem is None or r.busbw is not None}
 
 
 def run_allreduce(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> ClusterAllReduce:
@@ -290,7 +316,7 @@ def run_links(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     ready = cluster.available
     addresses = _addresses(state, engine, ready, devices)
     results: dict[str, LinkResult] = {}
-    for number, pairing in enumerate(plan(list(cluster.nodes), state.contract.sha256), start=1):
+    for number, pairing in enumerate(plan(list(cluster.nodes), state.contract.sha256, pair_budget(section)), start=1):
         for k, device in enumerate(devices):  # one interface at a time: a node is exclusive to one step
             measured = _link_ends(number, pairing, device, ready, addresses, results)
             # One direction at a time (the second with -R, the server sending): both at once, a direction that
