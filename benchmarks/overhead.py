@@ -64,11 +64,15 @@ def fake_bin(folder: Path) -> None:
 
 
 def sysfs(root: Path) -> None:
-    """The recording's GPUs as PCI functions (gpus.identity reads them)."""
-    for gpu in json.loads((DATA / "nvml" / "h100_sxm5_8gpu.json").read_text())["gpus"]:
-        folder = root / "bus" / "pci" / "devices" / f"0000:{gpu['pci_bus_id'].split(':', 1)[1].lower()}"
+    """The recording's GPUs as PCI functions (gpus.identity reads them), and the four NVSwitches (0x22a3) an HGX
+    H100 board has (nvlink: the switches NVML's links lead into must exist)."""
+    functions = [(f"0000:{gpu['pci_bus_id'].split(':', 1)[1].lower()}", "0x2330", "0x030200")
+                 for gpu in json.loads((DATA / "nvml" / "h100_sxm5_8gpu.json").read_text())["gpus"]]
+    functions += [(f"0000:{bus:02x}:00.0", "0x22a3", "0x068000") for bus in (0xc0, 0xc1, 0xc2, 0xc3)]  # as NVML says
+    for address, device, klass in functions:
+        folder = root / "bus" / "pci" / "devices" / address
         folder.mkdir(parents=True)
-        for name, value in (("vendor", "0x10de"), ("device", "0x2330"), ("class", "0x030200")):
+        for name, value in (("vendor", "0x10de"), ("device", device), ("class", klass)):
             (folder / name).write_text(value + "\n")
 
 
