@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA, pci_tree, staged_recording
+from test_compute import RECORDED, _run, as_gpus
 from test_plausibility import pcie_links
 from test_utilisation import recording, series
 
@@ -146,6 +147,18 @@ def test_every_bandwidth_check_of_an_honest_hgx_carries_its_cap_and_its_source(a
         details = check["details"]
         assert details["physical_cap"] in (450, 63) and details["physical_cap_source"], check
         assert len(details["sources"]) == 2 and details["sources"][0] == "nvbandwidth"
+
+
+def test_a_gemm_above_the_models_dense_peak_is_physically_impossible(accept, fake_tools, tmp_path):
+    """The recorded GEMM windows with 100,000 times the products: thousands of tf32 TFLOPS on an H100 SXM5 (494.5)."""
+    inflated = re.sub(r'"matmuls": (\d+)', lambda m: f'"matmuls": {int(m.group(1)) * 100000}', as_gpus(RECORDED, "tf32"))
+    run = _run(accept, fake_tools, tmp_path, inflated, "tf32", "min_tflops: 100")
+    failing = rejected_by(run, "compute")
+    assert len(failing) == 2
+    assert re.fullmatch(r"GPU0 burst tf32 \d+\.\d TFLOPS is implausible: above 543\.95 TFLOPS \(physically impossible: the "
+                        r"published dense tf32 peak 494\.5 TFLOPS \+ 10%, from the model table \(pytest_gpuaccept/models/"
+                        r"gpus\.json\) for PCI device 0x2330 \(sysfs\)\)", failing[0]["message"]), failing[0]["message"]
+    assert failing[0]["details"]["physical_cap"] == 494.5
 
 
 # ------------------------------------------------------------------ NVML against the kernel and the table
