@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import schema
+from .. import schedule, schema
 from ..measurements import Iperf3Path, NicLinks, RdmaDevices
 from ..probes import counters, ethtool, ib_write_bw, iperf3, iproute, sysfs
-from ..probes._run import Reading
+from ..probes._run import Command, Reading, parse_run
 from ..probes.counters import COUNTER_WORD, Counted, clock_problem
 from ..probes.sysfs import SAFE_NAME, Function
 from ..schema import Key
@@ -42,6 +42,7 @@ class Rdma:
     count: int | None
     qps: int | None  # queue pairs for ib_write_bw (-q); bonded RoCE ports need more than one
     physical: bool  # each device a PCI function with a driver, not an SR-IOV VF or a software device (rxe)
+    concurrent: bool  # devices on distinct ports measured at once (schedule.py); false: one after the other
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,7 @@ RDMA = Section(
      "min_fraction_of_line_rate": Key(schema.number(0.0, 1.0, low_open=True), required=True),
      "line_rate": Key(schema.bandwidth), "message_size": Key(schema.size, default=parse_size("64 KiB")),
      "peer": Key(schema.host), "count": Key(schema.whole(1, 1024)), "qps": Key(schema.whole(1, 1024)),
-     "physical": Key(schema.boolean, default=True)},
+     "physical": Key(schema.boolean, default=True), "concurrent": Key(schema.boolean, default=True)},
     Rdma, "RDMA devices (sysfs, ib_write_bw)")
 IPERF3 = Section(
     "iperf3",
@@ -236,6 +237,15 @@ def _kernel_speed(name: str, ethtool_mbps: int, kernel: dict[str, Any]) -> Secon
 def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contract) -> Check:
     """ib_write_bw BW average in Gb/s against fraction x line rate; above line rate is implausible; a run shorter
     than asked, or a figure the port's own counters refute, is not a measurement."""
+    found = _rdma_port(section, subject, m)
+    if isinstance(found, Check):
+        return found
+    return _rdma_measured(*found, section, m)
+
+
+def _rdma_port(section: Rdma, subject: Subject, m: RdmaDevices) -> Check | tuple[Verdict, sysfs.IbPort, tuple[float, str]]:
+    """What a device is measured through (its verdict so far, its active port, the line rate and where it came from),
+    or the check that says why it is not measured at all: what the judge and the fixture's plan both go by."""
     fraction = section.min_fraction_of_line_rate
     v = RDMA_BW.verdict(subject, f">= {fraction:g} x line rate")
     refused, _function, function_evidence = _port(v, subject, "RDMA device", m.names, section.devices, m.function,
@@ -259,10 +269,10 @@ def judge_rdma(section: Rdma, subject: Subject, m: RdmaDevices, contract: Contra
                f"{fmt(section.line_rate.gbit_s)} Gb/s ({port.state}): not measured further")
     if line_rate is None:
         return v.not_measured(f"no line rate: port {port.port} reports none and the contract gives no rdma.line_rate")
-    return _rdma_measured(v, section, m, port, (line_rate, source))
+    return v, port, (line_rate, source)
 
 
-def _rdma_measured(v: Verdict, section: Rdma, m: RdmaDevices, port: sysfs.IbPort, line: tuple[float, str]) -> Check:
+def _rdma_measured(v: Verdict, port: sysfs.IbPort, line: tuple[float, str], section: Rdma, m: RdmaDevices) -> Check:
     """ib_write_bw through `port`, with the port's own data counters read before and after it: the figure is
     believed where the run took the time asked and the port moved about what it says (probes/counters.py)."""
     device, (line_rate, source) = port.device, line
@@ -388,27 +398,88 @@ def gpuaccept_nic_links(gpuaccept_state: State, gpuaccept_host_names: dict[str, 
 
 def gpuaccept_rdma_devices(gpuaccept_state: State, gpuaccept_contract: Contract,
                            gpuaccept_host_names: dict[str, list[str]]) -> RdmaDevices:
-    """The RDMA devices the host lists, their ports from sysfs, and ib_write_bw through a port (once each)."""
+    """The RDMA devices the host lists, their ports from sysfs, and ib_write_bw through the port of each device the
+    judge will measure: those on distinct ports all at once (rdma.concurrent, the default; schedule.py plans them),
+    each port's counters read right before and after its group. Measured as the first device is judged, once."""
     state = gpuaccept_state
     section = RDMA.of(gpuaccept_contract)
     devices = sorted(gpuaccept_host_names.get("infiniband", []))
+    measured: dict[str, RdmaRun] = {}
 
     def ports(device: str) -> tuple[list[sysfs.IbPort], str]:
         reading, evidence = state.ib_device(device)
         return sysfs.parse_ib_device(reading), evidence
 
-    def write_bw(device: str, port: sysfs.IbPort) -> Reading[ib_write_bw.WriteBw]:
-        gid = port.roce_v2_gid_index if port.link_layer == "Ethernet" else None
-        offset = devices.index(device) if device in devices else 0
-        return ib_write_bw.run_ib_write_bw(state.runner, device, section.message_size.nbytes, RDMA_BASE_PORT + offset,
-                                           section.peer, gid, port.port, section.qps or 1)
-
     def port_counters(device: str, port: sysfs.IbPort, when: str) -> tuple[dict[str, Any], str]:
         file = f"sysfs-infiniband-{device}-{port.port}-counters-{when}.json"
         return state.runner.reading(file, lambda: counters.read_port_counters(state.sys_root, device, port.port)), file
 
-    return RdmaDevices(tuple(gpuaccept_host_names.get("infiniband", [])), ports, write_bw,
-                       lambda name: state.function("infiniband", name), port_counters)
+    def measure(device: str, port: sysfs.IbPort) -> RdmaRun:
+        if device not in measured:
+            planned = rdma_plan(section, m, lambda name: state.function("infiniband", name))
+            slot = next((s for s in planned if device in s), {device: port})
+            measured.update(_write_bw_together(state, section, slot, devices, port_counters))
+        return measured[device]
+
+    m = RdmaDevices(tuple(gpuaccept_host_names.get("infiniband", [])), ports, lambda d, p: measure(d, p).reading,
+                    lambda name: state.function("infiniband", name),
+                    lambda d, p, when: measure(d, p).before if when == "before" else measure(d, p).after)
+    return m
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaRun:
+    """ib_write_bw through one device's port, and the port's counters (with their evidence files) read right before
+    and right after the group it ran in."""
+
+    reading: Reading[ib_write_bw.WriteBw]
+    before: tuple[dict[str, Any], str]
+    after: tuple[dict[str, Any], str]
+
+
+def rdma_plan(section: Rdma, m: RdmaDevices,
+              function: Callable[[str], tuple[Function, str]]) -> list[dict[str, sysfs.IbPort]]:
+    """The devices the judge will measure (as _rdma_port finds them), each with its port, in groups run at once: one
+    job per device holding its physical port (sysfs phys_port_id, else device/port), planned by schedule.plan, all
+    at once where the ports differ, one at a time with rdma.concurrent false."""
+    found: dict[str, sysfs.IbPort] = {}
+    jobs = []
+    for pattern, name in match_names(section.devices, list(m.names)):
+        entry = _rdma_port(section, Subject.named(pattern, name), m) if name is not None and name not in found else None
+        if name is None or entry is None or isinstance(entry, Check):
+            continue
+        found[name] = port = entry[1]
+        held = function(name)[0].phys_port_id or f"{name}/{port.port}"
+        jobs.append(schedule.Job(name, frozenset({schedule.port(held)}), float(ib_write_bw.DURATION_S)))
+    return [{name: found[name] for name in slot.names} for slot in schedule.plan(jobs, section.concurrent)]
+
+
+def _write_bw_together(state: State, section: Rdma, slot: dict[str, sysfs.IbPort], devices: list[str],
+                       port_counters: Callable[[str, sysfs.IbPort, str], tuple[dict[str, Any], str]]) -> dict[str, RdmaRun]:
+    """One group's ib_write_bw runs at once under one deadline: every server first, then every client after one head
+    start (each device on its own TCP port, -p), the ports' counters read right before and after the group. A client
+    whose server failed, and did not say why itself, reads as the server's failure."""
+    commands: list[list[Command]] = []
+    for device, port in slot.items():
+        gid = port.roce_v2_gid_index if port.link_layer == "Ethernet" else None
+        offset = devices.index(device) if device in devices else 0
+        commands.append(ib_write_bw.commands(device, section.message_size.nbytes, RDMA_BASE_PORT + offset, section.peer,
+                                             gid, port.port, section.qps or 1))
+    servers = [group[0] for group in commands if len(group) > 1]
+    clients = [replace(group[-1], start_after_s=ib_write_bw.CLIENT_AFTER_S if servers and n == 0 else 0.0)
+               for n, group in enumerate(commands)]
+    before = {device: port_counters(device, port, "before") for device, port in slot.items()}
+    runs = dict(zip([c.key for c in servers + clients],
+                    state.runner.run_together(servers + clients, min(state.runner.default_timeout_s, 120.0))))
+    after = {device: port_counters(device, port, "after") for device, port in slot.items()}
+    measured = {}
+    for device, group in zip(slot, commands):
+        reading = parse_run(runs[group[-1].key], ib_write_bw.parse_ib_write_bw)
+        server = runs[group[0].key] if len(group) > 1 else None
+        if server is not None and server.failure and not reading.failure:
+            reading = parse_run(server, ib_write_bw.parse_ib_write_bw)  # the server failed: say so
+        measured[device] = RdmaRun(reading, before[device], after[device])
+    return measured
 
 
 def gpuaccept_iperf3(gpuaccept_state: State, gpuaccept_contract: Contract) -> Iperf3Path:

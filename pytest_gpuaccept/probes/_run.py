@@ -78,6 +78,9 @@ class ToolRun:
     stopped_after_s: float | None = None  # a workload gpuaccept stopped itself once its duration was over
     pid: int | None = None  # the process gpuaccept started: a tool's own PID lines must name it
     provenance: dict[str, Any] | None = None  # where the executable came from (probes/provenance.py)
+    # When it started, on this host's monotonic clock (every process of the session reads the same one): the
+    # schedule's time line (schedule.py). A group run together shares its start.
+    started_s: float | None = None
 
     @property
     def command(self) -> str:
@@ -484,7 +487,7 @@ class ToolRunner:
         stdout, stderr = out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
         run = ToolRun(key, tuple(argv), returncode, round(time.monotonic() - started, 3), stdout, stderr,
                       timed_out, error, cut, (out_name, err_name, f"{key}.json"), timeout,
-                      stopped_after_s=stopped_after_s, pid=pid, provenance=provenance)
+                      stopped_after_s=stopped_after_s, pid=pid, provenance=provenance, started_s=round(started, 3))
         return self._keep_run(run)
 
     def _save(self, run: ToolRun, stdout: bytes, stderr: bytes) -> ToolRun:
@@ -583,7 +586,7 @@ def _from_record(key: str, record: dict[str, Any], stdout: str, stderr: str, rep
                    record["timed_out"], record["error"], record["truncated"],
                    (record["stdout"], record["stderr"], f"{key}.json"), record.get("timeout_s"),
                    replayed=replayed, stopped_after_s=record.get("stopped_after_s"), pid=record.get("pid"),
-                   provenance=record.get("provenance"))
+                   provenance=record.get("provenance"), started_s=record.get("started_s"))
 
 
 def _record(run: ToolRun) -> dict[str, object]:
@@ -591,7 +594,7 @@ def _record(run: ToolRun) -> dict[str, object]:
         "argv": list(run.argv), "returncode": run.returncode, "duration_s": run.duration_s,
         "timed_out": run.timed_out, "timeout_s": run.timeout_s, "error": run.error, "truncated": run.truncated,
         "stdout": f"{run.key}.txt", "stderr": f"{run.key}.stderr.txt", "replayed": run.replayed,
-        "stopped_after_s": run.stopped_after_s, "pid": run.pid, "provenance": run.provenance,
+        "stopped_after_s": run.stopped_after_s, "pid": run.pid, "provenance": run.provenance, "started_s": run.started_s,
     }
 
 
