@@ -60,6 +60,12 @@ class Cluster:
                 f'hostname h{i} && exec "$@"', "sh", *argv]
 
     def up(self) -> None:
+        self.network()
+        self.slurm()
+
+    def network(self) -> None:
+        """The namespaces, the bridge and each node's address and hostname: the cluster without Slurm (the Kubernetes
+        tests' stand-in runs its pods in these namespaces)."""
         for folder in ("etc", "state", "log", "run", "spool", "tmp"):
             (self.base / folder).mkdir(parents=True, exist_ok=True)
         switch = f"{self.prefix}-sw"
@@ -82,6 +88,9 @@ class Cluster:
             _run(["ip", "-n", self.ns(i), "link", "set", "eth0", "up"])
             (self.base / "spool" / f"h{i}").mkdir(exist_ok=True)
             (self.base / "tmp" / f"h{i}").mkdir(exist_ok=True)
+
+    def slurm(self) -> None:
+        """slurmctld on h0 and a slurmd on every other node, with munge: until every node is idle."""
         last = self.size - 1
         nodes = "\n".join(f"NodeName=h{i} NodeHostname=h{i} NodeAddr={self.address(i)} CPUs=16 RealMemory=1000 "
                           f"Gres=gpu:8 State=UNKNOWN" for i in range(1, self.size))

@@ -276,6 +276,7 @@ class Kubernetes:
         digest the kubelet ran (imageID)."""
         facts: list[tuple[str, str]] = []
         for line in stderr.splitlines():
-            if line.startswith("gpuaccept-pod "):
-                facts += [tuple(word.split("=", 1)) for word in line.split()[1:] if "=" in word]  # type: ignore[misc]
+            words = line.split("] ", 1)[-1].split()  # after the launcher's `[   1.2 s] ` time
+            if words[:1] == ["gpuaccept-pod"]:
+                facts += [tuple(word.split("=", 1)) for word in words[1:] if "=" in word]  # type: ignore[misc]
         return tuple(facts)

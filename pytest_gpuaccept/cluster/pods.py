@@ -45,8 +45,12 @@ class LaunchError(Exception):
     """Why the launch has nothing to pass on."""
 
 
+STARTED = time.monotonic()
+
+
 def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """One line of what the launcher did, on stderr, with the seconds since it started."""
+    print(f"[{time.monotonic() - STARTED:7.1f} s] {line}", file=sys.stderr, flush=True)
 
 
 def _last(text: str) -> str:
@@ -163,7 +167,7 @@ class Launch:
         container: dict[str, Any] = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER),
                                          {})
         image_id = str(container.get("imageID") or "")
-        say(f"gpuaccept-pod pod={name} node={spec.get('nodeName')} host_ip={status.get('hostIP')} "
+        say(f"gpuaccept-pod pod={name} pod_node={spec.get('nodeName')} host_ip={status.get('hostIP')} "
             f"image={container.get('image') or self.keys.image} image_id={image_id or '(none)'}")
         if spec.get("nodeName") != node:
             return f"pod {name} ran on {spec.get('nodeName')}, not on {node}"
