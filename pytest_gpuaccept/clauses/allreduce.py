@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import schema
 from ..measurements import AllReduceRuns, GpuModels, HostReading
 from ..models import PCIE_X16_GBYTE_S, fraction_note
-from ..probes import nccl_tests, option_value
+from ..probes import nccl_tests, nvidia_smi, option_value
 from ..probes._run import parse_run
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
 from ..probes.sysfs import pci_address, pci_name
@@ -278,7 +278,8 @@ def gpuaccept_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract, gp
     """Every all_reduce run the contract asks for (`repeats`), parsed; `tool` names what measured.
 
     nccl-tests' all_reduce_perf by default; PyTorch distributed only where the contract says `tool: torch`.
-    The NVLink error counters are read before it starts (gpuaccept_nvlink_counters_before), where asked.
+    Where nvlink.errors_stable asks, the NVLink error counters are read right before the first run
+    (gpuaccept_nvlink_counters_before) and right after the last: nvlink.errors compares them across this load only.
     """
     runner = gpuaccept_state.runner
     section = SECTION.of(gpuaccept_contract)
@@ -291,6 +292,8 @@ def gpuaccept_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract, gp
         else:
             run = nccl_tests.run_all_reduce(runner, args, repeat)
         readings.append(parse_run(run, nccl_tests.parse_all_reduce))
+    if gpuaccept_nvlink_counters_before:
+        nvidia_smi.run_nvlink_errors(runner, "after")
     tool = "PyTorch distributed (NCCL backend), not nccl-tests" if section.tool == "torch" else "nccl-tests"
     return AllReduceRuns(tuple(readings), tool, tuple(gpu.name for gpu in gpuaccept_host.host.gpus), gpuaccept_models,
                          gpuaccept_host.host, plausible.read_paths(gpuaccept_state, gpuaccept_models))

@@ -288,8 +288,8 @@ def gpuaccept_nvlink_links(gpuaccept_nvlink_status: Reading[LinkStatus], gpuacce
 
 
 def gpuaccept_nvlink_counters_before(gpuaccept_state: State, gpuaccept_contract: Contract) -> bool:
-    """The NVLink error counters before the all_reduce load, where nvlink.errors_stable asks: the all_reduce
-    measurement reads this first, whichever of the two runs first. Whether they were read."""
+    """The NVLink error counters right before the all_reduce load, where nvlink.errors_stable asks: the all_reduce
+    measurement reads this first, and the counters `after` as its last run ends. Whether they were read."""
     section = SECTION.get(gpuaccept_contract)
     if section is None or not section.errors_stable:
         return False
@@ -298,8 +298,8 @@ def gpuaccept_nvlink_counters_before(gpuaccept_state: State, gpuaccept_contract:
 
 
 def gpuaccept_nvlink_errors(gpuaccept_state: State, gpuaccept_allreduce: AllReduceRuns) -> NvlinkErrorReadings:
-    """NVLink error counters read before and after the all_reduce load (which runs once per run)."""
-    runner = gpuaccept_state.runner  # `before` was read as the all_reduce measurement began
+    """NVLink error counters read right before and right after the all_reduce load (which runs once per run)."""
+    runner = gpuaccept_state.runner  # both read by the all_reduce measurement, around its runs: recalled here
     return NvlinkErrorReadings(nvidia_smi.read_nvlink_errors(runner, "before"),
                                nvidia_smi.read_nvlink_errors(runner, "after"))
 
