@@ -301,6 +301,16 @@ def test_an_all_good_cluster_is_accepted_with_every_node_pair_and_the_whole_clus
     verified = subprocess.run([sys.executable, "-m", "pytest_gpuaccept", "verify", str(tmp_path / "run")],
                               capture_output=True, text=True)
     assert verified.returncode == 0, verified.stdout
+    # The cluster's bundle replays without the cluster (no kubectl called): the same verdict from the same evidence.
+    calls = len(standin.calls())
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    (replay / "cluster.yaml").write_text(CONTRACT)
+    done = subprocess.run([sys.executable, "-m", "pytest", "--contract=cluster.yaml", f"--gpuaccept-replay={tmp_path / 'run'}",
+                           "-p", "no:cacheprovider", "-q"], cwd=replay, capture_output=True, text=True, timeout=180)
+    replayed = json.loads((replay / "gpuaccept-results.json").read_text())
+    assert done.returncode == 0 and replayed["mode"] == "replay" and replayed["verdict"] == "accepted", done.stdout[-3000:]
+    assert len(replayed["checks"]) == len(results["checks"]) and len(standin.calls()) == calls
 
 
 def test_a_slow_node_fails_its_pairs_and_is_named(nodes, world, tmp_path):
