@@ -143,7 +143,8 @@ def test_a_nodes_run_reads_the_hosts_sys_where_its_pod_mounts_it():
 
 
 @pytest.mark.parametrize("change, problem", [
-    (("engine: kubernetes", "engine: slurm"), "cluster.nodes: only for engine: kubernetes"),
+    (("engine: kubernetes", "engine: slurm"), "cluster.nodes: a selector is only for engine: kubernetes (Slurm and "
+                                              "mpirun take node names)"),
     (("engine: kubernetes", "engine: slurm"), "cluster.kubernetes: only for engine: kubernetes"),
     ((SELECTOR, "nvidia.com/gpu.product"), "cluster.nodes: selector: expected key=value or key!=value, got "
                                            "'nvidia.com/gpu.product'"),

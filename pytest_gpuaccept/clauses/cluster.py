@@ -175,8 +175,10 @@ TORCH_OPTIONS = ("-n", "-w")
 def _kubernetes_problems(section: ClusterSection) -> list[tuple[str, str]]:
     """The keys only one engine reads, and what the Kubernetes engine does not measure (yet)."""
     if section.engine != "kubernetes":
-        return [(key, "only for engine: kubernetes") for key, given in
-                (("cluster.kubernetes", section.kubernetes), ("cluster.nodes", section.selector)) if given is not None]
+        return [(key, why) for key, given, why in (
+            ("cluster.kubernetes", section.kubernetes, "only for engine: kubernetes"),
+            ("cluster.nodes", section.selector, "a selector is only for engine: kubernetes (Slurm and mpirun take node "
+                                                "names)")) if given is not None]
     problems = []
     if section.links is not None:
         problems.append(("cluster.links", "not measured through engine: kubernetes by this version yet: remove it (a "
