@@ -161,6 +161,31 @@ def test_a_contract_mistake_in_the_kubernetes_keys_is_named(change, problem):
     assert any(problem in line for line in caught.value.problems), caught.value.problems
 
 
+def launcher(standin: StandIn, *args: str) -> subprocess.CompletedProcess[str]:
+    """The engine's launcher as the tool runner starts it for a node's run (a clean environment but KUBECONFIG)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "KUBECONFIG": str(standin.kubeconfig)}
+    return subprocess.run([sys.executable, "-m", "pytest_gpuaccept.cluster.pods", "--kubectl", str(standin.bin / "kubectl"),
+                           "--context", "trial", "--namespace", "gpuaccept", "--run", "ga-000000000001",
+                           "--deadline-s", "60", "--port", "29511", "--node=h1", *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_a_pod_whose_image_cannot_be_pulled_fails_its_node_at_once_and_is_deleted(tmp_path):
+    standin = StandIn(tmp_path / "k8s")
+    standin.set_nodes([gpu_node("h1", "10.0.0.2")])
+    standin.set_runtime({"h1": {"netns": "/nonexistent", "hostname": "h1", "address": "10.0.0.2"}}, {})
+    done = launcher(standin, "--image", IMAGE, "--", "python3", "-m", "pytest_gpuaccept", "node-run")
+    assert done.returncode == 1 and done.stdout == ""  # nothing passed on
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (f"gpuaccept pods: pod gpuaccept-ga-000000000001-0 on h1: Pending (ErrImagePull): "
+                                      f"failed to pull {IMAGE}: not found")
+    assert standin.pods() == [] and [c["argv"][4] for c in standin.calls()] == ["get", "apply", "get", "logs", "delete", "get"]
+    unset = launcher(standin, "--", "python3", "-m", "pytest_gpuaccept", "node-run")
+    assert unset.returncode == 2 and unset.stderr.rstrip().endswith(
+        "gpuaccept pods: nothing to launch: cluster.kubernetes.image is not set (the image the pods run, with "
+        "pytest-gpuaccept and the tools)")
+
+
 # ------------------------------------------------------------------ the doctor on a login machine with a kubeconfig
 
 

@@ -48,9 +48,13 @@ class LaunchError(Exception):
 STARTED = time.monotonic()
 
 
-def say(line: str) -> None:
-    """One line of what the launcher did, on stderr, with the seconds since it started."""
-    print(f"[{time.monotonic() - STARTED:7.1f} s] {line}", file=sys.stderr, flush=True)
+def say(line: str, stamp: bool = True) -> None:
+    """One line of what the launcher did, on stderr, with the seconds since it started. Where no one reads it any more
+    (the run that started it was killed), the launch goes on without it, and still deletes its pods."""
+    try:
+        print(f"[{time.monotonic() - STARTED:7.1f} s] {line}" if stamp else line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _last(text: str) -> str:
@@ -230,10 +234,11 @@ def _raise_if_failed(name: str, pod: dict[str, Any]) -> None:
     phase = status.get("phase")
     waiting = [(c.get("state") or {}).get("waiting", {}).get("reason") for c in status.get("containerStatuses") or []]
     if phase in ("Failed", "Unknown") or any(w in STUCK for w in waiting):
-        terminated = [(c.get("state") or {}).get("terminated") or {} for c in status.get("containerStatuses") or []]
-        codes = ", ".join(f"exit code {t['exitCode']}" for t in terminated if "exitCode" in t)
+        states = [c.get("state") or {} for c in status.get("containerStatuses") or []]
+        said = [f"exit code {s['terminated']['exitCode']}" for s in states if "exitCode" in (s.get("terminated") or {})]
+        said += [str(s["waiting"]["message"]) for s in states if (s.get("waiting") or {}).get("message")]
         raise LaunchError(f"pod {name} on {(pod.get('spec') or {}).get('nodeName')}: {_where(pod)}"
-                          + (f", {codes}" if codes else ""))
+                          + (f": {'; '.join(said)}" if said else ""))
 
 
 def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -261,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not args.image or not command:
-        say("gpuaccept pods: nothing to launch: " + ("cluster.kubernetes.image is not set (the image the pods run, with "
-                                                     "pytest-gpuaccept and the tools)" if command else "no command"))
+        missing = "cluster.kubernetes.image is not set (the image the pods run, with pytest-gpuaccept and the tools)" \
+            if command else "no command"
+        say(f"gpuaccept pods: nothing to launch: {missing}", stamp=False)
         return 2
     keys = KubernetesKeys(args.context, args.namespace, args.image, args.privileged, args.port)
     kubectl = [args.kubectl, *(["--context", args.context] if args.context else []),
@@ -283,10 +289,13 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signum, signal.SIG_IGN)  # the delete is not to be cut short
         launch.delete(stopped=code == 130)
     if problem is not None:
-        say(f"gpuaccept pods: {problem}")  # the last line: what the node's check quotes
+        say(f"gpuaccept pods: {problem}", stamp=False)  # the last line: what the node's check quotes
         return code
-    sys.stdout.write(output)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(output)
+        sys.stdout.flush()
+    except OSError:
+        return 1  # no one to pass the output on to
     return 0
 
 
