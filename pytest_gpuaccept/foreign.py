@@ -256,6 +256,8 @@ class Files:
         return None
 
     def _vouch(self, path: str) -> tuple[str | None, str] | None:
+        if path.startswith(self.own):
+            return f"{OWN_DISTRIBUTION} (editable)", ""
         in_stdlib = path.startswith(self.stdlib) and not _installed_folder(path)
         listed = self.recorded(path) if not in_stdlib else None  # no RECORD vouches for the standard library
         if listed is not None:
@@ -264,8 +266,6 @@ class Files:
                 return owner, ""
             return (None, f"changed since {owner} was installed (not the SHA-256 its RECORD lists)") if recorded \
                 else (None, f"{owner}'s RECORD lists it without a SHA-256")
-        if path.startswith(self.own):
-            return f"{OWN_DISTRIBUTION} (editable)", ""
         if path.startswith(self.dpkg_folders):
             md5, package = self.dpkg().get(path, ("", ""))
             if md5:
