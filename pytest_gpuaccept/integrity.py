@@ -1,9 +1,10 @@
 """Foreign code cannot judge: find code of this package replaced at run time, and list what else was loaded.
 
 Conftest files are not loaded when the shipped suites run (the plugin sets --noconftest), and judges
-are bound in the clause definitions at import. What remains possible, a plugin replacing a function or
-method of this package, or one of its fixtures, is found here and rejects the run; every plugin and
-conftest that was loaded is listed with its SHA-256 so that a reader of the report can tell.
+are bound in the clause definitions at import. Every way other code gets into the process (plugins, hooks,
+.pth files, sitecustomize, every module's file) is audited by foreign.py; what this module adds is a plugin
+replacing a function or method of this package, or one of its fixtures, which is found here and rejects the
+run; every plugin and conftest that was loaded is listed with its SHA-256 so that a reader of the report can tell.
 """
 
 from __future__ import annotations

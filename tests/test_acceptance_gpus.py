@@ -5,7 +5,7 @@
 
 
 import pytest
-from conftest import DATA, nvml_recording, pci_tree, staged_recording
+from conftest import DATA, nvml_recording, pci_tree, run_pytest, staged_recording
 
 H100_8 = """\
 gpuaccept: 1
@@ -238,8 +238,7 @@ def test_a_contract_runs_from_any_directory(pytester, fake_tools, tmp_path):
     contract = tmp_path / "elsewhere" / "vendor.yaml"
     contract.parent.mkdir()
     contract.write_text(H100_8)
-    result = pytester.runpytest_subprocess(f"--contract={contract}", nvml_recording("h100_sxm5_8gpu.json"),
-                                           pci_tree(tmp_path / "sys"))
+    result = run_pytest(pytester, [f"--contract={contract}", nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys")])
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*gpuaccept: ACCEPTED*55 passed, 0 failed, 0 not measured*"])
 
