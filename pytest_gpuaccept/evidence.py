@@ -41,6 +41,15 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def sha256_path(path: Path) -> str:
+    """A file's SHA-256, read a megabyte at a time (a burn-in's stream of a day is hundreds of megabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def files_under(folder: Path) -> list[str]:
     """The files under `folder` as relative POSIX paths, in the order sorted(folder.rglob("*")) lists them (by
     their parts), each one that Path.is_file() is true of: a link to a file counts, a link to a folder is not
@@ -126,6 +135,11 @@ class Evidence:
         self.claim(name).write_bytes(data)
         self._seal_digest(name, sha256_bytes(data))
 
+    def seal_digest(self, name: str, sha: str) -> str:
+        """Seal a file written in pieces as it was written (a burn-in's stream): `sha` is the SHA-256 of the bytes
+        the run wrote, taken as it wrote them, never of the file read back."""
+        return self._seal_digest(name, sha)
+
     def write_json(self, name: str, data: Any) -> None:
         """Write `data` as compact JSON and seal it; it is read back only as those sealed bytes (`read`)."""
         self.write(name, json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
@@ -207,7 +221,7 @@ class Evidence:
                 continue
             if relative not in sealed:
                 problems.append(f"{relative}: not written by this run")
-            elif sha256_bytes((self.folder / relative).read_bytes()) not in sealed[relative]:
+            elif sha256_path(self.folder / relative) not in sealed[relative]:
                 problems.append(f"{relative}: changed after it was captured")
         problems += [f"{name}: removed after it was captured" for name in sorted(sealed)
                      if not (self.folder / name).is_file()]

@@ -107,14 +107,14 @@ def _journal_unseen(run: ToolRun) -> str | None:
     return None
 
 
-def read_xids(runner: ToolRunner) -> tuple[Reading[KernelLog], tuple[str, ...]]:
+def read_xids(runner: ToolRunner, after: str = "load") -> tuple[Reading[KernelLog], tuple[str, ...]]:
     """`dmesg` (needs root, or kernel.dmesg_restrict=0); where it cannot be read, `journalctl -k -o
     short-monotonic` (the systemd-journal and adm groups may read it). Neither readable: no value, both reasons.
-    Returned with the evidence of every run tried."""
-    dmesg = parse_run(runner.run(TOOL, [], 60.0, key="dmesg_after_load"), parse_xids)
+    Returned with the evidence of every run tried. `after` names the load it follows (each load reads its own)."""
+    dmesg = parse_run(runner.run(TOOL, [], 60.0, key=f"dmesg_after_{after}"), parse_xids)
     if dmesg.value is not None:
         return dmesg, dmesg.evidence
-    run = runner.run(JOURNAL, list(JOURNAL_ARGS), 60.0, key="journalctl_kernel_after_load")
+    run = runner.run(JOURNAL, list(JOURNAL_ARGS), 60.0, key=f"journalctl_kernel_after_{after}")
     unseen = _journal_unseen(run)
     journal = Reading(run, None, unseen) if unseen else parse_run(run, parse_journal_xids)
     tried = (*dmesg.evidence, *journal.evidence)

@@ -112,7 +112,9 @@ def read_cuda_devices(timeout_s: float = 60.0) -> dict[str, Any]:
     return result
 
 
-PROGRESS_EVERY_S = 10.0
+PROGRESS_EVERY_S = 10.0  # a progress line this often; every LONG_PROGRESS_S for a load longer than LONG_LOAD_S
+LONG_LOAD_S = 600.0
+LONG_PROGRESS_S = 60.0
 RECORDED_SAMPLES = "utilisation"  # the key of the sample series in a recording (docs/nvml-recording.md)
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
 
@@ -245,7 +247,8 @@ def _or_none(call: Any, *args: Any) -> Any:
 def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any,
                 progress: Callable[[float, float | None], None] | None = None) -> dict[str, Any]:
     """Sample every GPU each `interval_s` for `duration_s` (or until `stop` is set); a plain-data recording.
-    `progress(elapsed_s, lowest utilisation in the last sample)` is told every 10 s."""
+    `progress(elapsed_s, lowest utilisation in the last sample)` is told every 10 s (every minute for a load of
+    more than ten minutes)."""
     import pynvml
 
     try:
@@ -254,8 +257,7 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any,
         return {"error": f"NVML could not start, no NVIDIA driver here? ({type(exc).__name__}: {exc})"}
     try:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(min(count, pynvml.nvmlDeviceGetCount()))]
-        reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons = _reasons_call(pynvml)
         series: list[list[list[Any]]] = [[] for _ in handles]
         lost: list[dict[str, Any] | None] = [None for _ in handles]
         events, xid = _xid_listener(pynvml, handles)
@@ -267,24 +269,10 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any,
                 if lost[n] is not None:
                     continue
                 try:
-                    util = pynvml.nvmlDeviceGetUtilizationRates(handle)
-                except pynvml.NVMLError_NotSupported:
-                    util = None
+                    series[n].append(_sample_row(pynvml, handle, reasons, round(tick - start, 3)))
                 except pynvml.NVMLError as exc:  # GPU is lost, fell off the bus, unknown: it stops answering
                     lost[n] = {"t_s": round(tick - start, 3), "error": f"{type(exc).__name__}: {exc}"}
-                    continue
-                power = _or_none(pynvml.nvmlDeviceGetPowerUsage, handle)
-                series[n].append([
-                    round(tick - start, 3), util.gpu if util is not None else None,
-                    _or_none(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
-                    round(power / 1000.0, 1) if power is not None else None,
-                    _or_none(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
-                    _or_none(reasons, handle),
-                    _or_none(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-                    _or_none(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-                    _watts(_or_none(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
-                ])
-            if progress is not None and tick - told >= PROGRESS_EVERY_S:
+            if progress is not None and tick - told >= progress_every_s(duration_s):
                 told = tick
                 latest = [row[-1][1] for row in series if row and row[-1][1] is not None]
                 progress(tick - start, min(latest) if latest else None)
@@ -301,6 +289,130 @@ def sample_gpus(count: int, interval_s: float, duration_s: float, stop: Any,
         return {"error": f"NVML read failed: {type(exc).__name__}: {exc}"}
     finally:
         pynvml.nvmlShutdown()
+
+
+# The burn-in's stream (docs/nvml-recording.md): a header, then each sample, counter reading, Xid event and lost GPU as
+# it is taken, handed on at once and never kept here; the last record says the sampling ended.
+STREAM_FORMAT = "gpuaccept-burnin"
+COUNTERS_EVERY_S = 10.0  # ECC, row remapping and NVLink error counters read this often
+NVLINK_ERRORS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")  # NVML_NVLINK_ERROR_DL_*, 0 to 4
+Emit = Callable[[Any], None]
+
+
+def stream_gpus(count: int, interval_s: float, duration_s: float, stop: Any, emit: Emit) -> None:
+    """Sample every GPU each `interval_s` for `duration_s` (or until `stop` is set), handing each record to `emit`
+    as it is taken: the header (each GPU's slowdown temperature and active NVLinks), `[gpu, *SAMPLE_FIELDS]` rows,
+    the error counters every COUNTERS_EVERY_S, Xid events, a GPU that stopped answering, and `{"end": true}`.
+    Nothing is kept here, so the memory it takes does not grow with the duration."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        emit({"error": f"NVML could not start, no NVIDIA driver here? ({type(exc).__name__}: {exc})"})
+        return
+    events = None
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(min(count, pynvml.nvmlDeviceGetCount()))]
+        events, xid = _xid_listener(pynvml, handles)
+        links = [[link["link"] for link in _nvlinks(pynvml, handle)[0] if link["active"]] for handle in handles]
+        emit({"stream": STREAM_FORMAT, "interval_s": interval_s, "fields": list(SAMPLE_FIELDS),
+              "counters_every_s": COUNTERS_EVERY_S, "nvlink_error_kinds": list(NVLINK_ERRORS),
+              "gpus": [{"index": n, "slowdown_temp_c": _or_none(pynvml.nvmlDeviceGetTemperatureThreshold, handle,
+                                                                 pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+                        "nvlinks": links[n], **({"xid_error": xid[n]["error"]} if "error" in xid[n] else {})}
+                       for n, handle in enumerate(handles)]})
+        ended = _stream_loop(pynvml, handles, links, events, interval_s, duration_s, stop, emit)
+        emit({"end": True, "t_s": ended})
+    except pynvml.NVMLError as exc:
+        emit({"error": f"NVML read failed: {type(exc).__name__}: {exc}"})
+    finally:
+        if events is not None:
+            _or_none(pynvml.nvmlEventSetFree, events)
+        pynvml.nvmlShutdown()
+
+
+def _stream_loop(pynvml: Any, handles: list[Any], links: list[list[int]], events: Any, interval_s: float,
+                 duration_s: float, stop: Any, emit: Emit) -> float:
+    """stream_gpus' sampling, until the duration is over or `stop` is set; the time it ended at (s)."""
+    reasons = _reasons_call(pynvml)
+    lost = [False] * len(handles)
+    start = time.monotonic()
+    counted = start - COUNTERS_EVERY_S
+    while not stop.is_set() and time.monotonic() - start < duration_s:
+        tick = time.monotonic()
+        t_s = round(tick - start, 3)
+        for event in _waiting_xids(pynvml, events, t_s):
+            emit({"t_s": t_s, "gpu": event["gpu_index"], "xid": event["xid"]})
+        if tick - counted >= COUNTERS_EVERY_S:
+            counted = tick
+            for n, handle in enumerate(handles):
+                if not lost[n]:
+                    emit({"t_s": t_s, "gpu": n, **_counters(pynvml, handle, links[n])})
+        for n, handle in enumerate(handles):
+            if lost[n]:
+                continue
+            try:
+                emit([n, *_sample_row(pynvml, handle, reasons, t_s)])
+            except pynvml.NVMLError as exc:  # GPU is lost, fell off the bus, unknown: it stops answering
+                lost[n] = True
+                emit({"t_s": t_s, "gpu": n, "lost": f"{type(exc).__name__}: {exc}"})
+        stop.wait(max(0.0, interval_s - (time.monotonic() - tick)))
+    t_s = round(time.monotonic() - start, 3)
+    for event in _waiting_xids(pynvml, events, t_s):
+        emit({"t_s": t_s, "gpu": event["gpu_index"], "xid": event["xid"]})
+    for n, handle in enumerate(handles):
+        if not lost[n]:
+            emit({"t_s": t_s, "gpu": n, **_counters(pynvml, handle, links[n])})
+    return t_s
+
+
+def _counters(pynvml: Any, handle: Any, links: list[int]) -> dict[str, Any]:
+    """The error counters a burn-in watches grow: volatile ECC errors (corrected, uncorrected), remapped rows
+    (correctable, uncorrectable, pending, failure) and each NVLink error counter summed over the active links; a
+    counter the GPU does not support is null."""
+    ecc = [_or_none(pynvml.nvmlDeviceGetTotalEccErrors, handle, kind, pynvml.NVML_VOLATILE_ECC)
+           for kind in (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)]
+    remapped = _or_none(pynvml.nvmlDeviceGetRemappedRows, handle)
+    nvlink: list[int | None] | None = None
+    if links:
+        nvlink = []
+        for kind in range(len(NVLINK_ERRORS)):
+            values = [_or_none(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, kind) for link in links]
+            read = [int(v) for v in values if v is not None]
+            nvlink.append(sum(read) if read else None)
+    return {"ecc": None if ecc == [None, None] else ecc,
+            "remapped_rows": None if remapped is None else [int(v) for v in remapped], "nvlink_errors": nvlink}
+
+
+def progress_every_s(duration_s: float) -> float:
+    """How often a load of `duration_s` says how it goes: every 10 s, every minute for a load over ten minutes."""
+    return LONG_PROGRESS_S if duration_s > LONG_LOAD_S else PROGRESS_EVERY_S
+
+
+def _reasons_call(pynvml: Any) -> Any:
+    """NVML's clock event reasons call (its older name on older bindings)."""
+    return getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+
+
+def _sample_row(pynvml: Any, handle: Any, reasons: Any, t_s: float) -> list[Any]:
+    """One row of SAMPLE_FIELDS; any NVML error reading the utilisation but NotSupported is raised: the GPU stopped
+    answering (lost, fell off the bus)."""
+    try:
+        util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+    except pynvml.NVMLError_NotSupported:
+        util = None
+    power = _or_none(pynvml.nvmlDeviceGetPowerUsage, handle)
+    return [
+        t_s, util.gpu if util is not None else None,
+        _or_none(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
+        round(power / 1000.0, 1) if power is not None else None,
+        _or_none(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
+        _or_none(reasons, handle),
+        _or_none(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+        _or_none(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        _watts(_or_none(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
+    ]
 
 
 def _watts(milliwatts: int | None) -> float | None:
@@ -324,17 +436,26 @@ def _xid_listener(pynvml: Any, handles: list[Any]) -> tuple[Any, list[dict[str, 
 
 
 def _drain_xid(pynvml: Any, events: Any, xid: list[dict[str, Any]], t_s: float) -> None:
-    """Every Xid event waiting in the set, without waiting for more."""
+    """Every Xid event waiting in the set, without waiting for more, added to its GPU's (GPU0's where NVML gives
+    no index)."""
+    for event in _waiting_xids(pynvml, events, t_s):
+        index = event["gpu_index"]
+        target = xid[index] if isinstance(index, int) and 0 <= index < len(xid) else xid[0]
+        target.setdefault("events", []).append(event)
+
+
+def _waiting_xids(pynvml: Any, events: Any, t_s: float) -> list[dict[str, Any]]:
+    """The Xid events waiting in the set (at most 1000 at a time), without waiting for more."""
+    found: list[dict[str, Any]] = []
     if events is None:
-        return
+        return found
     for _ in range(1000):
         try:
             event = pynvml.nvmlEventSetWait_v2(events, 0)
         except pynvml.NVMLError:  # Timeout: nothing waiting
-            return
-        index = _or_none(pynvml.nvmlDeviceGetIndex, event.device)
-        target = xid[index] if isinstance(index, int) and 0 <= index < len(xid) else xid[0]
-        target.setdefault("events", []).append({"t_s": t_s, "xid": int(event.eventData), "gpu_index": index})
+            break
+        found.append({"t_s": t_s, "xid": int(event.eventData), "gpu_index": _or_none(pynvml.nvmlDeviceGetIndex, event.device)})
+    return found
 
 
 def _health(pynvml: Any, handle: Any) -> dict[str, Any]:
