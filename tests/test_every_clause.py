@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from conftest import DATA, nccl_log, routed_nic
+from test_burnin import stream_lines
 from test_compute import as_gpus
 from test_dcgm import dcgm4_document
 from test_host_bandwidth import pci_tree
@@ -40,6 +41,7 @@ iperf3: {server: 10.0.0.2, min_throughput: "1.5 Gb/s", streams: 1, duration: "1 
 utilisation: {min_percent: 80, duration: "1.5 s", warmup: "1 s", workload: ["train-job"]}
 health: {ecc: true, row_remapping: true, throttle: true, pcie_gen: 5, pcie_width: 16, power_limit: default,
          max_remapped_rows: 0, xid: true, clocks: true}
+burnin: {duration: "2 min", workload: ["burn-job"], min_percent: 90}
 dcgm: {level: 1}
 """
 
@@ -97,6 +99,9 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     reading = json.loads(Path(nvml.split("=", 1)[1]).read_text())
     for gpu in reading["gpus"]:
         gpu["persistence_mode"] = 1  # as record-nvml reads it now (the recording predates the field)
+    (tmp_path / "burnin.jsonl").write_text("\n".join(stream_lines(2, gpus=4)) + "\n")  # constructed: test_burnin.py
+    reading["burnin"] = {"stream": str(tmp_path / "burnin.jsonl")}
+    fake_tools.add("burn-job", "burning\n", hang=30)
     Path(nvml.split("=", 1)[1]).write_text(json.dumps(reading))
     run = accept(CONTRACT.replace("/usr/bin/python3", str(fake_tools.bin_dir / "python")), nvml, sysfs)
     failing = [(c["clause"], c["subject"], c["message"]) for c in run.checks() if c["outcome"] != "passed"]
@@ -109,7 +114,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and eight health clauses per GPU: every check once.
     # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth, compute, form_factor and identity per GPU;
-    # host 4 x 2; persistence_mode per GPU; dcgm's level-1 software test per GPU.
-    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 9 + 4 + 4
+    # host 4 x 2; persistence_mode per GPU; dcgm's level-1 software test per GPU; seven burn-in clauses per GPU.
+    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 9 + 4 + 4 + 4 * 7
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))

@@ -11,14 +11,30 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..cluster import summary as cluster_summary
 from ..subjects import Subject
-from . import allreduce, cluster, compute, dcgm, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, shared, sources, utilisation
+from . import (
+    allreduce,
+    burnin,
+    cluster,
+    compute,
+    dcgm,
+    gpus,
+    host_bandwidth,
+    memory_bandwidth,
+    network,
+    nvlink,
+    p2p,
+    shared,
+    sources,
+    utilisation,
+)
 from .base import Clause, HostNames, Measure, ReportPart, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
 
 # Modules in the order of the format; within each, its sections and clauses in report order.
-_MODULES = (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, network, utilisation, dcgm, cluster)
+_MODULES = (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, network, utilisation, burnin, dcgm,
+            cluster)
 
 CLAUSES: tuple[Clause, ...] = tuple(clause for module in _MODULES for clause in module.CLAUSES)
 SECTIONS: tuple[Section[Any], ...] = tuple(dict.fromkeys(clause.section for clause in CLAUSES))

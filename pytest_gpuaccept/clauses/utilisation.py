@@ -468,27 +468,27 @@ _OLD_RECORDING = {"power_limit_constraints": "not in the recording (made before 
 TDP_FRACTION = 0.85  # a card whose limit (or, with NVML's constraints, maximum) is under this share of the TDP is capped
 
 
-def _kernel_pci(bus: str) -> str:
+def kernel_pci(bus: str) -> str:
     """NVML's `00000001:18:00.0` as the driver writes it in the kernel log: `0001:18:00` (the domain kept, no
     function)."""
     address = pci_address(bus)
     return pci_name(address[:3]) if address else ""
 
 
-def _kernel_source(kernel: Reading[KernelLog]) -> str:
+def kernel_source(kernel: Reading[KernelLog]) -> str:
     """`the kernel log`, naming journalctl where dmesg could not be read and the journal was."""
     argv = kernel.run.argv if kernel.run is not None else ()
     return "the kernel log (journalctl -k)" if argv and argv[0].endswith("journalctl") else "the kernel log"
 
 
-def _kernel_failure(v: Verdict, kernel: Reading[KernelLog], pci: str, window: tuple[float, float] | None) -> Check | None:
+def kernel_failure(v: Verdict, kernel: Reading[KernelLog], pci: str, window: tuple[float, float] | None) -> Check | None:
     """The failure the kernel log shows for the GPU at `pci` during the load, or None where it shows none.
 
     A line without a boot-clock time (printk.time=0, dmesg -T, the journal's wall clock) counts as inside the
     load; a GPU whose PCI address NVML does not give owns every line; an NVRM Xid line that cannot be read
     fails every GPU, quoted."""
     assert kernel.value is not None
-    log, source = kernel.value, _kernel_source(kernel)
+    log, source = kernel.value, kernel_source(kernel)
     if log.unreadable:
         shown = "; ".join(repr(line) for line in log.unreadable[:3])
         return v.failed(len(log.unreadable), f"NVML reported no Xid event, but {source} has {len(log.unreadable)} "
@@ -530,11 +530,11 @@ def judge_xid(section: Health, subject: Subject, m: LoadRun, contract: Contract)
                             unconfirmed="NVML's events alone: the kernel log here is not the recorded host's")
     if m.kernel.value is None:
         return v.not_measured(f"NVML reported no Xid event, but the kernel log cannot be read: {m.kernel.failure}")
-    pci = _kernel_pci(m.buses.get(subject.gpu, ""))
-    failed = _kernel_failure(v, m.kernel, pci, m.window)
+    pci = kernel_pci(m.buses.get(subject.gpu, ""))
+    failed = kernel_failure(v, m.kernel, pci, m.window)
     if failed is not None:
         return with_sources(failed, "NVML Xid events", "the kernel log")
-    return with_sources(v.passed(0, f"no Xid event during the load (NVML events); {_kernel_source(m.kernel)} agrees (no "
+    return with_sources(v.passed(0, f"no Xid event during the load (NVML events); {kernel_source(m.kernel)} agrees (no "
                                     f"NVRM Xid for PCI {pci or '(unknown)'} during the load)"), "NVML Xid events", "the kernel log")
 
 

@@ -32,6 +32,9 @@ class Model:
     nvswitch_ids: tuple[str, ...] = ()
     nvswitch_count: int | None = None
     nvswitch_nvls: bool = False
+    # The GPU temperature at which the GPU begins its hardware slowdown, where a source publishes it (burnin.temperature
+    # sets NVML's threshold beside it); None where the table has none, never guessed
+    slowdown_temp_c: float | None = None
 
     @property
     def has_nvlink(self) -> bool:
@@ -69,7 +72,8 @@ def by_device_id(device_id: str) -> Model | None:
                  entry["nvlink"].get("links", 0), entry["pcie_gen"], entry["tdp_w"],
                  tuple(sources[s] for s in entry["sources"]), entry.get("nvml_name", ""),
                  entry["nvlink"].get("bridge_gbyte_s"), entry.get("boost_clock_mhz"), tuple(entry.get("nvml_names", ())),
-                 tuple(switch.get("device_ids", ())), switch.get("count"), bool(switch.get("nvls", False)))
+                 tuple(switch.get("device_ids", ())), switch.get("count"), bool(switch.get("nvls", False)),
+                 entry.get("slowdown_temp_c"))
 
 
 # PCIe x16 bandwidth in one direction after line encoding, GB/s: what "x % of published" means for a host link.

@@ -1,0 +1,102 @@
+"""burnin: an 8-GPU load of an hour (or eight) replayed from a recorded NVML stream at the speed it can be read.
+
+The streams are built here, in the format `nvml.stream_gpus` writes (docs/nvml-recording.md, the burn-in stream):
+constructed, not captured on a GPU (no GPU machine was lent to this work). A header, a row per GPU every
+`interval` seconds, the error counters every 10 s, and the events a test stages: a throttle span, an Xid, an ECC
+error. The recording that names the stream is the real-shaped 8-GPU H100 one of tests/data/nvml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import DATA, pci_tree
+
+from pytest_gpuaccept.probes import nvml
+
+HEADER = {"stream": "gpuaccept-burnin", "counters_every_s": 10.0, "fields": list(nvml.SAMPLE_FIELDS),
+          "nvlink_error_kinds": list(nvml.NVLINK_ERRORS)}
+HW_SLOWDOWN, SW_POWER_CAP = 0x8, 0x4
+
+
+def stream_lines(minutes: float, interval: float = 1.0, gpus: int = 8, throttle=(), xids=(), ecc=(), end: bool = True):
+    """The records of a burn-in of `minutes`, one JSON line each: every GPU 99 % busy at 1980 MHz and 71 C from
+    t=2 s (idle before: the start-up), with `throttle` spans (gpu, start, end), `xids` (gpu, t, xid) and `ecc`
+    errors (gpu, t: the volatile uncorrected count becomes 1 then)."""
+    yield json.dumps({**HEADER, "interval_s": interval,
+                      "gpus": [{"index": i, "slowdown_temp_c": 87, "nvlinks": list(range(18))} for i in range(gpus)]})
+    steps = int(minutes * 60 / interval)
+    for n in range(steps):
+        t = round(n * interval, 3)
+        for gpu, at, xid in xids:
+            if at <= t < at + interval:
+                yield json.dumps({"t_s": t, "gpu": gpu, "xid": xid})
+        if n % max(1, int(10 / interval)) == 0:
+            for i in range(gpus):
+                uncorrected = int(any(g == i and t >= at for g, at in ecc))
+                yield json.dumps({"t_s": t, "gpu": i, "ecc": [0, uncorrected], "remapped_rows": [0, 0, 0, 0],
+                                  "nvlink_errors": [0, 0, 0, 0, 0]})
+        for i in range(gpus):
+            busy = t >= 2.0
+            bad = HW_SLOWDOWN if any(g == i and start <= t < stop for g, start, stop in throttle) else 0
+            yield json.dumps([i, t, 99 if busy else 0, 1980 if busy else 345, 690.5 if busy else 70.0, 71 if busy else 35,
+                              (SW_POWER_CAP if busy else 0x1) | bad, 5, 16, 700.0])
+    if end:
+        yield json.dumps({"end": True, "t_s": round(steps * interval, 3)})
+
+
+def recording(tmp_path: Path, stream: Path | str) -> str:
+    """The 8-GPU H100 recording, naming the burn-in stream beside it."""
+    reading = json.loads((DATA / "nvml" / "h100_sxm5_8gpu.json").read_text())
+    reading["burnin"] = {"stream": str(stream)}
+    path = tmp_path / "nvml-burnin.json"
+    path.write_text(json.dumps(reading))
+    return f"--gpuaccept-nvml={path}"
+
+
+def contract(duration: str = "60 min", extra: str = "") -> str:
+    return ("gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\n"
+            f"burnin:\n  duration: \"{duration}\"\n  workload: [\"burn-job\"]\n  max_throttle_s: 5\n  min_percent: 90\n{extra}")
+
+
+@pytest.fixture
+def burn_job(fake_tools):
+    fake_tools.add("burn-job", "step 1\n", sleep=600)
+    return fake_tools
+
+
+def write_stream(tmp_path: Path, lines) -> Path:
+    path = tmp_path / "burnin-stream.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_an_hour_of_eight_gpus_fails_each_staged_fault_with_its_time(accept, burn_job, tmp_path):
+    stream = write_stream(tmp_path, stream_lines(60, throttle=[(2, 300, 312)], xids=[(5, 2400, 79)], ecc=[(3, 1200)]))
+    run = accept(contract(), recording(tmp_path, stream))
+    failed = {(c["clause"], c["subject"]): c["message"] for c in run.checks() if c["outcome"] != "passed"}
+    assert failed == {
+        ("burnin.throttle", "GPU2"): "GPU2: 1 span(s) longer than 5 s, the first at t=300.0 s (5.0 min) lasting 12 s "
+                                     "(hw_slowdown); the longest 12 s at t=300.0 s (5.0 min); 1 span(s), 12 s throttled in all",
+        ("burnin.xid", "GPU5"): "GPU5: 1 Xid event(s) during the burn-in (NVML): Xid 79 at t=2400.0 s (40.0 min)",
+        ("burnin.ecc", "GPU3"): "GPU3: new ECC errors: uncorrected 0 -> 1, first seen at t=1200.0 s (20.0 min)",
+    }
+    assert run.json["verdict"] == "rejected" and run.json["complete"] is True
+    util = [c for c in run.checks("burnin.utilisation")]
+    assert len(util) == 8 and util[0]["measured"] == 99
+    assert util[0]["details"]["startup"] == {"first_busy_s": 2.0}
+
+
+def test_a_clean_hour_is_accepted(accept, burn_job, tmp_path):
+    run = accept(contract(), recording(tmp_path, write_stream(tmp_path, stream_lines(60))))
+    assert run.json["verdict"] == "accepted", [c["message"] for c in run.checks() if c["outcome"] != "passed"]
+    assert {c["clause"] for c in run.checks()} >= {"burnin.utilisation", "burnin.clocks", "burnin.throttle",
+                                                    "burnin.temperature", "burnin.ecc", "burnin.nvlink", "burnin.xid"}
