@@ -221,6 +221,13 @@ def _append(folder: Path, name: str, entry: dict[str, Any]) -> None:
         handle.write(json.dumps(entry) + "\n")
 
 
+def _write(path: Path, text: str) -> None:
+    """Whole or not at all: a reader (the test, without the lock) never sees a record half written."""
+    part = path.with_name(f".{path.name}.part")
+    part.write_text(text)
+    os.replace(part, path)
+
+
 def _key(namespace: str, name: str) -> str:
     return f"{namespace}__{name}"
 
@@ -306,13 +313,13 @@ def _apply(folder: Path, ns: str, stdin: str) -> tuple[str, str, int]:
         pod = copy.deepcopy(item)
         pod["metadata"].update({"namespace": ns, "uid": f"pod-{time.time_ns()}", "creationTimestamp": _now()})
         pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
-        path.write_text(json.dumps(pod))
+        _write(path, json.dumps(pod))
         created.append(pod)
         supervisor = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--supervise", str(folder),
                                        _key(ns, name)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True)
         pod["metadata"].setdefault("annotations", {})["standin/supervisor"] = str(supervisor.pid)
-        path.write_text(json.dumps(pod))
+        _write(path, json.dumps(pod))
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": created, "metadata": {"resourceVersion": ""}}), "", 0
 
 
@@ -368,7 +375,7 @@ def _update(folder: Path, key: str, change: dict[str, Any]) -> dict[str, Any] | 
         pod = json.loads(path.read_text())
         pod["metadata"].setdefault("annotations", {}).update(change.pop("annotations", {}))
         pod["status"].update(change)
-        path.write_text(json.dumps(pod))
+        _write(path, json.dumps(pod))
         return pod
 
 
