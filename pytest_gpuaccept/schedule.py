@@ -74,6 +74,26 @@ def planned_seconds(slots: Sequence[Slot]) -> float:
     return sum(slot.seconds for slot in slots)
 
 
+def one_run(cases: Iterable[Sequence[str]]) -> tuple[str, ...]:
+    """What one process of a tool runs for every measurement that uses it (nvbandwidth: p2p, memory and host copies),
+    one CUDA start instead of one each: each measurement's testcases, in order, each once."""
+    return tuple(dict.fromkeys(case for group in cases for case in group))
+
+
+# The longest one GPU load serving GEMM, utilisation and health: the GEMM prints a line a second for each GPU, and a
+# tool's output is kept up to 8 MiB (probes/_run.py), about two hours of 8 GPUs; a longer load is a burn-in's.
+SHARED_LOAD_MAX_S = 3600.0
+
+
+def shared_load_s(gemm_s: float, load_s: float, builtin: bool) -> float | None:
+    """How long the one GPU load the GEMM, utilisation and health clauses read together runs: the longer of
+    compute.duration and utilisation.duration (the GEMM's figure from its own timing over the whole run, utilisation
+    and health from NVML over the contract's window of it). None where each needs a load of its own: the contract
+    names its own workload (that program is what utilisation judges), or the load would run past SHARED_LOAD_MAX_S."""
+    seconds = max(gemm_s, load_s)
+    return seconds if builtin and seconds <= SHARED_LOAD_MAX_S else None
+
+
 @dataclass(frozen=True, slots=True)
 class Bar:
     """One tool run on the time line: its key (the evidence's name for it), the tool, when it started after the

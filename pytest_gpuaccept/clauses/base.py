@@ -173,10 +173,19 @@ class ReportPart:
     """A section's (or engine's) own part of the report, besides a row per check, listed in the registry's
     REPORT_PARTS: `render` draws it from the run's checks (a heat map, a grid; "" when it has nothing to draw);
     `gather`, where checks stand for other runs (a cluster's nodes), merges those runs' checks in from the sealed
-    evidence and gives the results' `hosts` (None where it gathered nothing)."""
+    evidence and gives the results' `hosts` (None where it gathered nothing). A part drawn from the run's own records
+    rather than its checks (the schedule of its tool runs) has a `key`: `record` reads it from the sealed evidence as
+    the run is judged, the results carry it under that key, and `draw` draws it from there."""
 
     render: Callable[[Sequence[Check]], str]
     gather: Callable[[list[Check], Evidence], tuple[list[Check], list[dict[str, Any]] | None]] | None = None
+    key: str = ""
+    record: Callable[[Evidence], Any] | None = None
+    draw: Callable[[Any], str] | None = None
+
+    def drawn(self, records: Mapping[str, Any]) -> str:
+        """This part's drawing of what it recorded of the run ("" for a part drawn from checks alone)."""
+        return self.draw(records.get(self.key)) if self.draw is not None else ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: one record per clause

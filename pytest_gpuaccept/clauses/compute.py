@@ -128,19 +128,28 @@ def judge(section: Compute, subject: Subject, m: GemmLoad, contract: Contract) -
                         unconfirmed=f"no published dense {section.dtype} peak to bound the figure with")
 
 
-def gpuaccept_gemm(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> GemmLoad:
-    """Dense GEMM on every GPU at once for the contract's duration, NVML sampling beside it (once per run)."""
-    section = SECTION.of(gpuaccept_contract)
-    count = gpu_count(gpuaccept_contract)
-    seconds = section.duration.seconds
+def gpuaccept_gemm(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+                   gpuaccept_gpu_load: GemmLoad | None) -> GemmLoad:
+    """Dense GEMM on every GPU at once for the contract's duration, NVML sampling beside it (once per run); the one
+    GPU load utilisation and health read too, where it is shared (gpuaccept_gpu_load, clauses/together.py)."""
+    if gpuaccept_gpu_load is not None:
+        return gpuaccept_gpu_load
+    seconds = SECTION.of(gpuaccept_contract).duration.seconds
+    return gemm_load(gpuaccept_state, gpuaccept_contract, gpuaccept_models, seconds, "nvml-samples-gemm.json")
+
+
+def gemm_load(state: State, contract: Contract, models: GpuModels, seconds: float, samples_file: str) -> GemmLoad:
+    """The GEMM in the contract's dtype and size on every GPU for `seconds`, NVML sampling it into `samples_file`
+    until it ends by itself (or 120 s past its duration, past any start-up)."""
+    section = SECTION.of(contract)
+    count = gpu_count(contract)
     command = Command("python", ("-m", gemm.MODULE, "--gpus", str(count), "--dtype", section.dtype, "--n", str(section.n),
                                  "--duration", f"{seconds:g}"), key="gemm_torch")
-    # The program ends by itself after `duration`; sampling stops with it (or 120 s later, past any start-up).
-    load = under_load(gpuaccept_state, command, seconds + 120.0, count, "nvml-samples-gemm.json", seconds)
+    load = under_load(state, command, seconds + 120.0, count, samples_file, seconds, models)
     reading = parse_run(load.run, gemm.parse_gemm) if load.run is not None else None
     if reading is None:
         reading = Reading(None, None, load.failure or "the GEMM did not run")
-    return GemmLoad(reading, load, gpuaccept_models)
+    return GemmLoad(reading, load, models)
 
 
 CLAUSE = Clause("compute", SECTION, "test_compute", PerGpu(), gpuaccept_gemm, judge,

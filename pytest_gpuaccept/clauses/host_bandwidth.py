@@ -26,6 +26,7 @@ from .base import Clause, PerGpuAspect, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..probes._run import ToolRunner
     from ..probes.nvbandwidth import NvBandwidth
     from ..probes.torch_hostbw import HostBw
     from ..state import State
@@ -134,10 +135,18 @@ def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Con
     return plausible.confirmed(check, m.tool, cap)
 
 
-def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
-                          gpuaccept_models: GpuModels) -> HostCopies:
-    """Host <-> GPU copy bandwidth per GPU and direction: one nvbandwidth run, or our PyTorch workload with each
-    GPU's pinned buffer allocated on its own NUMA node (its local_cpulist in sysfs)."""
+def nvbandwidth_cases(contract: Contract, runner: ToolRunner) -> tuple[str, ...]:
+    """The testcases host_bandwidth asks of nvbandwidth, its default tool (clauses/together.py runs them in one
+    process with the other sections'): host to device and device to host."""
+    section = SECTION.get(contract)
+    return tuple(TESTCASES.values()) if section is not None and section.tool == "nvbandwidth" else ()
+
+
+def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+                          gpuaccept_nvbandwidth: Reading[NvBandwidth] | None) -> HostCopies:
+    """Host <-> GPU copy bandwidth per GPU and direction: nvbandwidth (the run every section shares,
+    gpuaccept_nvbandwidth), or our PyTorch workload with each GPU's pinned buffer allocated on its own NUMA node (its
+    local_cpulist in sysfs)."""
     state = gpuaccept_state
     section = SECTION.of(gpuaccept_contract)
     paths = plausible.read_paths(state, gpuaccept_models)  # each GPU's PCIe link: the most a host copy carries
@@ -146,7 +155,7 @@ def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
         cpus = {gpu: local for gpu, local in state.local_cpus().items() if gpu < count}
         reading = torch_hostbw.run_torch_hostbw(state.runner, count, section.size.nbytes, section.repeats, cpus)
         return from_torch(reading, gpuaccept_models, count, paths)
-    nvb = nvbandwidth.run_nvbandwidth(state.runner, tuple(TESTCASES.values()), key="nvbandwidth_host")
+    nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(state.runner, nvbandwidth_cases(gpuaccept_contract, state.runner))
     return from_nvbandwidth(nvb, gpuaccept_models, paths)
 
 

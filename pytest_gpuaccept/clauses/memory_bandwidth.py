@@ -35,6 +35,7 @@ from .base import Clause, PerGpu, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..probes._run import ToolRunner
     from ..probes.membw import MemCopy
     from ..probes.nvbandwidth import NvBandwidth
     from ..probes.nvml import Gpu
@@ -181,14 +182,25 @@ def _cap(m: MemoryCopies, index: int) -> plausible.Cap:
                          f"the model table ({TABLE_FILE}) for PCI device 0x{model.device_id} (sysfs)")
 
 
-def gpuaccept_memory_copies(gpuaccept_state: State, gpuaccept_contract: Contract,
-                            gpuaccept_models: GpuModels) -> MemoryCopies:
+def nvbandwidth_cases(contract: Contract, runner: ToolRunner) -> tuple[str, ...]:
+    """The testcase memory_bandwidth asks of nvbandwidth (`tool: nvbandwidth`, or no tool named and nvbandwidth found;
+    clauses/together.py runs it in one process with the other sections')."""
+    section = SECTION.get(contract)
+    if section is None or not (section.tool == "nvbandwidth" or (section.tool is None and runner.which(nvbandwidth.TOOL))):
+        return ()
+    return (LOCAL_COPY,)
+
+
+def gpuaccept_memory_copies(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+                            gpuaccept_nvbandwidth: Reading[NvBandwidth] | None) -> MemoryCopies:
     """Each GPU's device-local copy bandwidth, once per run, with the GPUs' models: nvbandwidth's device_local_copy
-    (`tool: nvbandwidth`, or no tool named and nvbandwidth found), else our PyTorch workload."""
+    (`tool: nvbandwidth`, or no tool named and nvbandwidth found: the run every section shares, gpuaccept_nvbandwidth),
+    else our PyTorch workload."""
     runner = gpuaccept_state.runner
     section = SECTION.of(gpuaccept_contract)
-    if section.tool == "nvbandwidth" or (section.tool is None and runner.which(nvbandwidth.TOOL)):
-        nvb = nvbandwidth.run_nvbandwidth(runner, (LOCAL_COPY,), key="nvbandwidth_local")
+    cases = nvbandwidth_cases(gpuaccept_contract, runner)
+    if cases:
+        nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(runner, cases)
         return from_nvbandwidth(nvb, gpuaccept_models, gpuaccept_state.host().gpus)
     reading = membw.run_membw(runner, gpu_count(gpuaccept_contract), section.size.nbytes, section.repeats)
     return from_torch(reading, gpuaccept_models)

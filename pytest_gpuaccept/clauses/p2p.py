@@ -40,6 +40,7 @@ from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, ReportPart, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
+    from ..probes._run import ToolRunner
     from ..probes.nvbandwidth import NvBandwidth
     from ..probes.nvidia_smi import Topology
     from ..probes.nvml import Gpu
@@ -267,10 +268,20 @@ def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contra
     return plausible.confirmed(check, m.tool, cap)
 
 
+def nvbandwidth_cases(contract: Contract, runner: ToolRunner) -> tuple[str, ...]:
+    """The testcases p2p asks of nvbandwidth, its default tool (clauses/together.py runs them in one process with the
+    other sections'): both one-way copies, and both ways at once where min_bidirectional asks."""
+    section = SECTION.get(contract)
+    if section is None or section.tool != "nvbandwidth":
+        return ()
+    return (WRITE_CE, READ_CE) + ((BIDIR_CE,) if section.min_bidirectional is not None else ())
+
+
 def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
-                  gpuaccept_topology: Reading[Topology]) -> P2pView:
-    """GPU-to-GPU copy bandwidth, once per run, with the contract's tool (nvbandwidth by default), and what each
-    pair's path can carry (`topo -m`, NVML's links, sysfs's PCIe links: clauses/plausible.py)."""
+                  gpuaccept_topology: Reading[Topology], gpuaccept_nvbandwidth: Reading[NvBandwidth] | None) -> P2pView:
+    """GPU-to-GPU copy bandwidth, once per run, with the contract's tool (nvbandwidth by default: the run every section
+    shares, gpuaccept_nvbandwidth), and what each pair's path can carry (`topo -m`, NVML's links, sysfs's PCIe links:
+    clauses/plausible.py)."""
     runner = gpuaccept_state.runner
     section = SECTION.of(gpuaccept_contract)
     count = gpu_count(gpuaccept_contract)
@@ -281,8 +292,8 @@ def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccep
         return with_models(from_torch(reading, count), gpuaccept_models, paths)
     if section.tool == "p2pBandwidthLatencyTest":
         return with_models(from_p2p_latency(p2p_latency.run_p2p_latency(runner), both), gpuaccept_models, paths)
-    cases = (WRITE_CE, READ_CE) + ((BIDIR_CE,) if both else ())
-    return with_models(from_nvbandwidth(nvbandwidth.run_nvbandwidth(runner, cases), both, paths.gpus), gpuaccept_models, paths)
+    nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(runner, nvbandwidth_cases(gpuaccept_contract, runner))
+    return with_models(from_nvbandwidth(nvb, both, paths.gpus), gpuaccept_models, paths)
 
 
 ONE_WAY = Clause("p2p", SECTION, "test_p2p_bandwidth", OrderedGpuPairs(), gpuaccept_p2p, judge_one_way,

@@ -25,6 +25,7 @@ from . import (
     p2p,
     shared,
     sources,
+    together,
     utilisation,
 )
 from .base import Clause, HostNames, Measure, ReportPart, Section
@@ -44,9 +45,9 @@ BY_TEST: dict[str, Clause] = {clause.test: clause for clause in CLAUSES}
 ALL_CLAUSES: tuple[str, ...] = tuple(BY_KEY)
 # The measuring functions, each a session fixture of its own name (suite.measurement_fixtures makes them).
 MEASUREMENTS: tuple[Measure, ...] = tuple(dict.fromkeys(
-    measure for module in (shared, *_MODULES) for measure in module.MEASUREMENTS))
+    measure for module in (shared, together, *_MODULES) for measure in module.MEASUREMENTS))
 # The parts of the report a section or engine draws itself (base.ReportPart), in the page's order.
-REPORT_PARTS: tuple[ReportPart, ...] = (sources.REPORT, p2p.REPORT, cluster_summary.REPORT)
+REPORT_PARTS: tuple[ReportPart, ...] = (sources.REPORT, p2p.REPORT, cluster_summary.REPORT, together.REPORT)
 
 
 def clauses_of(section: str) -> tuple[Clause, ...]:

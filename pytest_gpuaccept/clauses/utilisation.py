@@ -624,8 +624,12 @@ def with_links(samples: dict[str, Any], sys_root: Path, buses: dict[int, str]) -
                                 if isinstance(g, dict) and "pcie_sysfs" not in g else g for g in gpus]}
 
 
-def gpuaccept_load(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> LoadRun:
-    """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive)."""
+def gpuaccept_load(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+                   gpuaccept_utilisation_window: LoadRun | None) -> LoadRun:
+    """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive); or read the one GPU
+    load the GEMM shares, over the contract's window (gpuaccept_utilisation_window, clauses/together.py)."""
+    if gpuaccept_utilisation_window is not None:
+        return gpuaccept_utilisation_window
     state = gpuaccept_state
     section = UTILISATION.of(gpuaccept_contract)
     count = gpu_count(gpuaccept_contract)

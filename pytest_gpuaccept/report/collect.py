@@ -58,7 +58,8 @@ def judged(state: State, config: pytest.Config, interrupted: bool, other_failure
         recorded=None if replayed is None else recorded_identity(replayed),
         other_failures=other_failures, foreign_evidence=foreign, foreign_code=foreign_code, plugins=plugins,
         code_audit=audited.listing,
-        tools=tools_run(evidence), contract_warnings=list(state.advice)), results_copy
+        tools=tools_run(evidence), contract_warnings=list(state.advice),
+        records={part.key: part.record(evidence) for part in registry.REPORT_PARTS if part.record is not None}), results_copy
 
 
 def audit_code(state: State, config: pytest.Config) -> Audit:

@@ -211,7 +211,7 @@ def banner(results: Results, evidence: Evidence | None, digest: str, environment
         f"<style>{stylesheet(head)}</style>{verdict_box(results, digest)}"
         f"<h3>Per clause</h3>{per_clause_html(checks)}"
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.not_in_contract or []) or 'none')}</p>"
-        + "".join(part.render(checks) for part in registry.REPORT_PARTS)
+        + "".join(part.render(checks) + part.drawn(results.records) for part in registry.REPORT_PARTS)
         + f'<h3>Signatures</h3><table class="gpuaccept-sign">{sign}</table>'
         f"{'' if results.hosts is not None else f'<h3>GPUs</h3><ul>{gpu_ids}</ul>'}"
         f"{tools_html}{measurements(checks, evidence)}"

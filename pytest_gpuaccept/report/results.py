@@ -45,6 +45,7 @@ class Results:
     plugins: list[dict[str, str]] | None = None
     code_audit: dict[str, Any] | None = None  # what the foreign-code audit allowed (foreign.py)
     tools: list[dict[str, Any]] | None = None
+    records: dict[str, Any] = field(default_factory=dict)  # what a report part recorded of the run (`schedule`)
     contract_warnings: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -70,6 +71,7 @@ class Results:
                     ("plugins", self.plugins), ("code_audit", self.code_audit), ("tools", self.tools),
                     ("contract_warnings", self.contract_warnings or None), ("error", self.error))
         document.update((key, value) for key, value in optional if value is not None)
+        document.update((key, value) for key, value in self.records.items() if value is not None)
         return document
 
 

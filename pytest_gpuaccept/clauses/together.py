@@ -1,0 +1,141 @@
+"""Runs that the measurements of several sections share, as schedule.py decides, and the run's schedule in the report.
+
+- One nvbandwidth process for every testcase the contract asks of it (p2p, memory_bandwidth, host_bandwidth): one
+  CUDA start, not one a section (schedule.one_run). Each section reads its own matrices from the one output.
+- One GPU load that the GEMM, utilisation and health clauses read together, where schedule.shared_load_s allows
+  (the builtin workload, a load of at most an hour): the GEMM on every GPU for the longer of the two durations. The
+  compute figure comes from the GEMM's own timing over its whole run; utilisation and health from NVML over the
+  contract's window of the same load (from its start to utilisation.duration: the GEMM, whose clock starts once it is
+  busy, still runs then; the samples of its end are not the window's).
+- The schedule: a line per tool run on one time line (schedule.timeline), read from the runs' sealed records, drawn
+  in the report and written to the results (`schedule`, docs/results.md).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .. import schedule
+from ..charts import PALETTE
+from ..evidence import ForeignEvidence
+from ..probes import nvbandwidth
+from . import compute, host_bandwidth, memory_bandwidth, p2p, utilisation
+from .base import ReportPart
+
+if TYPE_CHECKING:
+    from ..contract import Contract
+    from ..evidence import Evidence
+    from ..measurements import GpuModels, LoadRun
+    from ..probes._run import Reading
+    from ..probes.nvbandwidth import NvBandwidth
+    from ..state import State
+    from ..verdict import Check
+    from .compute import GemmLoad
+
+NVBANDWIDTH_USERS = (p2p, memory_bandwidth, host_bandwidth)  # each declares nvbandwidth_cases(contract, runner)
+
+
+def gpuaccept_nvbandwidth(gpuaccept_state: State, gpuaccept_contract: Contract) -> Reading[NvBandwidth] | None:
+    """One nvbandwidth run for every testcase the contract's sections ask of it, once per run; None where none does."""
+    runner = gpuaccept_state.runner
+    cases = schedule.one_run(module.nvbandwidth_cases(gpuaccept_contract, runner) for module in NVBANDWIDTH_USERS)
+    return nvbandwidth.run_nvbandwidth(runner, cases) if cases else None
+
+
+def gpuaccept_gpu_load(gpuaccept_state: State, gpuaccept_contract: Contract,
+                       gpuaccept_models: GpuModels) -> GemmLoad | None:
+    """The one GPU load the GEMM, utilisation and health clauses read together (once per run, NVML sampling it to its
+    end); None where the contract's durations or workload give each its own (schedule.shared_load_s)."""
+    gemm, load = compute.SECTION.get(gpuaccept_contract), utilisation.UTILISATION.get(gpuaccept_contract)
+    if gemm is None or load is None:
+        return None
+    seconds = schedule.shared_load_s(gemm.duration.seconds, load.duration.seconds, load.workload == "builtin")
+    if seconds is None:
+        return None
+    return compute.gemm_load(gpuaccept_state, gpuaccept_contract, gpuaccept_models, seconds, utilisation.SAMPLES_FILE)
+
+
+def utilisation_window(load: LoadRun, seconds: float) -> LoadRun:
+    """The shared load as utilisation and health read it: each GPU's samples up to `seconds` after the load started
+    (utilisation.duration), as a load of their own would have been sampled."""
+    series = {index: replace(s, samples=tuple(x for x in s.samples if x.t_s <= seconds)) for index, s in load.series.items()}
+    return replace(load, series=series)
+
+
+def gpuaccept_utilisation_window(gpuaccept_contract: Contract, gpuaccept_gpu_load: GemmLoad | None) -> LoadRun | None:
+    """The shared GPU load as the utilisation and health judges read it (utilisation_window); None where the load is
+    not shared and utilisation runs its own."""
+    if gpuaccept_gpu_load is None:
+        return None
+    return utilisation_window(gpuaccept_gpu_load.load, utilisation.UTILISATION.of(gpuaccept_contract).duration.seconds)
+
+
+# ------------------------------------------------------------------ the schedule, in the results and the report
+
+def timeline(evidence: Evidence) -> schedule.Timeline:
+    """Every tool run of this session on one time line, from the runs' sealed records (a run keeps its output as
+    <key>.txt beside its <key>.json; readings have none); a record that is not sealed is not read."""
+    runs = []
+    for path in sorted(evidence.folder.glob("*.json")):
+        if not path.with_suffix(".txt").is_file():
+            continue
+        try:
+            raw = evidence.read(path.name)
+            record = json.loads(raw) if raw else None
+        except (ForeignEvidence, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("started_s"), (int, float)):
+            argv = record.get("argv") or [path.stem]
+            runs.append((path.stem, _tool(argv), float(record["started_s"]), float(record.get("duration_s") or 0.0)))
+    return schedule.timeline(runs)
+
+
+def _tool(argv: list[str]) -> str:
+    """A run's tool as a person names it: the executable's name, or the module our workloads run as."""
+    name = str(argv[0]).rsplit("/", 1)[-1]
+    if len(argv) > 2 and argv[1] == "-m":
+        return str(argv[2]).rsplit(".", 1)[-1]
+    return name
+
+
+def record(evidence: Evidence) -> dict[str, Any] | None:
+    """The results' `schedule`: the time line as plain data; None where no tool ran."""
+    line = timeline(evidence)
+    return line.to_json() if line.bars else None
+
+
+BAR_WIDTH = 360  # the time line's width in the report, in pixels
+
+
+def draw(recorded: dict[str, Any] | None) -> str:
+    """The report's part: one line per tool run, a bar from its start to its end on the run's time line, so that what
+    ran at once shows one above the other; "" where no tool ran."""
+    if not recorded or not recorded.get("runs"):
+        return ""
+    wall = max(float(recorded.get("wall_s") or 0.0), 1e-9)
+    rows = []
+    for run in recorded["runs"]:
+        start, seconds = float(run["start_s"]), float(run["seconds"])
+        x = min(BAR_WIDTH - 2, round(BAR_WIDTH * start / wall))
+        width = max(2, min(BAR_WIDTH - x, round(BAR_WIDTH * seconds / wall)))
+        bar = (f'<svg width="{BAR_WIDTH}" height="12" role="img" aria-label="{start:.1f} s to {start + seconds:.1f} s">'
+               f'<rect x="{x}" y="2" width="{width}" height="8" fill="{PALETTE[0]}"/></svg>')
+        rows.append([str(run["key"]), str(run["tool"]), f"{start:.1f}", f"{seconds:.1f}", bar])
+    lines = "".join(f"<tr><td>{html.escape(key)}<td>{html.escape(tool)}<td>{start}<td>{seconds}<td>{bar}"
+                    for key, tool, start, seconds, bar in rows)
+    return ('<div class="gpuaccept-schedule"><h3>Schedule</h3>'
+            f"<p>The tools ran for {float(recorded['wall_s']):.1f} s from the first start to the last end "
+            f"({float(recorded['busy_s']):.1f} s with a tool running); one after another they would have taken "
+            f"{float(recorded['tools_s']):.1f} s. Runs side by side held nothing in common (schedule.py).</p>"
+            f'<table class="gt"><tr><th>run<th>tool<th>start (s)<th>seconds<th>time line{lines}</table></div>')
+
+
+def _no_checks(checks: Sequence[Check]) -> str:
+    return ""  # drawn from the run's records (draw), not from its checks
+
+
+REPORT = ReportPart(_no_checks, key="schedule", record=record, draw=draw)
+MEASUREMENTS = (gpuaccept_nvbandwidth, gpuaccept_gpu_load, gpuaccept_utilisation_window)
