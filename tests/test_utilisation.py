@@ -77,8 +77,9 @@ def test_a_steady_run_passes_every_gpu(accept, workload, tmp_path):
     util = run.checks("utilisation")
     assert [(c["subject"], c["outcome"], c["measured"], c["unit"]) for c in util] == [
         (f"GPU{i}", "passed", 99, "%") for i in range(4)]
-    assert util[0]["message"] == ("GPU0 lowest 99 % >= 80 %; mean 99.0 %, 5th percentile 99.0 % over 55 samples "
-                                  "after the 1 s warmup")
+    assert util[0]["message"] == ("GPU0 lowest 99 % >= 80 %; mean 99.0 %, 5th percentile 99.0 % over 57 samples "
+                                  "from t=0.6 s, its first sample at 80 % or more (the warmup allows 1 s)")
+    assert util[0]["details"]["startup"] == {"first_busy_s": 0.6}  # measured, not the contract's 1 s
     assert run.json["verdict"] == "accepted", [c["message"] for c in run.checks() if c["outcome"] != "passed"]
     assert workload.calls("train-job") == [["train-job", "--config", "small.yaml"]]
     evidence = run.path / "gpuaccept-evidence"
@@ -93,6 +94,15 @@ def test_a_dip_after_warmup_fails_naming_the_gpu_time_and_value(accept, workload
     assert (check["outcome"], check["measured"]) == ("failed", 42)
     assert check["message"].startswith("GPU2 dropped to 42 % at t=7.4 s (below 80 %); mean ")
     assert run.json["verdict"] == "rejected"
+
+
+def test_the_warm_up_ends_at_the_first_busy_sample_so_a_dip_after_it_counts(accept, workload, tmp_path):
+    """Busy at t=0.6 s, then a dip at 0.8 s: inside the contract's 1 s warmup, but after the measured warm-up."""
+    dip = series(util=lambda t: 0 if t < 0.6 else (30 if 0.7 < t < 0.9 else 99))
+    run = accept(CONTRACT, recording(tmp_path, overrides={3: dip}))
+    check = {c["subject"]: c for c in run.checks("utilisation")}["GPU3"]
+    assert (check["outcome"], check["measured"]) == ("failed", 30)
+    assert check["message"].startswith("GPU3 dropped to 30 % at t=0.8 s (below 80 %); mean ")
 
 
 def test_a_dip_inside_warmup_does_not_count(accept, workload, tmp_path):

@@ -15,6 +15,7 @@ from ..probes import kernel_log, nvml
 from ..probes._run import Command, Reading
 from ..probes.nvml import APPLICATION_CLOCKS, BAD_THROTTLE, GpuSeries, Sample, decode_reasons
 from ..probes.sysfs import link_gen, link_width, pci_address, pci_name, read_pci_links
+from ..probes.train import parse_first_steps
 from ..schema import Key
 from ..state import NVML_HOST_FILE
 from ..subjects import Subject
@@ -116,7 +117,9 @@ def _gpu(subject: Subject) -> int:
 
 
 def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contract: Contract) -> Check:
-    """The lowest GPU utilisation after warmup (mean and 5th percentile reported) against min_percent."""
+    """The lowest GPU utilisation after its warm-up (mean and 5th percentile reported) against min_percent. The warm-up
+    ends at the GPU's first sample at min_percent or more, and at `warmup` at the latest; details.startup keeps when
+    the GPU was first busy, and when the builtin load says its first step was done."""
     index, minimum, warmup_s = _gpu(subject), section.min_percent, section.warmup.seconds
     series, failure = m.of(index)
     failure = failure or m.workload_failure
@@ -127,15 +130,22 @@ def judge_utilisation(section: Utilisation, subject: Subject, m: LoadRun, contra
     if series is None:
         return v.not_measured(failure or f"GPU{index} was not sampled")
     details = timeline_details(series, minimum, warmup_s, m.samples_file)
-    steady = [(s.t_s, s.util_percent) for s in series.samples if s.t_s >= warmup_s and s.util_percent is not None]
+    # The warm-up is measured: it ends at the GPU's first sample at min_percent or more; `warmup` is the most it may take
+    busy_t = next((s.t_s for s in series.samples if s.util_percent is not None and s.util_percent >= minimum), None)
+    start_s = min(warmup_s, busy_t) if busy_t is not None else warmup_s
+    steps = parse_first_steps(m.run.stdout) if m.run is not None else {}
+    details["startup"] = {"first_busy_s": busy_t, **({"first_step_s": steps[index]} if index in steps else {})}
+    steady = [(s.t_s, s.util_percent) for s in series.samples if s.t_s >= start_s and s.util_percent is not None]
     if not steady:
         return v.not_measured(failure or f"no utilisation sample after the {fmt(warmup_s)} s warmup", details)
     values = [float(u) for _t, u in steady]
     low_t, lowest = min(steady, key=lambda s: s[1])
     mean, p5 = sum(values) / len(values), _percentile(values, 0.05)
-    stats = f"mean {mean:.1f} %, 5th percentile {p5:.1f} % over {len(values)} samples after the {fmt(warmup_s)} s warmup"
+    since = (f"from t={start_s:.1f} s, its first sample at {fmt(minimum)} % or more (the warmup allows {fmt(warmup_s)} s)"
+             if start_s < warmup_s else f"after the {fmt(warmup_s)} s warmup")
+    stats = f"mean {mean:.1f} %, 5th percentile {p5:.1f} % over {len(values)} samples {since}"
     details["stats"] = {"min": lowest, "mean": round(mean, 2), "p5": round(p5, 2), "samples": len(values)}
-    idle, sources, unconfirmed = _busy_at_idle(series, m, index, max(minimum, BUSY_PERCENT), warmup_s)
+    idle, sources, unconfirmed = _busy_at_idle(series, m, index, max(minimum, BUSY_PERCENT), start_s)
     if failure:
         return v.failed(lowest, f"the workload failed: {failure}", details)
     if idle:
