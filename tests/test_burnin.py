@@ -13,12 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from conftest import DATA, pci_tree
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from burnin_memory import run as burn  # noqa: E402
 
 from pytest_gpuaccept.probes import nvml
 
@@ -100,3 +102,61 @@ def test_a_clean_hour_is_accepted(accept, burn_job, tmp_path):
     assert run.json["verdict"] == "accepted", [c["message"] for c in run.checks() if c["outcome"] != "passed"]
     assert {c["clause"] for c in run.checks()} >= {"burnin.utilisation", "burnin.clocks", "burnin.throttle",
                                                     "burnin.temperature", "burnin.ecc", "burnin.nvlink", "burnin.xid"}
+
+
+def _start(tmp_path: Path, contract_text: str, stream: Path) -> tuple[subprocess.Popen, Path]:
+    """`python -m pytest --contract` on the burn-in recording, in a folder of its own, started (not waited for)."""
+    work = tmp_path / "run"
+    work.mkdir()
+    (work / "vendor.yaml").write_text(contract_text)
+    argv = [sys.executable, "-m", "pytest", "--contract=vendor.yaml", "-p", "no:cacheprovider",
+            recording(tmp_path, stream), pci_tree(tmp_path / "sys", recording="h100_sxm5_8gpu.json")]
+    return subprocess.Popen(argv, cwd=work, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT), work
+
+
+def test_an_interrupted_burn_in_is_incomplete_and_keeps_what_it_saw(burn_job, tmp_path):
+    """Ten minutes of an hour stream through a pipe, a throttle span at minute 5 among them; then SIGTERM."""
+    fifo = tmp_path / "burnin-stream.jsonl"
+    os.mkfifo(fifo)
+    proc, work = _start(tmp_path, contract(), fifo)
+    lines = list(stream_lines(60, throttle=[(2, 300, 312)]))
+    with open(fifo, "w") as feed:  # blocks until the burn-in opens the stream
+        feed.write("\n".join(lines[:1 + 600 * 8 + 60 * 8]) + "\n")  # the header, then ten minutes: rows and counters
+        feed.flush()
+        deadline = time.monotonic() + 60
+        while not any((work / "gpuaccept-evidence").glob("burnin-stream.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.0)  # the burn-in reads what was written, then waits on the pipe
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out.decode()[-3000:]
+    results = json.loads((work / "gpuaccept-results.json").read_text())
+    assert results["complete"] is False and results["verdict"] == "rejected"
+    burnin = {(c["clause"], c["subject"]): c for c in results["checks"] if c["clause"].startswith("burnin.")}
+    assert len(burnin) == 56
+    throttle = burnin[("burnin.throttle", "GPU2")]
+    assert throttle["outcome"] == "failed" and "the first at t=300.0 s (5.0 min) lasting 12 s" in throttle["message"]
+    others = [c for key, c in burnin.items() if key != ("burnin.throttle", "GPU2")]
+    assert {c["outcome"] for c in others} == {"not_measured"}
+    util = burnin[("burnin.utilisation", "GPU0")]["message"]
+    assert util.startswith("not measured: interrupted (KeyboardInterrupt: signal 15) at t=599.0 s (10.0 min) of the 1.00 h "
+                           "burn-in; nothing failed in the 10.0 min it saw (GPU0: the least busy window ended at")
+    kept = (work / "gpuaccept-evidence" / "burnin-stream.jsonl").read_text().splitlines()
+    assert kept == lines[:len(kept)] and len(kept) > 5000  # what it saw, as it came
+    summary = json.loads((work / "gpuaccept-evidence" / "burnin.json").read_text())
+    assert summary["stopped"].startswith("interrupted") and summary["ended"] is False
+    assert "INCOMPLETE RUN" in (work / "gpuaccept-report.html").read_text()
+
+
+def test_memory_is_flat_in_the_duration(tmp_path):
+    """Six minutes and four hours of 8 GPUs (every second here; the benchmark samples every 0.15 s for 8 and 24 h)
+    streamed through a pipe: the pytest process's peak memory is the same. The four hours' 115,200 samples, held as
+    the utilisation load holds its samples, would be some 25 MB more."""
+    (tmp_path / "short").mkdir()
+    (tmp_path / "long").mkdir()
+    short = burn(0.1, tmp_path / "short", interval=1.0)
+    long = burn(4.0, tmp_path / "long", interval=1.0)
+    assert short.verdict == long.verdict == "accepted"
+    assert long.rows == 40 * short.rows == 115200
+    assert long.peak_rss_mb - short.peak_rss_mb < 8, (short, long)
+    assert long.peak_rss_mb < 150

@@ -230,23 +230,25 @@ class GpuWatch:
             self.longest = span
 
     def _bucket(self, row: list[Any]) -> None:
-        """The timeline: per bucket the lowest utilisation and SM clock, the highest power and temperature, the
-        clock event reasons seen, the lowest PCIe link and power limit."""
+        """The timeline: per bucket the lowest utilisation and SM clock, the highest power and temperature, and the
+        clock event reasons seen (or-ed); the PCIe link and power limit of the bucket's first sample."""
         t_s = float(row[0])
         start = t_s - t_s % self.bucket_s
         last = self.timeline[-1] if self.timeline else None
         if last is None or last[0] != start:
             self.timeline.append([start, *row[1:]])
             return
-        for n, pick in enumerate((min, min, max, max, None, min, min, min), start=1):
-            if row[n] is None:
-                continue
-            if last[n] is None:
-                last[n] = row[n]
-            elif pick is None:
-                last[n] = int(last[n]) | int(row[n])
-            else:
-                last[n] = pick(last[n], row[n])
+        _t, util, clock, power, temp, reasons = row[:6]
+        if util is not None and (last[1] is None or util < last[1]):
+            last[1] = util
+        if clock is not None and (last[2] is None or clock < last[2]):
+            last[2] = clock
+        if power is not None and (last[3] is None or power > last[3]):
+            last[3] = power
+        if temp is not None and (last[4] is None or temp > last[4]):
+            last[4] = temp
+        if reasons is not None:
+            last[5] = (last[5] or 0) | int(reasons)
 
     def result(self) -> GpuResult:
         """What this GPU showed so far; a throttle span still going on counts up to the last sample's end."""
