@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from burnin_memory import run as burn  # noqa: E402
 
 from pytest_gpuaccept.probes import nvml
+from pytest_gpuaccept.probes.nvml_stream import GpuResult, Watch
 
 HEADER = {"stream": "gpuaccept-burnin", "counters_every_s": 10.0, "fields": list(nvml.SAMPLE_FIELDS),
           "nvlink_error_kinds": list(nvml.NVLINK_ERRORS)}
@@ -160,3 +164,135 @@ def test_memory_is_flat_in_the_duration(tmp_path):
     assert long.rows == 40 * short.rows == 115200
     assert long.peak_rss_mb - short.peak_rss_mb < 8, (short, long)
     assert long.peak_rss_mb < 150
+
+
+# ---------------------------------------------------------------- the live sampler and the watch, without a GPU
+
+class _NVMLError(Exception):
+    pass
+
+
+class _NotSupported(_NVMLError):
+    pass
+
+
+def stand_in_pynvml(lost_after: int = 8, xid_at: int = 3) -> types.SimpleNamespace:
+    """A stand-in for the NVML bindings (no GPU here): two GPUs with two active NVLinks each; GPU1 stops answering
+    after `lost_after` utilisation reads; one Xid 79 on GPU0 is waiting at the `xid_at`-th drain; GPU0's volatile
+    uncorrected ECC count is 1 from the second counter reading on; NVLink ECC-data counters are not supported."""
+    calls = {"util": [0, 0], "drain": 0, "ecc": 0}
+
+    def util(handle):
+        calls["util"][handle] += 1
+        if handle == 1 and calls["util"][1] > lost_after:
+            raise _NVMLError("GPU is lost")
+        return types.SimpleNamespace(gpu=99)
+
+    def wait(_events, _timeout):
+        calls["drain"] += 1
+        if calls["drain"] == xid_at:
+            return types.SimpleNamespace(eventData=79, device=0)
+        raise _NVMLError("Timeout")
+
+    def ecc(handle, kind, _counter):
+        calls["ecc"] += handle == 0 and kind == 1
+        return int(handle == 0 and kind == 1 and calls["ecc"] > 1)
+
+    def link_state(_handle, link):
+        if link >= 2:
+            raise _NVMLError("Invalid Argument")
+        return 1
+
+    def nvlink_errors(_handle, _link, kind):
+        if kind == 4:
+            raise _NotSupported("Not Supported")
+        return 0
+
+    return types.SimpleNamespace(
+        NVMLError=_NVMLError, NVMLError_NotSupported=_NotSupported, NVML_FEATURE_ENABLED=1, NVML_CLOCK_SM=1,
+        NVML_TEMPERATURE_GPU=0, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1, NVML_VOLATILE_ECC=0,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED=0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, nvmlEventTypeXidCriticalError=8,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlEventSetCreate=lambda: "events",
+        nvmlDeviceRegisterEvents=lambda h, kind, events: None, nvmlEventSetWait_v2=wait, nvmlEventSetFree=lambda e: None,
+        nvmlDeviceGetIndex=lambda device: device, nvmlDeviceGetNvLinkState=link_state,
+        nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: types.SimpleNamespace(busId="00000000:C0:00.0"),
+        nvmlDeviceGetTemperatureThreshold=lambda h, kind: 87, nvmlDeviceGetUtilizationRates=util,
+        nvmlDeviceGetClockInfo=lambda h, kind: 1980, nvmlDeviceGetPowerUsage=lambda h: 690500,
+        nvmlDeviceGetTemperature=lambda h, kind: 71, nvmlDeviceGetCurrentClocksEventReasons=lambda h: 4,
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 5, nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700000, nvmlDeviceGetTotalEccErrors=ecc,
+        nvmlDeviceGetRemappedRows=lambda h: (0, 0, 0, 0), nvmlDeviceGetNvLinkErrorCounter=nvlink_errors)
+
+
+def test_the_live_sampler_hands_on_each_record_and_keeps_none(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_pynvml())
+    monkeypatch.setattr(nvml, "COUNTERS_EVERY_S", 0.05)
+    taken = []
+    nvml.stream_gpus(2, 0.01, 0.3, threading.Event(), taken.append)
+    header, *rest = taken
+    assert header["stream"] == "gpuaccept-burnin" and header["fields"] == list(nvml.SAMPLE_FIELDS)
+    assert header["gpus"] == [{"index": 0, "slowdown_temp_c": 87, "nvlinks": [0, 1]},
+                              {"index": 1, "slowdown_temp_c": 87, "nvlinks": [0, 1]}]
+    assert rest[0] == {"t_s": 0.0, "gpu": 0, "ecc": [0, 0], "remapped_rows": [0, 0, 0, 0], "nvlink_errors": [0, 0, 0, 0, None]}
+    rows = [r for r in rest if isinstance(r, list)]
+    assert rows[0] == [0, 0.0, 99, 1980, 690.5, 71, 4, 5, 16, 700.0]
+    assert sum(1 for r in rows if r[0] == 1) == 8 and sum(1 for r in rows if r[0] == 0) > 8
+    lost = [r for r in rest if isinstance(r, dict) and "lost" in r]
+    assert lost == [{"t_s": lost[0]["t_s"], "gpu": 1, "lost": "_NVMLError: GPU is lost"}]
+    assert [r["xid"] for r in rest if isinstance(r, dict) and "xid" in r] == [79]
+    assert rest[-1] == {"end": True, "t_s": rest[-1]["t_s"]} and rest[-1]["t_s"] >= 0.3
+
+    watch = Watch(0.3)
+    for record in taken:
+        watch.add(record)
+    gpu0, gpu1 = (GpuResult.from_dict(g["burnin"]) for g in watch.summary()["gpus"])
+    assert gpu1.lost_t_s == lost[0]["t_s"] and gpu1.lost_error == "_NVMLError: GPU is lost"
+    assert gpu0.xids[0][1] == 79 and gpu0.counters["ecc"]["grew"][1] == [0, 1]
+    assert gpu0.counters["nvlink_errors"]["first"] == [0, 0, 0, 0, None] and gpu0.nvlinks == (0, 1)
+
+
+def test_the_watch_ends_a_span_still_going_at_the_last_sample_and_counts_past_its_keep():
+    watch = Watch(60.0)
+    watch.add({**HEADER, "interval_s": 1.0, "gpus": [{"index": 0, "slowdown_temp_c": None, "nvlinks": []}]})
+    for t in range(1200):  # a second of HW slowdown every ten, and the last 30 s throttled
+        bad = HW_SLOWDOWN if t % 10 == 0 or t >= 1170 else 0
+        watch.add([0, float(t), 99, 1980, 690.5, 70 + t // 300, SW_POWER_CAP | bad, 5, 16, 700.0])
+    result = GpuResult.from_dict(watch.summary()["gpus"][0]["burnin"])
+    assert result.span_count == 118 and result.longest_span == (1170.0, 30.0, HW_SLOWDOWN)
+    assert result.first_at_or_above(72) == (600.0, 72) and result.first_at_or_above(74) is None
+    assert len(watch.summary()["gpus"][0]["samples"]) == 20  # one row a minute
+
+
+@pytest.mark.parametrize("end, why", [
+    (True, "not measured: the burn-in ended at t=1200.0 s (20.0 min), before its 1.00 h; nothing failed in the 20.0 min "
+           "it saw (GPU0: "),
+    (False, "not measured: the NVML stream stopped at t=1199.0 s (20.0 min) without its end; nothing failed in the "
+            "20.0 min it saw (GPU0: "),
+])
+def test_a_stream_shorter_than_the_duration_is_never_passed(accept, burn_job, tmp_path, end, why):
+    stream = write_stream(tmp_path, stream_lines(20, throttle=[(2, 300, 312)], end=end))
+    run = accept(contract(), recording(tmp_path, stream))
+    burnin = [c for c in run.checks() if c["clause"].startswith("burnin.")]
+    failed = [(c["clause"], c["subject"]) for c in burnin if c["outcome"] == "failed"]
+    assert failed == [("burnin.throttle", "GPU2")]  # what it saw still fails, with its time
+    assert {c["outcome"] for c in burnin if c["outcome"] != "failed"} == {"not_measured"}
+    assert run.checks("burnin.utilisation")[0]["message"].startswith(why)
+    assert run.json["verdict"] == "rejected" and run.json["complete"] is True
+
+
+def test_a_bundle_is_judged_again_from_what_the_watch_kept(accept, burn_job, tmp_path):
+    stream = write_stream(tmp_path, stream_lines(60, throttle=[(4, 900, 903)]))
+    first = accept(contract(), recording(tmp_path, stream))
+    assert first.json["verdict"] == "accepted"  # a 3 s span, 5 s allowed
+    shutil.rmtree(burn_job.bin_dir)  # no tool left: a replay must not need one
+    strict = contract().replace("max_throttle_s: 5", "max_throttle_s: 2")
+    again = accept(strict, f"--gpuaccept-replay={first.path}", f"--html={tmp_path / 'r' / 'report.html'}",
+                   f"--gpuaccept-json={tmp_path / 'r' / 'results.json'}")
+    result = json.loads((tmp_path / "r" / "results.json").read_text())
+    throttle = {c["subject"]: c for c in result["checks"] if c["clause"] == "burnin.throttle"}
+    assert (throttle["GPU4"]["outcome"], throttle["GPU4"]["measured"]) == ("failed", 3.0)
+    assert throttle["GPU4"]["message"].startswith("GPU4: 1 span(s) longer than 2 s, the first at t=900.0 s (15.0 min)")
+    assert again.result.ret == 1
+    kept = tmp_path / "r" / "gpuaccept-evidence" / "burnin-stream.jsonl"
+    assert kept.read_bytes() == (first.path / "gpuaccept-evidence" / "burnin-stream.jsonl").read_bytes()

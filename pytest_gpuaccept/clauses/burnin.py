@@ -278,6 +278,8 @@ def gpuaccept_burnin(gpuaccept_state: State, gpuaccept_contract: Contract, gpuac
     run = state.runner.run_during(command, section.duration.seconds, Burning(state, section, count, source).during,
                                   SUMMARY_FILE)
     ended = kernel_log.uptime()
+    if state.runner.replay_dir is not None:
+        _keep_replayed_stream(state, state.runner.replay_dir / STREAM_FILE)
     evidence = (*run.evidence, SUMMARY_FILE)  # the stream is named in the summary (`stream`): the report never reads it
     if run.error:
         return BurnInRun(run, {}, run.error, None, run.evidence)
@@ -292,6 +294,19 @@ def gpuaccept_burnin(gpuaccept_state: State, gpuaccept_contract: Contract, gpuac
     return BurnInRun(run, gpus, None, _stopped(summary, run, section.duration.seconds, source is None), (*evidence, *tried),
                      float(summary.get("elapsed_s") or 0.0), kernel, window, buses, gpuaccept_models,
                      parse_first_steps(run.stdout) if section.workload == "builtin" else {})
+
+
+def _keep_replayed_stream(state: State, source: Path) -> None:
+    """A replayed bundle's stream, copied into this run's evidence a megabyte at a time (what its burnin.json names)."""
+    if not source.is_file():
+        return
+    sink = StreamFile(state, STREAM_FILE)
+    try:
+        with source.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                sink.write(block)
+    finally:
+        sink.close()
 
 
 def _kernel(state: State, started: float | None, ended: float | None
