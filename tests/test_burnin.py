@@ -25,8 +25,10 @@ from conftest import DATA, pci_tree
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from burnin_memory import run as burn  # noqa: E402
 
+from pytest_gpuaccept.clauses.burnin import SECTION, progress_line
 from pytest_gpuaccept.probes import nvml
 from pytest_gpuaccept.probes.nvml_stream import GpuResult, Watch
+from pytest_gpuaccept.units import parse_duration
 
 HEADER = {"stream": "gpuaccept-burnin", "counters_every_s": 10.0, "fields": list(nvml.SAMPLE_FIELDS),
           "nvlink_error_kinds": list(nvml.NVLINK_ERRORS)}
@@ -296,3 +298,23 @@ def test_a_bundle_is_judged_again_from_what_the_watch_kept(accept, burn_job, tmp
     assert again.result.ret == 1
     kept = tmp_path / "r" / "gpuaccept-evidence" / "burnin-stream.jsonl"
     assert kept.read_bytes() == (first.path / "gpuaccept-evidence" / "burnin-stream.jsonl").read_bytes()
+
+
+def test_the_progress_line_says_how_far_and_what_failed_so_far():
+    watch = Watch(3600.0)
+    for line in stream_lines(45, throttle=[(2, 300, 312)], xids=[(5, 2400, 79)], ecc=[(3, 1200)], end=False):
+        watch.add(json.loads(line))
+    section = SECTION.build(duration=parse_duration("1 h"), workload="builtin", max_throttle_s=5.0, min_percent=90.0)
+    assert progress_line(watch, section) == ("gpuaccept: burn-in 45/60 min: least busy GPU0 99 %; throttle spans over "
+                                             "5 s: GPU2 1; Xid: GPU5 1; counters grown: GPU3 ecc")
+
+
+def test_the_builtin_loads_own_start_up_is_kept_beside_nvmls(accept, fake_tools, tmp_path):
+    """The real output of the builtin load on this CPU (tests/data/torch; no PyTorch in the test environment, so a fake
+    workload prints it): each rank's first step, in seconds since launch, beside NVML's first busy sample."""
+    fake_tools.add("burn-job", DATA / "torch" / "train_cpu_2proc_first_step.txt", hang=600)
+    run = accept(contract(), recording(tmp_path, write_stream(tmp_path, stream_lines(60))))
+    startup = {c["subject"]: c["details"]["startup"] for c in run.checks("burnin.utilisation")}
+    assert startup["GPU0"] == {"first_busy_s": 2.0, "first_step_s": 84.11}
+    assert startup["GPU1"] == {"first_busy_s": 2.0, "first_step_s": 72.51}
+    assert startup["GPU2"] == {"first_busy_s": 2.0}

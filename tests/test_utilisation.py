@@ -105,6 +105,15 @@ def test_the_warm_up_ends_at_the_first_busy_sample_so_a_dip_after_it_counts(acce
     assert check["message"].startswith("GPU3 dropped to 30 % at t=0.8 s (below 80 %); mean ")
 
 
+def test_the_loads_own_first_step_is_kept_beside_the_first_busy_sample(accept, fake_tools, tmp_path):
+    """The builtin load's real output on a CPU (tests/data/torch), printed by a fake workload: no PyTorch here."""
+    fake_tools.add("train-job", DATA / "torch" / "train_cpu_2proc_first_step.txt", hang=30)
+    run = accept(CONTRACT, recording(tmp_path))
+    startup = {c["subject"]: c["details"]["startup"] for c in run.checks("utilisation")}
+    assert startup == {"GPU0": {"first_busy_s": 0.6, "first_step_s": 84.11}, "GPU1": {"first_busy_s": 0.6, "first_step_s": 72.51},
+                       "GPU2": {"first_busy_s": 0.6}, "GPU3": {"first_busy_s": 0.6}}
+
+
 def test_a_dip_inside_warmup_does_not_count(accept, workload, tmp_path):
     dip = series(util=lambda t: 0 if t < 0.6 else (10 if t < 0.9 else 99))
     run = accept(CONTRACT, recording(tmp_path, overrides={1: dip}))

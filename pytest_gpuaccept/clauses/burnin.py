@@ -293,7 +293,7 @@ def gpuaccept_burnin(gpuaccept_state: State, gpuaccept_contract: Contract, gpuac
     kernel, window, tried = _kernel(state, started, ended)
     return BurnInRun(run, gpus, None, _stopped(summary, run, section.duration.seconds, source is None), (*evidence, *tried),
                      float(summary.get("elapsed_s") or 0.0), kernel, window, buses, gpuaccept_models,
-                     parse_first_steps(run.stdout) if section.workload == "builtin" else {})
+                     parse_first_steps(run.stdout))
 
 
 def _keep_replayed_stream(state: State, source: Path) -> None:
