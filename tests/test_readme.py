@@ -75,6 +75,8 @@ def test_the_first_command_from_an_empty_folder_as_a_new_user(tmp_path):
     assert cause < lines.index(next(line for line in lines if "= FAILURES =" in line))  # the cause comes first
     results = json.loads((empty / "gpuaccept-results.json").read_text())
     assert results["verdict"] == "rejected" and results["complete"] is True
+    assert "foreign_code" not in results, results["foreign_code"]  # a fresh venv, pip's install: nothing foreign
+    assert results["code_audit"]["this_package"].startswith("installed: pytest-gpuaccept==")
     assert results["contract"]["path"].endswith("h100_sxm5_8gpu.yaml")
     assert str(venv) in results["contract"]["path"]  # the installed package's preset, not this checkout's
     assert any("NVML could not start" in check["message"] for check in results["checks"])
