@@ -35,10 +35,12 @@ HEADER = {"stream": "gpuaccept-burnin", "counters_every_s": 10.0, "fields": list
 HW_SLOWDOWN, SW_POWER_CAP = 0x8, 0x4
 
 
-def stream_lines(minutes: float, interval: float = 1.0, gpus: int = 8, throttle=(), xids=(), ecc=(), end: bool = True):
+def stream_lines(minutes: float, interval: float = 1.0, gpus: int = 8, throttle=(), xids=(), ecc=(), end: bool = True,
+                 lost=(), hot=()):
     """The records of a burn-in of `minutes`, one JSON line each: every GPU 99 % busy at 1980 MHz and 71 C from
-    t=2 s (idle before: the start-up), with `throttle` spans (gpu, start, end), `xids` (gpu, t, xid) and `ecc`
-    errors (gpu, t: the volatile uncorrected count becomes 1 then)."""
+    t=2 s (idle before: the start-up), with `throttle` spans (gpu, start, end), `xids` (gpu, t, xid), `ecc`
+    errors (gpu, t: the volatile uncorrected count becomes 1 then), GPUs `lost` (gpu, t: no answer from then) and
+    `hot` ones (gpu, t: 88 C from then)."""
     yield json.dumps({**HEADER, "interval_s": interval,
                       "gpus": [{"index": i, "slowdown_temp_c": 87, "nvlinks": list(range(18))} for i in range(gpus)]})
     steps = int(minutes * 60 / interval)
@@ -53,9 +55,15 @@ def stream_lines(minutes: float, interval: float = 1.0, gpus: int = 8, throttle=
                 yield json.dumps({"t_s": t, "gpu": i, "ecc": [0, uncorrected], "remapped_rows": [0, 0, 0, 0],
                                   "nvlink_errors": [0, 0, 0, 0, 0]})
         for i in range(gpus):
+            gone = [at for g, at in lost if g == i and t >= at]
+            if gone and t == gone[0]:
+                yield json.dumps({"t_s": t, "gpu": i, "lost": "NVMLError_GpuIsLost: GPU is lost"})
+            if gone:
+                continue
             busy = t >= 2.0
             bad = HW_SLOWDOWN if any(g == i and start <= t < stop for g, start, stop in throttle) else 0
-            yield json.dumps([i, t, 99 if busy else 0, 1980 if busy else 345, 690.5 if busy else 70.0, 71 if busy else 35,
+            temp = 88 if any(g == i and t >= at for g, at in hot) else 71 if busy else 35
+            yield json.dumps([i, t, 99 if busy else 0, 1980 if busy else 345, 690.5 if busy else 70.0, temp,
                               (SW_POWER_CAP if busy else 0x1) | bad, 5, 16, 700.0])
     if end:
         yield json.dumps({"end": True, "t_s": round(steps * interval, 3)})
@@ -101,6 +109,18 @@ def test_an_hour_of_eight_gpus_fails_each_staged_fault_with_its_time(accept, bur
     util = [c for c in run.checks("burnin.utilisation")]
     assert len(util) == 8 and util[0]["measured"] == 99
     assert util[0]["details"]["startup"] == {"first_busy_s": 2.0}
+
+
+def test_a_gpu_that_stops_answering_and_one_at_its_slowdown_temperature_fail_with_their_times(accept, burn_job, tmp_path):
+    stream = write_stream(tmp_path, stream_lines(60, lost=[(6, 1800)], hot=[(7, 3000)]))
+    run = accept(contract(), recording(tmp_path, stream))
+    failed = {(c["clause"], c["subject"]): c["message"] for c in run.checks() if c["outcome"] != "passed"}
+    lost = "GPU6 stopped answering NVML at t=1800.0 s (30.0 min) of the burn-in (NVMLError_GpuIsLost: GPU is lost): " \
+           "lost, not judged on what came before"
+    assert failed == {**{(clause, "GPU6"): lost for clause in ("burnin.utilisation", "burnin.clocks", "burnin.throttle",
+                                                               "burnin.temperature", "burnin.ecc", "burnin.nvlink", "burnin.xid")},
+                      ("burnin.temperature", "GPU7"): "GPU7 reached 88 C at t=3000.0 s (50.0 min), at or above NVML's "
+                                                      "slowdown threshold of 87 C (hottest 88 C)"}
 
 
 def test_a_clean_hour_is_accepted(accept, burn_job, tmp_path):
