@@ -178,7 +178,7 @@ class ReportPart:
     the run is judged, the results carry it under that key, and `draw` draws it from there."""
 
     render: Callable[[Sequence[Check]], str]
-    gather: Callable[[list[Check], Evidence], tuple[list[Check], list[dict[str, Any]] | None]] | None = None
+    gather: Callable[[Sequence[Check], Evidence], tuple[Sequence[Check], list[dict[str, Any]] | None]] | None = None
     key: str = ""
     record: Callable[[Evidence], Any] | None = None
     draw: Callable[[Any], str] | None = None

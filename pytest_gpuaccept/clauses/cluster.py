@@ -241,15 +241,32 @@ class PerNode:
         return [Subject.whole(name) for name in names().get(LISTING, [])] or [Subject.whole("cluster")]
 
 
+def _uuids(results: dict[str, Any] | None) -> set[str]:
+    return {str(g.get("uuid")) for g in ((results or {}).get("host") or {}).get("gpus", []) if g.get("uuid")}
+
+
+# UUID -> the nodes whose results name it, made once per cluster run: each node compared with every other made a
+# million sets at 1,000 nodes. The run is kept with its index (an id alone could be reused).
+_UUID_INDEX: dict[int, tuple[ClusterRun, dict[str, list[str]]]] = {}
+
+
 def _same_gpus(name: str, run: ClusterRun) -> dict[str, list[str]]:
     """Other nodes whose results name one of this node's GPU UUIDs, and the UUIDs they share (a node answering for
     another, or, in a simulated run, nodes that read one NVML recording): UUIDs are unique across a cluster."""
-    def uuids(results: dict[str, Any] | None) -> set[str]:
-        return {str(g.get("uuid")) for g in ((results or {}).get("host") or {}).get("gpus", []) if g.get("uuid")}
-
-    mine = uuids(run.nodes[name].results)
-    shared = {other: sorted(mine & uuids(node.results)) for other, node in run.nodes.items() if other != name}
-    return {other: both for other, both in sorted(shared.items()) if both}
+    cached = _UUID_INDEX.get(id(run))
+    if cached is None or cached[0] is not run:
+        index: dict[str, list[str]] = {}
+        for node, outcome in run.nodes.items():
+            for uuid in _uuids(outcome.results):
+                index.setdefault(uuid, []).append(node)
+        _UUID_INDEX.clear()
+        _UUID_INDEX[id(run)] = cached = (run, index)
+    shared: dict[str, list[str]] = {}
+    for uuid in sorted(_uuids(run.nodes[name].results)):
+        for other in cached[1][uuid]:
+            if other != name:
+                shared.setdefault(other, []).append(uuid)
+    return dict(sorted(shared.items()))
 
 
 def _twins_message(node: str, twins: dict[str, list[str]], results: dict[str, Any]) -> str:

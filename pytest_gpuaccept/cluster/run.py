@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import resource
 import sys
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -22,6 +23,7 @@ from ..measurements import ClusterAllReduce, ClusterRun, LinkResult, LinkRuns, N
 from ..probes import ParseError, iperf3, iproute, nccl_tests, strip_escapes
 from ..probes._run import Command, ToolRun
 from ..units import human_bytes
+from ..verdict import Outcome
 from .bundles import NODES_FOLDER, decode, members
 from .engine import ClusterError, Engine, NodeState, own_expansion
 from .pairs import DEFAULT_BUDGET, blame, every_pair_fits, plan, second_pass
@@ -31,6 +33,24 @@ if TYPE_CHECKING:
     from ..state import State
 
 RESULTS = "gpuaccept-results.json"
+
+# What the login node keeps of a node's results while the other nodes' come back (cluster.nodes and the run read
+# these); its checks are kept as their outcomes only, one shared object per outcome.
+KEPT = ("gpuaccept", "verdict", "mode", "complete", "started", "finished", "contract", "host", "cluster_node")
+_OUTCOMES = {outcome.value: {"outcome": outcome.value} for outcome in Outcome}
+
+
+def kept_results(results: dict[str, Any]) -> dict[str, Any]:
+    """A node's results as the login node keeps them until the end of the run: every fact the cluster's checks read
+    (KEPT), and each check as its outcome alone. The checks themselves are in the node's bundle in the evidence,
+    where the report reads them, one node at a time (summary.gather): parsed, a node's results were about 0.5 MB."""
+    def outcome(check: Any) -> dict[str, Any]:
+        value = check.get("outcome") if isinstance(check, dict) else None
+        return (_OUTCOMES.get(value) if isinstance(value, str) else None) or {"outcome": str(value)}
+
+    checks = results.get("checks")
+    return {**{key: results[key] for key in KEPT if key in results},
+            "checks": [outcome(c) for c in checks] if isinstance(checks, list) else []}
 
 
 def node_folder(node: str) -> str:
@@ -139,15 +159,32 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
     for node in runnable:
         argv = engine.on_node(node, node_argv(state, node))
         commands.append(Command(argv[0], tuple(argv[1:]), key=f"node-run-{node}"))
-    runs = dict(zip(runnable, state.runner.run_together(commands, timeout_s=section.node_timeout.seconds))) \
-        if commands else {}
-    nodes = {}
-    for node in listed.names:
-        launch = runs.get(node)
-        # What the launcher said of how it ran the node (Kubernetes: the pod, its image's digest) joins the node's facts.
-        said = replace(states[node], facts=states[node].facts + engine.launched(launch.stderr)) if launch else states[node]
+    nodes: dict[str, NodeOutcome] = {}
+
+    def arrived(n: int, launch: ToolRun) -> ToolRun:
+        """A node's run is back: its bundle written, verified and read now, its output let go (parse, judge, write,
+        drop: a thousand nodes' bundles are never held at once)."""
+        node = runnable[n]
+        # What the launcher said of how it ran the node (Kubernetes: the pod, its image's digest) joins its facts.
+        said = replace(states[node], facts=states[node].facts + engine.launched(launch.stderr))
         nodes[node] = _outcome(state, node, said, launch)
-    return ClusterRun(engine.name, nodes, tuple(evidence))
+        return replace(launch, stdout="")
+
+    if commands:
+        _enough_files(len(commands))
+        state.runner.run_together(commands, timeout_s=section.node_timeout.seconds, each=arrived)
+    return ClusterRun(engine.name, {node: nodes.get(node) or _outcome(state, node, states[node], None)
+                                    for node in listed.names}, tuple(evidence))
+
+
+def _enough_files(tools: int) -> None:
+    """Each tool run at once holds two pipes: a thousand nodes' launchers need more open files than the 1,024 a
+    login shell often allows. The soft limit is raised toward the hard one (never past it); a launcher that still
+    cannot start says why in its node's check."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 3 * tools + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
 
 
 def _short(node: NodeState, wanted: int) -> bool:
@@ -176,14 +213,15 @@ def _outcome(state: State, node: str, node_state: NodeState, run: ToolRun | None
     except (KeyError, ValueError) as exc:
         return NodeOutcome(node_state, folder, None, f"its bundle has no readable {RESULTS}: {exc}", evidence)
     if not results.get("complete"):
-        return NodeOutcome(node_state, folder, results, "its run was incomplete (interrupted or crashed)", evidence)
+        return NodeOutcome(node_state, folder, kept_results(results), "its run was incomplete (interrupted or crashed)",
+                           evidence)
     if results.get("contract", {}).get("sha256") != state.contract.sha256:
         return NodeOutcome(node_state, folder, None, "its results judged another contract", evidence)
     started = str(results.get("started") or "")
     if state.runner.replay_dir is None and not _fresh(started, state.started):
         return NodeOutcome(node_state, folder, None, f"its results were started at {started or 'an unknown time'}, "
                                                      f"before this run ({state.started}): not this run's", evidence)
-    return NodeOutcome(node_state, folder, results, None, evidence)
+    return NodeOutcome(node_state, folder, kept_results(results), None, evidence)
 
 
 CLOCK_SLACK_S = 600.0  # nodes' clocks may differ from the login node's by this much

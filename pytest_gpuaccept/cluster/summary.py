@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..charts import heat_map, safe_text, table
 from ..clauses.base import ReportPart
 from ..clauses.cluster import LINKS, PAIRS
 from ..evidence import Evidence, ForeignEvidence
 from ..verdict import Check, Outcome
-from .merge import NODES_CLAUSE, host_entry, node_checks, node_grid
+from .merge import NODES_CLAUSE, count, merge_cluster
 from .run import RESULTS
 
 MAP_NODES = 32  # a pair heat map up to this many nodes; above, the failing pairs are in the failure lines
@@ -22,23 +22,9 @@ LINK_ROWS = 200  # links listed in the links table; above, only those that did n
 GRID_OPEN_ROWS = 50  # nodes shown in the open grid; the rest (all passing) fold into one line
 
 
-def merge_cluster(cluster_checks: list[Check], node_results: dict[str, dict[str, Any] | None]
-                  ) -> tuple[list[Check], list[dict[str, Any]]]:
-    """(checks, hosts): the cluster's own checks, then every node's as <node>/<subject>; a hosts entry per node
-    (one that returned nothing too). The verdict is judged over these checks by the caller."""
-    checks = list(cluster_checks)
-    hosts = []
-    by_node = {c.subject: c for c in cluster_checks if c.clause == NODES_CLAUSE}
-    for node, results in node_results.items():
-        hosts.append(host_entry(node, by_node.get(node), results))
-        if results is not None:
-            checks += node_checks(node, results)
-    return checks, hosts
-
-
-def _node_results(checks: list[Check], evidence: Evidence) -> dict[str, dict[str, Any] | None]:
-    """Each node of a cluster run: its results, read from its sealed bundle (None where none came back)."""
-    found: dict[str, dict[str, Any] | None] = {}
+def _node_results(checks: Sequence[Check], evidence: Evidence) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """Each node of a cluster run with its results, read from its sealed bundle one node at a time (None where none
+    came back): the caller merges each before the next is read."""
     for check in checks:
         if check.clause != NODES_CLAUSE or check.subject == "cluster":
             continue
@@ -49,11 +35,10 @@ def _node_results(checks: list[Check], evidence: Evidence) -> dict[str, dict[str
                 results = json.loads(raw) if raw else None
             except (ForeignEvidence, ValueError):
                 results = None
-        found[check.subject] = results if isinstance(results, dict) else None
-    return found
+        yield check.subject, results if isinstance(results, dict) else None
 
 
-def gather(checks: list[Check], evidence: Evidence) -> tuple[list[Check], list[dict[str, Any]] | None]:
+def gather(checks: Sequence[Check], evidence: Evidence) -> tuple[Sequence[Check], list[dict[str, Any]] | None]:
     """On the login node (its cluster.nodes checks judged): every node's checks merged in, and `hosts`."""
     if not any(c.clause == NODES_CLAUSE for c in checks):
         return checks, None
@@ -67,11 +52,10 @@ def _grid_cell(counts: dict[Outcome, int] | None) -> str:
     return f"<td class={css}>{counts[Outcome.PASSED]}/{sum(counts.values())}"
 
 
-def node_grid_html(checks: Sequence[Check]) -> str:
+def node_grid_html(grid: dict[str, dict[str, dict[Outcome, int]]]) -> str:
     """A cluster run's node x clause grid: each cell passed/total, red where any check failed. Nodes with
     failures first; past GRID_OPEN_ROWS the all-passing nodes fold into a closed list of names. Each node's
     name links to its own report (its checks, charts and raw outputs) in the bundle."""
-    grid = node_grid(checks)
     if not grid:
         return ""
     clauses = list(dict.fromkeys(clause for row in grid.values() for clause in row))
@@ -116,10 +100,17 @@ def _links_table(links: list[Check]) -> str:
 
 
 def render(checks: Sequence[Check]) -> str:
-    """The cluster's part of the report: the node grid, the pairs' heat map, the links."""
-    pairs = [c for c in checks if c.clause == PAIRS.key and "+" in c.subject]
-    links = [c for c in checks if c.clause == LINKS.key and "->" in c.subject]
-    return node_grid_html(checks) + _pair_map(pairs) + _links_table(links)
+    """The cluster's part of the report: the node grid, the pairs' heat map, the links (one pass over the checks: a
+    cluster's are read one node at a time)."""
+    grid: dict[str, dict[str, dict[Outcome, int]]] = {}
+    pairs, links = [], []
+    for check in checks:
+        count(grid, check)
+        if check.clause == PAIRS.key and "+" in check.subject:
+            pairs.append(check)
+        elif check.clause == LINKS.key and "->" in check.subject:
+            links.append(check)
+    return node_grid_html(grid) + _pair_map(pairs) + _links_table(links)
 
 
 REPORT = ReportPart(render, gather)

@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Generic, Iterator, TypeVar
+from typing import IO, Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
 from . import strip_escapes
@@ -287,11 +287,15 @@ class ToolRunner:
         """Run `tool args` once per session (memoised by key) and return what it did."""
         return self.run_together([Command(tool, tuple(args), key)], timeout_s)[0]
 
-    def run_together(self, commands: list[Command], timeout_s: float | None = None) -> list[ToolRun]:
+    def run_together(self, commands: list[Command], timeout_s: float | None = None,
+                     each: Callable[[int, ToolRun], ToolRun] | None = None) -> list[ToolRun]:
         """Run several commands at once (a server and its client, parallel clients) under one deadline.
 
         Memoised as a group: when every key was run before in this session, the recorded runs are returned.
-        Nothing starts unless every executable is found.
+        Nothing starts unless every executable is found. With `each`, each run is handed to `each(index, run)` as
+        its tool exits, and what `each` returns is what the session keeps and this returns: a caller that took what
+        it needs from a large output (a cluster node's bundle) keeps the run without it, so that the outputs of a
+        thousand tools are never all held at once (the evidence holds every byte).
         """
         timeout = timeout_s if timeout_s is not None else self.default_timeout_s
         keys = [c.key or slug([c.tool, *c.args]) for c in commands]
@@ -300,26 +304,40 @@ class ToolRunner:
         with self.exclusive():
             recorded = [self._recall(key) for key in keys]
             if all(run is not None for run in recorded):
-                return [run for run in recorded if run is not None]
-            if self.replay_dir is not None:
-                return [self._replay(key, argv) for key, argv in zip(keys, argvs)]
-            checked = [self._checked(c.tool, exe) if exe else (None, None) for exe, c in zip(executables, commands)]
-            origins = [origin for origin, _refused in checked]
-            refused = [why for _origin, why in checked]
-            if any(refused):
-                reason = next(why for why in refused if why)
-                return [self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=why or f"not started: {reason}",
-                                           provenance=o), b"", b"")
-                        for key, argv, why, o in zip(keys, argvs, refused, origins)]
-            missing = [c.tool for exe, c in zip(executables, commands) if exe is None]
-            if missing:
-                runs = []
-                for key, argv, exe, c in zip(keys, argvs, executables, commands):
-                    where = f"at {self.tool_paths[c.tool]} (tools.{c.tool})" if c.tool in self.tool_paths else "on PATH"
-                    error = f"{c.tool} not found {where}" if exe is None else f"not started: {missing[0]} not found"
-                    runs.append(self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=error), b"", b""))
-                return runs
-            return self._execute(keys, argvs, [c.start_after_s for c in commands], timeout, origins)
+                runs = [run for run in recorded if run is not None]
+            elif self.replay_dir is not None:
+                runs = [self._replay(key, argv) for key, argv in zip(keys, argvs)]
+            else:
+                checked = [self._checked(c.tool, exe) if exe else (None, None) for exe, c in zip(executables, commands)]
+                runs = self._refused(keys, argvs, commands, executables, checked)
+                if not runs:
+                    return self._execute(keys, argvs, [c.start_after_s for c in commands], timeout,
+                                         [origin for origin, _refused in checked], each)
+        return runs if each is None else [self._hand_over(each, n, run) for n, run in enumerate(runs)]
+
+    def _refused(self, keys: list[str], argvs: list[list[str]], commands: list[Command], executables: list[str | None],
+                 checked: Sequence[tuple[dict[str, Any] | None, str | None]]) -> list[ToolRun]:
+        """The group's runs when it must not start (a tool changed or not the pinned one, or missing), each saying
+        why; [] when it may."""
+        refused = [why for _origin, why in checked]
+        if any(refused):
+            reason = next(why for why in refused if why)
+            return [self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=why or f"not started: {reason}",
+                                       provenance=origin), b"", b"")
+                    for key, argv, why, (origin, _why) in zip(keys, argvs, refused, checked)]
+        missing = [c.tool for exe, c in zip(executables, commands) if exe is None]
+        runs = []
+        for key, argv, exe, c in zip(keys, argvs, executables, commands) if missing else ():
+            where = f"at {self.tool_paths[c.tool]} (tools.{c.tool})" if c.tool in self.tool_paths else "on PATH"
+            error = f"{c.tool} not found {where}" if exe is None else f"not started: {missing[0]} not found"
+            runs.append(self._save(ToolRun(key, tuple(argv), None, 0.0, "", "", error=error), b"", b""))
+        return runs
+
+    def _hand_over(self, each: Callable[[int, ToolRun], ToolRun], n: int, run: ToolRun) -> ToolRun:
+        """`each` of a finished run; what it returns is the run this session keeps."""
+        kept = each(n, run)
+        self._runs[kept.key] = kept
+        return kept
 
     def _origin(self, tool: str, executable: str) -> dict[str, Any]:
         """The provenance of an executable, read once per session (at its first run)."""
@@ -370,8 +388,10 @@ class ToolRunner:
         return _Started(proc), None
 
     def _execute(self, keys: list[str], argvs: list[list[str]], delays: list[float], timeout: float,
-                 origins: list[dict[str, Any] | None]) -> list[ToolRun]:
-        shown = " + ".join(" ".join(Path(a[0]).name.split()[:1] + a[1:])[:100] for a in argvs)
+                 origins: list[dict[str, Any] | None],
+                 each: Callable[[int, ToolRun], ToolRun] | None = None) -> list[ToolRun]:
+        shown = " + ".join(" ".join(Path(a[0]).name.split()[:1] + a[1:])[:100] for a in argvs[:3]) + \
+            (f" and {len(argvs) - 3} more" if len(argvs) > 3 else "")
         self._say(f"gpuaccept: running {shown} (at most {timeout:g} s)")
         started = time.monotonic()
         deadline = started + timeout
@@ -387,16 +407,51 @@ class ToolRunner:
                 tools.append(tool)
                 errors.append(error)
             for n, tool in enumerate(tools):
-                if tool is not None:
+                if tool is not None and each is None:
                     returncodes[n], timed_out[n] = wait_or_kill(tool.proc, deadline)
         except BaseException:
             # Ctrl-C, SIGTERM: stop every tool's whole group, keep what they printed, then go on unwinding.
             self._interrupted(keys, argvs, tools, errors, started, timeout)
             raise
+        if each is not None:
+            runs = self._as_they_exit(keys, argvs, tools, errors, (started, timeout), origins, each)
+            self._say(f"gpuaccept: {shown} done in {time.monotonic() - started:.1f} s")
+            return runs
         self._say(f"gpuaccept: {shown} done in {time.monotonic() - started:.1f} s")
         return [self._finish(key, argv, tool.output() if tool else NOTHING, returncodes[n], started, timeout,
                              timed_out[n], errors[n], pid=tool.proc.pid if tool else None, provenance=origins[n])
                 for n, (key, argv, tool) in enumerate(zip(keys, argvs, tools))]
+
+    def _as_they_exit(self, keys: list[str], argvs: list[list[str]], tools: list[_Started | None],
+                      errors: list[str | None], window: tuple[float, float], origins: list[dict[str, Any] | None],
+                      each: Callable[[int, ToolRun], ToolRun]) -> list[ToolRun]:
+        """Each run handed to `each` as its tool exits (one that never started at once), its output let go once
+        handed over; at the deadline the rest are killed, timed out. Waits that grow while nothing exits (a node's
+        run takes minutes), 10 ms again after each exit."""
+        started, timeout = window
+        deadline = started + timeout
+        runs: list[ToolRun | None] = [None] * len(keys)
+        pending, pause = set(range(len(keys))), 0.01
+        try:
+            while pending:
+                late = time.monotonic() >= deadline
+                done = sorted(n for n in pending if late or (tool := tools[n]) is None or tool.proc.poll() is not None)
+                for n in done:
+                    tool, tools[n] = tools[n], None
+                    returncode, timed_out = wait_or_kill(tool.proc, deadline) if tool else (None, False)
+                    run = self._finish(keys[n], argvs[n], tool.output() if tool else NOTHING, returncode, started,
+                                       timeout, timed_out, errors[n], pid=tool.proc.pid if tool else None,
+                                       provenance=origins[n])
+                    pending.discard(n)
+                    runs[n] = self._hand_over(each, n, run)
+                pause = 0.01 if done else min(pause * 2, 0.25)
+                time.sleep(pause if pending else 0)
+        except BaseException:
+            left = sorted(pending)
+            self._interrupted([keys[n] for n in left], [argvs[n] for n in left], [tools[n] for n in left],
+                              [errors[n] for n in left], started, timeout)
+            raise
+        return [run for run in runs if run is not None]
 
     def _interrupted(self, keys: list[str], argvs: list[list[str]], tools: list[_Started | None],
                      errors: list[str | None], started: float, timeout: float) -> None:

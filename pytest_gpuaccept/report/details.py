@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from .. import charts
 from ..charts import safe_text, table
@@ -35,7 +35,7 @@ def _shown_evidence(name: str) -> bool:
     return not name.endswith(".json") or name == HOST_READING
 
 
-def raw_outputs(evidence: Evidence, checks: list[Check]) -> str:
+def raw_outputs(evidence: Evidence, checks: Sequence[Check]) -> str:
     """Every tool output and reading the checks used, once each, in the order first used; bounded and escaped.
     Not printed (the print stylesheet hides it): the evidence folder holds every byte."""
     # A cluster node's outputs stay in its own bundle and report (nodes/<node>/): linked, not repeated here.
@@ -141,7 +141,7 @@ def _tables(check: Check) -> list[str]:
     return parts
 
 
-def measurements(checks: list[Check], evidence: Evidence | None) -> str:
+def measurements(checks: Sequence[Check], evidence: Evidence | None) -> str:
     """Charts and tables, once, printed: every timeline of a clause in one set of charts (a line per subject),
     then each check's own tables (a sweep with its chart, the per-subject results of a check)."""
     checks = [c for c in checks if c.node is None]  # a cluster node's charts are in its own report

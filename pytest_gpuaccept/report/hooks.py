@@ -3,6 +3,7 @@ the run at the session's end, writes the results, and seals the bundle once pyte
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from ..state import State
 from ..verdict import Outcome, Verdict
 from .collect import audit_code, environment, fallback, judged
 from .page import banner
-from .results import Results, json_lines, root_cause, verdict_line, write_atomic
+from .results import Results, json_chunks, root_cause, verdict_line, write_chunks
 from .table import TableHooks, check_of, compact_report, item_of
 
 
@@ -84,10 +85,14 @@ class ReportPlugin(TableHooks):
     def _publish(self, results: Results, copy: Path) -> None:
         """Write the results and their copy in the evidence (its path claimed before), close the seals, digest."""
         self.results = results
-        text = json_lines(results.document())
-        write_atomic(self.state.json_path, text)
+        # Written in pieces, to both files in one pass: a cluster's checks are read one node at a time, never held.
+        path = self.state.json_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w") as out, open(copy, "w") as sealed:
+            write_chunks(json_chunks(results.document()), out, sealed)
+        os.replace(tmp, path)
         self.state.runner.evidence.close()
-        copy.write_text(text)
         self.manifest_digest = evidence_digest(self.state.evidence_dir)
 
     def _junit(self, config: pytest.Config, results: Results) -> None:

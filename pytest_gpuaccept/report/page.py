@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from ..charts import FAIL_RED, HEAT_TEXT, TEXT, safe_text, table
 from ..clauses import registry
@@ -96,7 +96,7 @@ def failure_lines(not_passed: list[Check]) -> list[str]:
     return lines
 
 
-def per_clause_html(checks: list[Check]) -> str:
+def per_clause_html(checks: Sequence[Check]) -> str:
     rows: dict[str, dict[Outcome, int]] = {}
     for check in checks:
         counts = rows.get(check.clause)

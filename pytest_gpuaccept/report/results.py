@@ -8,7 +8,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator, Sequence
 
 from ..rejudge import RECOMPUTED
 from ..verdict import NOT_MEASURED_PREFIX, Check, Outcome
@@ -28,7 +28,7 @@ class Results:
     finished: str
     contract: dict[str, Any]
     host: dict[str, Any]
-    checks: list[Check]
+    checks: Sequence[Check]
     mode: str | None = None  # None only in the results of a run whose judging crashed (`error`)
     sources: dict[str, str] | None = None  # where the readings came from: sysfs, nvml, replay (sources())
     not_in_contract: list[str] | None = None
@@ -81,15 +81,39 @@ _ENCODER = json.JSONEncoder(default=str)  # one encoder for every line: a cluste
 def json_lines(document: dict[str, Any]) -> str:
     """The results as JSON a person can grep: a key per line, and a list of objects (checks, tools) an object
     per line. A Check is written as its JSON here, one at a time (a cluster's 100,000 never all held as dicts)."""
+    return "".join(json_chunks(document))
+
+
+def json_chunks(document: dict[str, Any]) -> Iterator[str]:
+    """json_lines' text in pieces, a check at a time: what writes a cluster's results without holding them whole."""
     encode = _ENCODER.encode
-    parts = []
-    for key, value in document.items():
-        if isinstance(value, list) and value and all(isinstance(v, (dict, Check)) for v in value):
-            inner = ",\n  ".join(encode(v.to_dict() if isinstance(v, Check) else v) for v in value)
-            parts.append(f"{encode(key)}: [\n  {inner}\n ]")
+    yield "{\n "
+    for n, (key, value) in enumerate(document.items()):
+        yield ",\n " if n else ""
+        if _objects(value):
+            yield f"{encode(key)}: [\n  "
+            for m, v in enumerate(value):
+                yield ("" if m == 0 else ",\n  ") + encode(v.to_dict() if isinstance(v, Check) else v)
+            yield "\n ]"
         else:
-            parts.append(f"{encode(key)}: {encode(value)}")
-    return "{\n " + ",\n ".join(parts) + "\n}\n"
+            yield f"{encode(key)}: {encode(value)}"
+    yield "\n}\n"
+
+
+def _objects(value: Any) -> bool:
+    """A list of objects (dicts, checks), written an object per line. The checks of a cluster are a Sequence of
+    checks only (cluster/merge.py), read one node at a time: its first says what it holds."""
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(v, (dict, Check)) for v in value)
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and len(value) > 0 \
+        and isinstance(value[0], Check)
+
+
+def write_chunks(chunks: Iterator[str], *outputs: IO[str]) -> None:
+    """Each piece to every output: one pass over a cluster's checks writes the results and their sealed copy."""
+    for chunk in chunks:
+        for out in outputs:
+            out.write(chunk)
 
 
 def write_atomic(path: Path, text: str) -> None:
