@@ -8,6 +8,7 @@ error. The recording that names the stream is the real-shaped 8-GPU H100 one of 
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from burnin_memory import run as burn  # noqa: E402
 
 from pytest_gpuaccept.clauses.burnin import SECTION, progress_line
-from pytest_gpuaccept.probes import nvml
+from pytest_gpuaccept.probes import kernel_log, nvml
 from pytest_gpuaccept.probes.nvml_stream import GpuResult, Watch
 from pytest_gpuaccept.units import parse_duration
 
@@ -338,3 +339,35 @@ def test_the_builtin_loads_own_start_up_is_kept_beside_nvmls(accept, fake_tools,
     assert startup["GPU0"] == {"first_busy_s": 2.0, "first_step_s": 84.11}
     assert startup["GPU1"] == {"first_busy_s": 2.0, "first_step_s": 72.51}
     assert startup["GPU2"] == {"first_busy_s": 2.0}
+
+
+def test_a_live_burn_in_streams_to_the_evidence_and_reads_its_own_kernel_log(accept, fake_tools, monkeypatch, tmp_path):
+    """Live mode in this process (NVML replaced: the host is the 4-GPU recording cut to two, the sampler's bindings the
+    stand-in above; the run is never accepted in-process, its checks are what is looked at): an Xid NVML reports on
+    GPU0, and one only the kernel log (a real dmesg line) shows for GPU1's PCI address during the load."""
+    reading = json.loads((DATA / "nvml" / "h100_sxm5_4gpu.json").read_text())
+    reading["gpus"] = reading["gpus"][:2]
+    reading["gpus"][1]["pci_bus_id"] = "00000002:00:00.0"
+    reading["cuda_devices"].update(count=2, bus_ids=["0000:18:00.0", "0002:00:00.0"])
+    path = tmp_path / "nvml-live.json"
+    path.write_text(json.dumps(reading))
+    monkeypatch.setattr(nvml, "read_host", lambda: json.loads(path.read_text()))
+    bindings = stand_in_pynvml(lost_after=10**6)
+    bindings.__spec__ = importlib.machinery.ModuleSpec("pynvml", None)  # the run's preflight looks the module up
+    monkeypatch.setitem(sys.modules, "pynvml", bindings)
+    clock = iter([3600.0, 3700.0])
+    monkeypatch.setattr(kernel_log, "uptime", lambda proc=None: next(clock))
+    fake_tools.add("burn-job", "burning\n", hang=30)
+    fake_tools.add("dmesg", DATA / "kernel" / "dmesg_xid119_gsp_timeout_aznhc.txt")
+    text = ("gpuaccept: 1\nvendor: V\ngpus: {count: 2}\n"
+            "burnin: {duration: '2 s', workload: ['burn-job'], min_percent: 90}\n")
+    run = accept(text, pci_tree(tmp_path / "sys", recording=path), subprocess=False)
+    xid = {c["subject"]: c for c in run.checks("burnin.xid")}
+    assert xid["GPU0"]["message"].startswith("GPU0: 1 Xid event(s) during the burn-in (NVML): Xid 79 at t=0.")
+    assert xid["GPU1"]["message"].startswith("NVML reported no Xid event, but the kernel log shows 1 for PCI 0002:00:00 "
+                                             "during the load: [3606.8] Xid 119")
+    evidence = run.path / "gpuaccept-evidence"
+    records = (evidence / "burnin-stream.jsonl").read_text().splitlines()
+    assert json.loads(records[0])["stream"] == "gpuaccept-burnin" and json.loads(records[-1])["end"] is True
+    assert (evidence / "dmesg_after_burnin.json").is_file()
+    assert {c["outcome"] for c in run.checks("burnin.utilisation")} == {"passed"}

@@ -29,7 +29,7 @@ from ..measurements import GpuModels
 from ..probes import ParseError, kernel_log, nvml
 from ..probes._run import Command, Reading, ToolRun
 from ..probes.nvml import decode_reasons
-from ..probes.nvml_stream import BUSY_PERCENT, COUNTER_PARTS, WINDOW_S, GpuResult, Watch, records, results_of
+from ..probes.nvml_stream import BUSY_PERCENT, COUNTER_PARTS, GpuResult, Watch, records, results_of, window_seconds
 from ..probes.train import parse_first_steps
 from ..schema import Key
 from ..state import NVML_HOST_FILE
@@ -367,10 +367,10 @@ def _startup(r: GpuResult, m: BurnInRun) -> dict[str, Any]:
 
 
 def judge_utilisation(section: Burnin, subject: Subject, m: BurnInRun, contract: Contract) -> Check:
-    """The least busy sliding window (a minute, the whole load where shorter) from the GPU's first busy sample on,
+    """The least busy sliding window (a minute, half the load where shorter) from the GPU's first busy sample on,
     against min_percent; a GPU first busy more than STARTUP_LIMIT_S after the launch fails."""
     minimum = section.min_percent
-    v = UTILISATION.verdict(subject, f">= {fmt(minimum)} over every {_span(min(WINDOW_S, section.duration.seconds))} window",
+    v = UTILISATION.verdict(subject, f">= {fmt(minimum)} over every {_span(window_seconds(section.duration.seconds))} window",
                             m.evidence, minimum)
     r = _result(v, m, subject)
     if isinstance(r, Check):
@@ -564,7 +564,8 @@ def judge_xid(section: Burnin, subject: Subject, m: BurnInRun, contract: Contrac
 
 
 UTILISATION = Clause("burnin.utilisation", SECTION, "test_burnin_utilisation", PerGpu(), gpuaccept_burnin, judge_utilisation,
-                     "the least busy sliding window (a minute) from the GPU's first busy sample, at least `min_percent`; "
+                     "the least busy sliding window (a minute; half the load where shorter) from the GPU's first busy sample, at "
+                     "least `min_percent`; "
                      "first busy within 120 s of the launch", "%")
 CLOCKS = Clause("burnin.clocks", SECTION, "test_burnin_clocks", PerGpu(), gpuaccept_burnin, judge_clocks,
                 "the lowest SM clock window of the busy GPU at least `min_percent` of its highest", "MHz")

@@ -22,7 +22,13 @@ from . import ParseError
 from .nvml import BAD_THROTTLE, NVLINK_ERRORS, SAMPLE_FIELDS, STREAM_FORMAT
 
 BUSY_PERCENT = 50.0  # a GPU this busy has started working (the start-up ends at its first such sample)
-WINDOW_S = 60.0  # the sliding window of the lowest utilisation and SM clock (the whole load, where shorter)
+WINDOW_S = 60.0  # the sliding window of the lowest utilisation and SM clock (half the load, where that is shorter)
+
+
+def window_seconds(duration_s: float) -> float:
+    """The sliding window of a load of `duration_s`: a minute, or half the load where that is shorter (the other half
+    leaves room for the start-up)."""
+    return min(WINDOW_S, duration_s / 2)
 MAX_SPANS = 1000  # throttle spans kept, the first ones; more are counted (and the longest kept)
 MAX_XIDS = 100  # Xid events kept per GPU, the first ones; more are counted
 TIMELINE_ROWS = 480  # at most this many rows per GPU in the report's timeline: buckets of a minute or more
@@ -46,6 +52,7 @@ class Window:
     of the busy samples (where at least half the window's are busy). A window counts once it is whole."""
 
     seconds: float
+    slack: float = 0.0  # a window is whole once it spans `seconds` less one sampling interval
     rows: deque[tuple[float, float, float | None]] = field(default_factory=deque)
     started: float | None = None
     util_sum: float = 0.0
@@ -67,7 +74,7 @@ class Window:
             self.util_sum -= old_util
             if old_clock is not None:
                 self.clock_sum, self.clocked = self.clock_sum - old_clock, self.clocked - 1
-        if t_s - self.started + 1e-9 < self.seconds:
+        if t_s - self.started + self.slack + 1e-9 < self.seconds:
             return
         mean = self.util_sum / len(self.rows)
         if self.lowest_util is None or mean < self.lowest_util[0]:
@@ -273,7 +280,7 @@ class Watch:
 
     def __init__(self, duration_s: float) -> None:
         self.duration_s = duration_s
-        self.window_s = min(WINDOW_S, duration_s)
+        self.window_s = window_seconds(duration_s)
         self.bucket_s = bucket_seconds(duration_s)
         self.interval_s = 0.0
         self.gpus: dict[int, GpuWatch] = {}
@@ -331,7 +338,7 @@ class Watch:
         self.interval_s = float(record["interval_s"])
         for entry in record["gpus"]:
             gpu = self.gpu(int(entry["index"]))
-            gpu.interval_s = self.interval_s
+            gpu.interval_s = gpu.window.slack = self.interval_s
             gpu.slowdown_temp_c = None if entry.get("slowdown_temp_c") is None else float(entry["slowdown_temp_c"])
             gpu.nvlinks = tuple(int(n) for n in entry.get("nvlinks") or ())
             gpu.xid_error = entry.get("xid_error")
