@@ -135,6 +135,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 node=${hosts%%:*}
+[ -e "@DIR@/hang/$node" ] && exec sleep 3600
 case " $* " in *" node-run "*) exec cat "@DIR@/bundles/$node.txt";; esac
 export FAKE_NODE="$node" FAKE_HOSTS="$hosts" $exports
 exec "$@"
@@ -197,8 +198,9 @@ NF == 13 && $1 ~ /^[0-9]+$/ {
 
 def write_launcher(folder: Path, addresses: dict[str, str]) -> Path:
     """The stand-in's bin folder (mpirun, ip, iperf3, all_reduce_perf) under `folder`, with each node's address;
-    node_bundles fills `folder/bundles`, and a file `folder/slow/<node>` (or `<a>+<b>`) slows that node's jobs."""
-    for sub in ("bin", "bundles", "addresses", "rdv", "slow"):
+    node_bundles fills `folder/bundles`, a file `folder/slow/<node>` (or `<a>+<b>`) slows that node's jobs, and
+    `folder/hang/<node>` makes anything launched on it hang."""
+    for sub in ("bin", "bundles", "addresses", "rdv", "slow", "hang"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     for name, address in addresses.items():
         (folder / "addresses" / f"{name}.json").write_text(json.dumps(

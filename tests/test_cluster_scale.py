@@ -64,3 +64,20 @@ def test_two_hundred_nodes_end_to_end_through_the_mpirun_launcher_stand_in_stay_
     assert sum(c.get("node") is not None for c in results["checks"]) == 200 * 112
     assert {c["clause"] for c in results["checks"]} >= {"cluster.nodes", "cluster.pairs", "cluster.allreduce"}
     assert peak < 150, f"login node peak {peak:.0f} MB"
+
+
+def test_nodes_merged_as_they_arrive_a_hung_launcher_and_a_lost_bundle_fail_their_own_nodes_only(tmp_path):
+    """Each node's bundle is read as its launcher exits: one launcher that never exits is killed at node_timeout
+    and one that printed nothing fail their own cluster.nodes checks, saying why; the other 28 are merged."""
+    per_node = 'gpuaccept: 1\nvendor: "Trial cluster"\ngpus: {count: 8, model: "H100"}\n'
+    contract = stand_in_cluster(tmp_path, 30, per_node, '  node_timeout: "4 s"\n')
+    (tmp_path / "launcher" / "hang" / "n0007").touch()
+    (tmp_path / "launcher" / "bundles" / "n0011.txt").write_text("")
+    code, results, out, _peak = login_run(tmp_path, contract, timeout=300)
+    assert code == 1, out[-3000:]
+    nodes = {c["subject"]: c for c in results["checks"] if c["clause"] == "cluster.nodes"}
+    assert [n for n, c in nodes.items() if c["outcome"] != "passed"] == ["n0007", "n0011"]
+    assert "returned no bundle" in nodes["n0007"]["message"] and "timed out after 4 s" in nodes["n0007"]["message"]
+    assert nodes["n0011"]["message"].startswith("node n0011 returned no bundle; the launcher: it exited with code 0")
+    merged = {c["node"] for c in results["checks"] if c.get("node")}
+    assert len(merged) == 28 and not merged & {"n0007", "n0011"}
