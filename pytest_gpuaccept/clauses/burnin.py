@@ -210,12 +210,14 @@ def interrupted(state: State, summary: dict[str, Any]) -> None:
         gpus = results_of(summary)
     except ParseError:
         gpus = {}
-    run = BurnInRun(None, gpus, None, str(summary.get("stopped")), (SUMMARY_FILE,),
-                    float(summary.get("elapsed_s") or 0.0), models=state.gpu_models())
-    for clause in CLAUSES:
-        for subject in clause.subjects(state.contract, state.listings):
-            check = clause.judge(SECTION.of(state.contract), subject, run, state.contract)
-            state.checks[(clause.key, str(subject))] = replace(check, test=clause.test)
+    try:
+        run = BurnInRun(None, gpus, None, str(summary.get("stopped")), (SUMMARY_FILE,),
+                        float(summary.get("elapsed_s") or 0.0), models=state.gpu_models())
+        checks = [replace(clause.judge(SECTION.of(state.contract), subject, run, state.contract), test=clause.test)
+                  for clause in CLAUSES for subject in clause.subjects(state.contract, state.listings)]
+    except Exception:  # never in the way of the interrupt: its checks are then "interrupted before it ran"
+        return
+    state.checks.update({(check.clause, check.subject): check for check in checks})
 
 
 # ------------------------------------------------------------------ the measurement
