@@ -170,7 +170,8 @@ class NodeOutcome:
 
     state: NodeState
     folder: str  # its bundle in the evidence: nodes/<node>
-    results: dict[str, Any] | None  # its gpuaccept-results.json, once its bundle verified
+    # Its results once its bundle verified, as the login node keeps them: their facts, each check as its outcome.
+    results: dict[str, Any] | None
     problem: str | None  # why there are no results (not run, timed out, no bundle, bundle does not verify)
     evidence: tuple[str, ...] = ()
 

@@ -184,7 +184,11 @@ def _enough_files(tools: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = 3 * tools + 256
     if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard),
+                                                        hard))
+        except (ValueError, OSError):
+            pass  # as it was: the launchers past the limit say so
 
 
 def _short(node: NodeState, wanted: int) -> bool:
