@@ -23,7 +23,6 @@ from conftest import nvml_recording
 
 import pytest_gpuaccept
 from pytest_gpuaccept import foreign
-from pytest_gpuaccept.plugin import suites_dir
 
 SOURCE = Path(__file__).resolve().parents[1]  # the checkout: pytest_gpuaccept/, suites/, contracts/
 CONTRACT = "gpuaccept: 1\nvendor: V\ngpus: {count: 8}\n"
@@ -62,8 +61,10 @@ class Venv:
         return (str(self.root / "bin" / "python"), "-I")
 
     def install(self, wheel: Path) -> None:
+        """pip install WHEEL into this venv; --ignore-installed: the same distribution seen through outer.pth (this
+        test environment's) is neither taken for it nor uninstalled."""
         subprocess.run([str(self.root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                        "--disable-pip-version-check", str(wheel)], check=True, timeout=300)
+                        "--ignore-installed", "--disable-pip-version-check", str(wheel)], check=True, timeout=300)
 
 
 def make_venv(folder: Path, *options: str, base: str = sys.executable) -> Venv:
@@ -204,9 +205,12 @@ def test_a_module_in_pytest_plugins_that_weakens_the_contract_is_named(accept, p
 
 
 def own_tests(pytester, suite: Path) -> tuple[str, ...]:
-    """One's own test folder and the shipped suites, judged from the folder pytest runs in (its ini file, so that the
+    """One's own test folder and the shipped suites (where the judging run's Python finds them: the installed
+    package's, which is not this checkout's in CI), judged from the folder pytest runs in (its ini file, so that the
     checkout's pyproject.toml, an ancestor of the suites in a checkout, is not read)."""
-    return "-c", str(pytester.makeini("[pytest]\n")), str(suite), str(suites_dir())
+    suites = subprocess.run([sys.executable, "-I", "-c", "from pytest_gpuaccept.plugin import suites_dir; print(suites_dir())"],
+                            check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    return "-c", str(pytester.makeini("[pytest]\n")), str(suite), suites
 
 
 def test_a_conftest_loaded_with_test_paths_is_named(accept, pytester, fake_tools):
