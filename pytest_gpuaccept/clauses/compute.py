@@ -10,7 +10,7 @@ figure for the dtype (a model or dtype the table lacks: not measured, naming it)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .. import schema
 from ..measurements import GpuModels, LoadRun
@@ -138,14 +138,15 @@ def gpuaccept_gemm(gpuaccept_state: State, gpuaccept_contract: Contract, gpuacce
     return gemm_load(gpuaccept_state, gpuaccept_contract, gpuaccept_models, seconds, "nvml-samples-gemm.json")
 
 
-def gemm_load(state: State, contract: Contract, models: GpuModels, seconds: float, samples_file: str) -> GemmLoad:
+def gemm_load(state: State, contract: Contract, models: GpuModels, seconds: float, samples_file: str,
+              beside: Callable[[], object] | None = None) -> GemmLoad:
     """The GEMM in the contract's dtype and size on every GPU for `seconds`, NVML sampling it into `samples_file`
-    until it ends by itself (or 120 s past its duration, past any start-up)."""
+    until it ends by itself (or 120 s past its duration, past any start-up); `beside` made while it runs."""
     section = SECTION.of(contract)
     count = gpu_count(contract)
     command = Command("python", ("-m", gemm.MODULE, "--gpus", str(count), "--dtype", section.dtype, "--n", str(section.n),
                                  "--duration", f"{seconds:g}"), key="gemm_torch")
-    load = under_load(state, command, seconds + 120.0, count, samples_file, seconds, models)
+    load = under_load(state, command, seconds + 120.0, count, samples_file, seconds, models, beside)
     reading = parse_run(load.run, gemm.parse_gemm) if load.run is not None else None
     if reading is None:
         reading = Reading(None, None, load.failure or "the GEMM did not run")

@@ -155,7 +155,8 @@ def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract, 
         cpus = {gpu: local for gpu, local in state.local_cpus().items() if gpu < count}
         reading = torch_hostbw.run_torch_hostbw(state.runner, count, section.size.nbytes, section.repeats, cpus)
         return from_torch(reading, gpuaccept_models, count, paths)
-    nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(state.runner, nvbandwidth_cases(gpuaccept_contract, state.runner))
+    nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(  # an older bundle's own run, replayed
+        state.runner, nvbandwidth_cases(gpuaccept_contract, state.runner), key="nvbandwidth_host")
     return from_nvbandwidth(nvb, gpuaccept_models, paths)
 
 

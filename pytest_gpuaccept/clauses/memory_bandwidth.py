@@ -200,7 +200,7 @@ def gpuaccept_memory_copies(gpuaccept_state: State, gpuaccept_contract: Contract
     section = SECTION.of(gpuaccept_contract)
     cases = nvbandwidth_cases(gpuaccept_contract, runner)
     if cases:
-        nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(runner, cases)
+        nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(runner, cases, key="nvbandwidth_local")  # older bundle
         return from_nvbandwidth(nvb, gpuaccept_models, gpuaccept_state.host().gpus)
     reading = membw.run_membw(runner, gpu_count(gpuaccept_contract), section.size.nbytes, section.repeats)
     return from_torch(reading, gpuaccept_models)

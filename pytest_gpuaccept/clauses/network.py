@@ -437,21 +437,29 @@ class RdmaRun:
     after: tuple[dict[str, Any], str]
 
 
-def rdma_plan(section: Rdma, m: RdmaDevices,
-              function: Callable[[str], tuple[Function, str]]) -> list[dict[str, sysfs.IbPort]]:
-    """The devices the judge will measure (as _rdma_port finds them), each with its port, in groups run at once: one
-    job per device holding its physical port (sysfs phys_port_id, else device/port), planned by schedule.plan, all
-    at once where the ports differ, one at a time with rdma.concurrent false."""
-    found: dict[str, sysfs.IbPort] = {}
-    jobs = []
+def rdma_jobs(section: Rdma, m: RdmaDevices,
+              function: Callable[[str], tuple[Function, str]]) -> list[tuple[schedule.Job, sysfs.IbPort]]:
+    """The devices the judge will measure (as _rdma_port finds them), each a job holding its physical port (sysfs
+    phys_port_id, else device/port), with the port it is measured through."""
+    jobs: dict[str, tuple[schedule.Job, sysfs.IbPort]] = {}
     for pattern, name in match_names(section.devices, list(m.names)):
-        entry = _rdma_port(section, Subject.named(pattern, name), m) if name is not None and name not in found else None
+        entry = _rdma_port(section, Subject.named(pattern, name), m) if name is not None and name not in jobs else None
         if name is None or entry is None or isinstance(entry, Check):
             continue
-        found[name] = port = entry[1]
+        port = entry[1]
         held = function(name)[0].phys_port_id or f"{name}/{port.port}"
-        jobs.append(schedule.Job(name, frozenset({schedule.port(held)}), float(ib_write_bw.DURATION_S)))
-    return [{name: found[name] for name in slot.names} for slot in schedule.plan(jobs, section.concurrent)]
+        jobs[name] = (schedule.Job(name, frozenset({schedule.port(held)}), float(ib_write_bw.DURATION_S)), port)
+    return list(jobs.values())
+
+
+def rdma_plan(section: Rdma, m: RdmaDevices,
+              function: Callable[[str], tuple[Function, str]]) -> list[dict[str, sysfs.IbPort]]:
+    """The devices to measure in groups run at once (schedule.plan): all at once where their ports differ, one at a
+    time with rdma.concurrent false."""
+    jobs = rdma_jobs(section, m, function)
+    ports = {job.name: port for job, port in jobs}
+    return [{name: ports[name] for name in slot.names}
+            for slot in schedule.plan([job for job, _port in jobs], section.concurrent)]
 
 
 def _write_bw_together(state: State, section: Rdma, slot: dict[str, sysfs.IbPort], devices: list[str],
@@ -520,4 +528,5 @@ RDMA_COUNT = Clause("rdma.count", RDMA, "test_rdma_count", HostWide(), gpuaccept
 IPERF3_TCP = Clause("iperf3", IPERF3, "test_iperf3_throughput", HostWide(lambda s: s.server, "the server"),
                     gpuaccept_iperf3, judge_iperf3, "received throughput, summed over the clients", "Gb/s")
 CLAUSES = (NIC_SPEED, NIC_COUNT, RDMA_BW, RDMA_COUNT, IPERF3_TCP)
+RDMA_CLAUSES = (RDMA_BW, RDMA_COUNT)
 MEASUREMENTS = (gpuaccept_host_names, gpuaccept_nic_links, gpuaccept_rdma_devices, gpuaccept_iperf3)

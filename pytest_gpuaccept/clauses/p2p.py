@@ -292,7 +292,8 @@ def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccep
         return with_models(from_torch(reading, count), gpuaccept_models, paths)
     if section.tool == "p2pBandwidthLatencyTest":
         return with_models(from_p2p_latency(p2p_latency.run_p2p_latency(runner), both), gpuaccept_models, paths)
-    nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(runner, nvbandwidth_cases(gpuaccept_contract, runner))
+    nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(runner, nvbandwidth_cases(gpuaccept_contract, runner),
+                                                               key="nvbandwidth_p2p")  # an older bundle's, replayed
     return with_models(from_nvbandwidth(nvb, both, paths.gpus), gpuaccept_models, paths)
 
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .. import schedule
 from ..charts import PALETTE
 from ..evidence import ForeignEvidence
 from ..probes import nvbandwidth
-from . import compute, host_bandwidth, memory_bandwidth, p2p, utilisation
+from . import compute, host_bandwidth, memory_bandwidth, network, p2p, utilisation
 from .base import ReportPart
 
 if TYPE_CHECKING:
@@ -39,10 +39,13 @@ NVBANDWIDTH_USERS = (p2p, memory_bandwidth, host_bandwidth)  # each declares nvb
 
 
 def gpuaccept_nvbandwidth(gpuaccept_state: State, gpuaccept_contract: Contract) -> Reading[NvBandwidth] | None:
-    """One nvbandwidth run for every testcase the contract's sections ask of it, once per run; None where none does."""
+    """One nvbandwidth run for every testcase the contract's sections ask of it, once per run; None where none does,
+    and in the replay of a bundle made before one run served them all (each section then replays its own)."""
     runner = gpuaccept_state.runner
     cases = schedule.one_run(module.nvbandwidth_cases(gpuaccept_contract, runner) for module in NVBANDWIDTH_USERS)
-    return nvbandwidth.run_nvbandwidth(runner, cases) if cases else None
+    if not cases or (runner.replay_dir is not None and not (runner.replay_dir / f"{nvbandwidth.KEY}.json").is_file()):
+        return None
+    return nvbandwidth.run_nvbandwidth(runner, cases)
 
 
 def gpuaccept_gpu_load(gpuaccept_state: State, gpuaccept_contract: Contract,
@@ -55,7 +58,30 @@ def gpuaccept_gpu_load(gpuaccept_state: State, gpuaccept_contract: Contract,
     seconds = schedule.shared_load_s(gemm.duration.seconds, load.duration.seconds, load.workload == "builtin")
     if seconds is None:
         return None
-    return compute.gemm_load(gpuaccept_state, gpuaccept_contract, gpuaccept_models, seconds, utilisation.SAMPLES_FILE)
+    beside = beside_the_load(gpuaccept_state, gpuaccept_contract)
+    return compute.gemm_load(gpuaccept_state, gpuaccept_contract, gpuaccept_models, seconds, utilisation.SAMPLES_FILE,
+                             beside)
+
+
+LOAD = schedule.Job("GPU load", frozenset({schedule.GPUS}))
+
+
+def beside_the_load(state: State, contract: Contract) -> Callable[[], object] | None:
+    """What is measured while the GPU load runs: the jobs schedule.plan puts in its slot. ib_write_bw holds a network
+    port and no GPU, so the devices measured at once (rdma.concurrent) go beside the load, as a training job loads
+    its GPUs and its ports together; copies and the all_reduce hold the GPUs and stay apart. None: nothing beside."""
+    section = network.RDMA.get(contract)
+    if section is None or not section.concurrent or not any(c.asked_by(contract) for c in network.RDMA_CLAUSES):
+        return None
+    devices = network.gpuaccept_rdma_devices(state, contract, dict(state.listings()))
+    jobs = network.rdma_jobs(section, devices, devices.function)
+    first = schedule.plan([LOAD, *(job for job, _port in jobs)])[0]
+    ports = {job.name: port for job, port in jobs if job in first.jobs}
+    if not ports:
+        return None
+    # The first device's reading measures every device of its group, its counters around it (network.py); the
+    # judges later read the runs back from the session's memory (ToolRunner: memoised by key).
+    return lambda: [devices.write_bw(name, port) for name, port in ports.items()]
 
 
 def utilisation_window(load: LoadRun, seconds: float) -> LoadRun:

@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .. import schema
 from ..measurements import GpuModels, LoadRun
@@ -570,9 +570,10 @@ def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract:
 
 
 def under_load(state: State, command: Command, duration_s: float, count: int, samples_file: str,
-               expected_s: float, models: GpuModels | None = None) -> LoadRun:
+               expected_s: float, models: GpuModels | None = None, beside: Callable[[], object] | None = None) -> LoadRun:
     """Run a workload while NVML samples every GPU (or the recording replays its samples); once per run. As the
-    sampling ends, the load still on, each GPU's PCIe link files are read from sysfs beside its samples."""
+    sampling ends, the load still on, each GPU's PCIe link files are read from sysfs beside its samples. `beside`:
+    a measurement that holds nothing the load holds (schedule.py), made while the load runs (alongside)."""
     buses = {g.index: g.pci_bus_id for g in state.host().gpus}  # read before the load: the sampler takes no lock
 
     def sample(stop: threading.Event) -> dict[str, Any]:
@@ -589,7 +590,8 @@ def under_load(state: State, command: Command, duration_s: float, count: int, sa
         return with_links(nvml.sample_gpus(count, SAMPLE_INTERVAL_S, duration_s, stop, told), state.sys_root, buses)
 
     started = kernel_log.uptime()
-    run = state.runner.run_during(command, duration_s, sample, samples_file)
+    during = sample if beside is None else (lambda stop: alongside(lambda: sample(stop), beside))
+    run = state.runner.run_during(command, duration_s, during, samples_file)
     ended = kernel_log.uptime()
     evidence = (*run.evidence, samples_file)
     if run.error:
@@ -621,6 +623,27 @@ def under_load(state: State, command: Command, duration_s: float, count: int, sa
         tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
         workload_failure += f"; its last output: {tail}" if tail else ""
     return load(series, None, workload_failure)
+
+
+def alongside(main: Callable[[], dict[str, Any]], other: Callable[[], object]) -> dict[str, Any]:
+    """`main` (the load's sampling) in a thread of its own while `other` runs in this one; main's result once both are
+    done. Where `other` fails, its failure unwinds at once (the load is stopped, and the sampling with it)."""
+    done: dict[str, Any] = {}
+
+    def take() -> None:
+        try:
+            done["result"] = main()
+        except BaseException as exc:  # raised again in the caller's thread
+            done["error"] = exc
+
+    sampler = threading.Thread(target=take, name="gpuaccept-sampler", daemon=True)
+    sampler.start()
+    other()
+    sampler.join()
+    if "error" in done:
+        raise done["error"]
+    result: dict[str, Any] = done["result"]
+    return result
 
 
 def with_links(samples: dict[str, Any], sys_root: Path, buses: dict[int, str]) -> dict[str, Any]:

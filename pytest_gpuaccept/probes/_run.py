@@ -257,6 +257,7 @@ class ToolRunner:
     _readings: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
     _provenance: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
     _resolved: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    _held: int = field(default=0, init=False, repr=False)  # how deep this process is inside its own exclusive()
 
     def __post_init__(self) -> None:
         self.evidence = Evidence(self.evidence_dir, self.key)
@@ -271,16 +272,19 @@ class ToolRunner:
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the host-wide lock of this session: one measurement at a time, across xdist workers (a single
-        process measures one thing at a time anyway, and keeps no lock file a tool could hold)."""
-        if not self.keep or not self.shared:
+        process measures one thing at a time anyway, and keeps no lock file a tool could hold). A measurement run
+        beside another that holds the lock (schedule.py: ib_write_bw while the GPU load runs) is inside it already."""
+        if not self.keep or not self.shared or self._held:
             yield
             return
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
         with open(self.evidence_dir / LOCK, "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
+            self._held += 1
             try:
                 yield
             finally:
+                self._held -= 1
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def run(self, tool: str, args: list[str], timeout_s: float | None = None, key: str | None = None) -> ToolRun:

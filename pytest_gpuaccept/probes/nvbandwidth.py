@@ -257,7 +257,10 @@ P2P_TESTCASES = ("device_to_device_memcpy_read_ce", "device_to_device_memcpy_wri
                  "device_to_device_bidirectional_memcpy_read_ce")
 
 
-def run_nvbandwidth(runner: ToolRunner, testcases: tuple[str, ...], key: str = "nvbandwidth",
+KEY = "nvbandwidth"  # the one run of a session; bundles made before issue 29 have one per section (the `key` each gave)
+
+
+def run_nvbandwidth(runner: ToolRunner, testcases: tuple[str, ...], key: str = KEY,
                     timeout_s: float = 900.0) -> Reading[NvBandwidth]:
     """One run for the given testcases (`-t` each), text output, read whole or refused."""
     args = [arg for case in testcases for arg in ("-t", case)]
