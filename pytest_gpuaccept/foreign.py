@@ -238,11 +238,11 @@ class Files:
         "dpkg (PACKAGE)", or "pytest-gpuaccept (editable)"; the path as given first, then with its links resolved
         (Debian's /usr/lib/python3.X/sitecustomize.py links to a configuration file in /etc)."""
         if path not in self._vouched:
-            path = os.path.normpath(os.path.abspath(path))
-            found = self._vouch(path)
+            normal = os.path.normpath(os.path.abspath(path))
+            found = self._vouch(normal)
             if found is None or found[0] is None:
-                real = os.path.realpath(path)
-                resolved = self._vouch(real) if real != path else None
+                real = os.path.realpath(normal)
+                resolved = self._vouch(real) if real != normal else None
                 found = resolved if resolved is not None and (found is None or resolved[0] is not None) else found
             self._vouched[path] = found or (None, "listed by no installed distribution")
         return self._vouched[path]
