@@ -43,4 +43,6 @@ if [[ $in_venv == 0 ]]; then
 fi
 "$python" -m pip install -q --upgrade pip
 "$python" -m pip install -q '.[test]'
-"$python" -m pytest tests "$@"
+# Spread over the machine's cores (pytest-xdist, in the test extra): the acceptance runs each start a pytest of their
+# own, ~1,250 tests; GPUACCEPT_TEST_WORKERS=0 runs them in this process, one after another.
+"$python" -m pytest tests -n "${GPUACCEPT_TEST_WORKERS:-auto}" "$@"

@@ -83,7 +83,7 @@ def test_a_mistake_in_gpus_names_line_and_key(extra, expected):
     (GOOD + "utilisation:\n  min_percent: 80\n  workload: python\n",
      "vendor.yaml:7: utilisation.workload: expected 'builtin' or an argv list such as ['torchrun', 'train.py'], got 'python'"),
     (GOOD + "gpus2: {}\n",
-     "vendor.yaml:5: gpus2: unknown key (did you mean 'gpus'?); expected one of: gpuaccept, vendor, reference, description, tools, gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, nics, rdma, iperf3, utilisation, health, cluster"),
+     "vendor.yaml:5: gpus2: unknown key (did you mean 'gpus'?); expected one of: gpuaccept, vendor, reference, description, tools, gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, nics, rdma, iperf3, utilisation, health, burnin, dcgm, cluster"),
     (GOOD + "tools:\n  all_reduce_perf: build/all_reduce_perf\n",
      "vendor.yaml:6: tools.all_reduce_perf: expected an absolute path, got 'build/all_reduce_perf'"),
     (GOOD + "tools:\n  timeout: 600\n", "vendor.yaml:6: tools.timeout: expected a duration such as '60 s', got 600"),
@@ -124,7 +124,7 @@ def test_every_problem_is_listed_not_just_the_first():
     ("", "vendor.yaml:1: contract: expected a mapping with 'gpuaccept: 1', got an empty file"),
     ("- a\n- b\n", "vendor.yaml:1: contract: expected a mapping, got a list"),
     ("gpuaccept: 1\nvendor: [\n", "vendor.yaml:3: contract: expected valid YAML, got a syntax error: expected the node content, but found '<stream end>'"),
-    ("gpuaccept: 1\nvendor: X\n", "vendor.yaml:1: contract: expected at least one section to check (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, nics, rdma, iperf3, utilisation, health, cluster), got none"),
+    ("gpuaccept: 1\nvendor: X\n", "vendor.yaml:1: contract: expected at least one section to check (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, nics, rdma, iperf3, utilisation, health, burnin, dcgm, cluster), got none"),
 ])
 def test_a_file_that_is_not_a_contract(text, expected):
     assert problems(text) == [expected]

@@ -13,7 +13,7 @@ import yaml
 from conftest import DATA, nccl_log, pci_tree
 
 from pytest_gpuaccept.clauses.allreduce import not_this_run, unplaced_ranks
-from pytest_gpuaccept.clauses.utilisation import _kernel_pci
+from pytest_gpuaccept.clauses.utilisation import kernel_pci as _kernel_pci
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes._run import ToolRun
 from pytest_gpuaccept.probes.kernel_log import parse_xids

@@ -121,7 +121,9 @@ def _raw_once_and_human_sizes(rejected_8gpu):
     assert page.count("href=#raw-nvidia-smi_topo_-m.txt>") == 28  # every NVLink pair links to it
     assert 'id="raw-nvidia-smi_nvlink_-e.after.txt"></h4><p>byte for byte the same as' in html.replace(
         "nvidia-smi_nvlink_-e.after.txt</h4>", "</h4>")  # the unchanged counters are shown once
-    assert html.count("<svg") == 5  # the eight GPUs' load in four charts (a line each), and the sweep
+    # the eight GPUs' load in four charts (a line each), and the sweep; beside them the schedule's time line, one small
+    # bar for each tool run
+    assert html.count("<svg") - html.count('<svg width="360" height="12" role="img"') == 5
     assert html.count("Legend:") <= 1 and html.count("GPU0\t X \tNV18") <= 1
     check = next(c for c in rejected_8gpu.checks("allreduce"))
     assert " at 16 GiB " in check["message"]
