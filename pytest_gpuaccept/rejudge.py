@@ -119,6 +119,10 @@ def _run(evidence: Path, out: Path, recorded: list[tuple[str, dict[str, Any]]]) 
         return Rejudged(None, verdict, (f"the replay wrote no results (exit {done.returncode}): "
                                         + " | ".join(line[:200] for line in tail),))
     problems = [f"{name}: {line}" for name, results in recorded for line in differences(results, recomputed)]
+    if recomputed.get("foreign_code"):  # the verifying machine's own environment, not the bundle
+        problems.insert(0, "the re-judging run found code it did not come with on THIS verifying machine (its verdict "
+                           "is then rejected whatever the bundle holds): " + "; ".join(map(str, recomputed["foreign_code"]))[:600]
+                        + "; re-judge in a clean environment (python -I -m pytest_gpuaccept verify ...)")
     if not recomputed.get("complete", False):
         problems.append("the replay of the bundle did not complete")
     return Rejudged(recomputed.get("verdict"), verdict, tuple(problems), len(recomputed.get("checks", [])))

@@ -80,6 +80,14 @@ def test_the_re_judging_run_writes_its_report_where_asked_and_says_so_in_words_a
     assert json.loads((tmp_path / "recheck" / "results.json").read_text())["mode"] == "replay"
 
 
+def test_foreign_code_on_the_verifying_machine_is_said_to_be_the_verifying_machine_s(bundle, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONSTARTUP", "/dev/null")  # the re-judging run inherits it: code it did not come with
+    assert cli(["verify", str(bundle.path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL re-judged: the re-judging run found code it did not come with on THIS verifying machine" in out
+    assert "PYTHONSTARTUP" in out
+
+
 def test_a_re_judge_into_the_bundle_is_refused(bundle, capsys):
     before = _snapshot(bundle.path)
     assert cli(["verify", str(bundle.path), "--rejudged", str(bundle.path / "recheck")]) == 2
