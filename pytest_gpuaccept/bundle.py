@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .evidence import files_under
+from .evidence import files_under, sha256_path
 from .probes._run import SYSTEM_PATH
 from .verdict import Check, verdict_of
 
@@ -36,17 +36,9 @@ _DIGEST_IN_REPORT = re.compile(r'data-evidence-digest="([0-9a-f]{64})"')
 _VERDICT_IN_REPORT = re.compile(r'data-verdict="(accepted|rejected)"')
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _listed(folder: Path) -> list[dict[str, str]]:
     """Every evidence file but the manifest and the signatures added after it."""
-    return [{"path": relative, "sha256": sha256_file(folder / relative)} for relative in files_under(folder)
+    return [{"path": relative, "sha256": sha256_path(folder / relative)} for relative in files_under(folder)
             if relative != MANIFEST and relative.split("/")[0] != SIGNATURES]
 
 
@@ -69,7 +61,7 @@ def write_manifest(folder: Path, documents: list[Path], extra: dict[str, Any]) -
     root = folder.parent
     manifest: dict[str, Any] = {
         "files": _listed(folder),
-        "bundle": [{"path": d.relative_to(root).as_posix(), "sha256": sha256_file(d)}
+        "bundle": [{"path": d.relative_to(root).as_posix(), "sha256": sha256_path(d)}
                    for d in documents if d.is_file() and root in d.resolve().parents],
         **extra,
     }
@@ -138,7 +130,7 @@ def _changed(listed: dict[str, tuple[Path, str]]) -> list[str]:
     for relative, (file, expected) in sorted(listed.items()):
         if not file.is_file():
             problems.append(f"missing: {relative}")
-        elif sha256_file(file) != expected:
+        elif sha256_path(file) != expected:
             problems.append(f"changed: {relative}")
     return problems
 
