@@ -203,11 +203,20 @@ class Clause:
     doc: str  # what it checks, one line, for the docs tables
     unit: str | None = None  # the unit of every check of the clause (the judge's Verdict takes it from here)
     present: Callable[[Any], bool] = lambda _section: True  # which keys of the section ask for it
+    # Its subjects are pairs, two ends joined by this ("->": from, to; any other joint: the two ends alike): each
+    # pair is its own check, and the report shows the clause's passing pairs as one row with their heat map.
+    pair_joint: str = ""
 
     def verdict(self, subject: Subject | str, required: str = "", evidence: tuple[str, ...] = (),
                 threshold: float | None = None) -> Verdict:
         """What the judge knows before it looks, with this clause's key and unit."""
         return Verdict(self.key, subject, required, self.unit, evidence, threshold)
+
+    def ends(self, local: str) -> tuple[str, str] | None:
+        """A pair's two ends (`GPU0->GPU1`: GPU0, GPU1); None where this clause's subjects are not pairs, or this
+        subject is not one (the `cluster` a clause without nodes judges)."""
+        first, joint, second = local.partition(self.pair_joint) if self.pair_joint else ("", "", "")
+        return (first, second) if joint and first and second else None
 
     def subjects(self, contract: Contract, names: Callable[[], HostNames]) -> list[Subject]:
         return self.rule.subjects(contract, self.section.of(contract), names)

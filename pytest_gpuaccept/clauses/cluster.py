@@ -475,7 +475,7 @@ PAIRS = Clause("cluster.pairs", SECTION, "test_cluster_pair", NodePairs(), gpuac
                "a 2-node all_reduce (nccl-tests, MPI, one rank per GPU, NCCL_ALGO=Ring; Kubernetes: the PyTorch all_reduce, "
                "a pod per node) between every pair of nodes (past `budget`: random rounds, then each suspect with known-good "
                "nodes), in rounds of disjoint pairs at once; a failing pair names the bad node or the bad link", "GB/s",
-               lambda s: s.pairs is not None)
+               lambda s: s.pairs is not None, pair_joint="+")
 ALLREDUCE = Clause("cluster.allreduce", SECTION, "test_cluster_allreduce", HostWide("cluster", "`cluster`"),
                    gpuaccept_cluster_allreduce, judge_allreduce,
                    "one all_reduce (nccl-tests, MPI, one rank per GPU; Kubernetes: the PyTorch all_reduce, a pod per "
@@ -484,6 +484,6 @@ ALLREDUCE = Clause("cluster.allreduce", SECTION, "test_cluster_allreduce", HostW
 LINKS = Clause("cluster.links", SECTION, "test_cluster_link", NodeLinks(), gpuaccept_cluster_links, judge_link,
                "node to node per interface, each direction its own check, measured one at a time (iperf3, then "
                "iperf3 -R, bound to each side's address on that interface), in the pairs' rounds", "Gb/s",
-               lambda s: s.links is not None)
+               lambda s: s.links is not None, pair_joint="->")
 CLAUSES = (NODES, ALLREDUCE, PAIRS, LINKS)
 MEASUREMENTS = (gpuaccept_cluster, gpuaccept_cluster_pairs, gpuaccept_cluster_allreduce, gpuaccept_cluster_links)

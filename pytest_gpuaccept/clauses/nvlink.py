@@ -305,7 +305,8 @@ def gpuaccept_nvlink_errors(gpuaccept_state: State, gpuaccept_allreduce: AllRedu
 
 
 PAIRS = Clause("nvlink", SECTION, "test_nvlink_pair", GpuPairs(), gpuaccept_nvlink_topology, judge_pair,
-               "NVLinks between each GPU pair i<j, from `nvidia-smi topo -m` (NV# -> #, PCIe paths -> 0)", "links")
+               "NVLinks between each GPU pair i<j, from `nvidia-smi topo -m` (NV# -> #, PCIe paths -> 0)", "links",
+               pair_joint="-")
 LINKS = Clause("nvlink.links", SECTION, "test_nvlink_links_active", PerGpu(), gpuaccept_nvlink_links, judge_links,
                "every NVLink of each GPU active and at speed, from `nvidia-smi nvlink -s`", "links",
                lambda s: s.links_per_gpu is not None or s.link_speed is not None)

@@ -22,11 +22,10 @@ measurement (every pair fails).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .. import charts, schema
+from .. import schema
 from ..measurements import GpuModels
 from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes import nvbandwidth, p2p_latency, torch_p2p
@@ -36,7 +35,7 @@ from ..subjects import Subject
 from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, Verdict, fmt
 from . import plausible
-from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, ReportPart, Section, gpu_count
+from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, Section, gpu_count
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -299,24 +298,10 @@ def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccep
 
 ONE_WAY = Clause("p2p", SECTION, "test_p2p_bandwidth", OrderedGpuPairs(), gpuaccept_p2p, judge_one_way,
                  "copy bandwidth from GPU i to GPU j over peer access (nvbandwidth read and write CE, or "
-                 "p2pBandwidthLatencyTest P2P writes)", "GB/s")
+                 "p2pBandwidthLatencyTest P2P writes)", "GB/s", pair_joint="->")
 BOTH_WAYS = Clause("p2p.bidirectional", SECTION, "test_p2p_bidirectional", GpuPairsBothWays(), gpuaccept_p2p,
                    judge_both_ways, "both directions at once, summed, with `min_bidirectional`", "GB/s",
-                   lambda s: s.min_bidirectional is not None)
+                   lambda s: s.min_bidirectional is not None, pair_joint="<->")
 CLAUSES = (ONE_WAY, BOTH_WAYS)
 MEASUREMENTS = (gpuaccept_p2p,)
 
-
-def pair_map(checks: Sequence[Check]) -> str:
-    """The report's part: the one-way checks as a GPU x GPU heat map, where a slow link or GPU sits shows at a glance."""
-    cells: dict[tuple[int, int], tuple[float | None, str]] = {}
-    for check in checks:
-        pair = _ORDERED.match(check.subject) if check.clause == ONE_WAY.key else None
-        if pair:
-            value = check.measured if isinstance(check.measured, (int, float)) else None
-            cells[(int(pair[1]), int(pair[2]))] = (value, check.outcome.value)
-    return charts.heat_map("GPU-to-GPU copy bandwidth", cells, "GB/s")
-
-
-_ORDERED = re.compile(r"^GPU(\d+)->GPU(\d+)$")
-REPORT = ReportPart(pair_map)

@@ -1,6 +1,6 @@
 """The cluster's part of the login node's report (base.ReportPart): every node's results merged in from its
-sealed bundle, and the node grid, the pairs' heat map and the links drawn. benchmarks/cluster_scale.py times
-the same for 1,000 nodes.
+sealed bundle, and the node grid drawn (its pairs and links are rows of the report's "Pairs": report/pairs.py).
+benchmarks/cluster_scale.py times the same for 1,000 nodes.
 """
 
 from __future__ import annotations
@@ -9,16 +9,13 @@ import html
 import json
 from typing import Any, Iterator, Sequence
 
-from ..charts import heat_map, safe_text, table
+from ..charts import safe_text
 from ..clauses.base import ReportPart
-from ..clauses.cluster import LINKS, PAIRS
 from ..evidence import Evidence, ForeignEvidence
 from ..verdict import Check, Outcome
 from .merge import NODES_CLAUSE, count, merge_cluster
 from .run import RESULTS
 
-MAP_NODES = 32  # a pair heat map up to this many nodes; above, the failing pairs are in the failure lines
-LINK_ROWS = 200  # links listed in the links table; above, only those that did not pass
 GRID_OPEN_ROWS = 50  # nodes shown in the open grid; the rest (all passing) fold into one line
 
 
@@ -73,44 +70,13 @@ def node_grid_html(grid: dict[str, dict[str, dict[Outcome, int]]]) -> str:
             f"<table class=gt><tr><th>node{head}{rows}</table>{more}")
 
 
-def _pair_map(pairs: list[Check]) -> str:
-    """The pairs as a node x node heat map, each pair in both cells (up to MAP_NODES nodes)."""
-    nodes = list(dict.fromkeys(n for c in pairs for n in c.subject.split("+")))
-    if not pairs or len(nodes) > MAP_NODES:
-        return ""
-    index = {n: i for i, n in enumerate(nodes)}
-    cells: dict[tuple[int, int], tuple[float | None, str]] = {}
-    for check in pairs:
-        a, b = check.subject.split("+")
-        value = check.measured if isinstance(check.measured, (int, float)) else None
-        cells[(index[a], index[b])] = cells[(index[b], index[a])] = (value, check.outcome.value)
-    return heat_map("2-node all_reduce busbw between the nodes", cells, "GB/s", nodes, "each pair in both cells")
-
-
-def _links_table(links: list[Check]) -> str:
-    """The links as a table (past LINK_ROWS, only those that did not pass)."""
-    if not links:
-        return ""
-    shown = links if len(links) <= LINK_ROWS else [c for c in links if c.outcome is not Outcome.PASSED]
-    rows = [["link", "outcome", "measured (Gb/s)", "required", "message"]] + [
-        [c.subject, c.outcome.value, "—" if c.measured is None else c.measured, c.required or "—", c.message]
-        for c in shown]
-    more = "" if shown is links else f" (the {len(shown)} of {len(links)} that did not pass)"
-    return f"<h4>Links{more}</h4>{table(rows)}"
-
-
 def render(checks: Sequence[Check]) -> str:
-    """The cluster's part of the report: the node grid, the pairs' heat map, the links (one pass over the checks: a
-    cluster's are read one node at a time)."""
+    """The cluster's part of the report: the node grid (one pass over the checks: a cluster's are read one node at a
+    time). Its pairs and links are clauses of pairs, each one row of the report's "Pairs" (report/pairs.py)."""
     grid: dict[str, dict[str, dict[Outcome, int]]] = {}
-    pairs, links = [], []
     for check in checks:
         count(grid, check)
-        if check.clause == PAIRS.key and "+" in check.subject:
-            pairs.append(check)
-        elif check.clause == LINKS.key and "->" in check.subject:
-            links.append(check)
-    return node_grid_html(grid) + _pair_map(pairs) + _links_table(links)
+    return node_grid_html(grid)
 
 
 REPORT = ReportPart(render, gather)

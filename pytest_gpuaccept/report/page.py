@@ -14,6 +14,7 @@ from ..clauses import registry
 from ..evidence import Evidence
 from ..verdict import Check, Outcome
 from .details import measurements, raw_outputs
+from .pairs import pairs_html
 from .results import Results, mode_label, root_cause, shown_message
 
 PASS_GREEN, UNMEASURED_AMBER, LINK_BLUE, MUTED = "#1a7f37", "#9a6700", "#0969da", "#57606a"
@@ -209,13 +210,14 @@ def banner(results: Results, evidence: Evidence | None, digest: str, environment
     tools_html, env_html = _audit(results, environment or {})
     return (
         f"<style>{stylesheet(head)}</style>{verdict_box(results, digest)}"
-        f"<h3>Per clause</h3>{per_clause_html(checks)}"
+        f"<h3>Per clause</h3>{per_clause_html(checks)}{pairs_html(checks)}"
         f"<p>Not in contract (not checked): {safe_text(', '.join(results.not_in_contract or []) or 'none')}</p>"
         + "".join(part.render(checks) + part.drawn(results.records) for part in registry.REPORT_PARTS)
         + f'<h3>Signatures</h3><table class="gpuaccept-sign">{sign}</table>'
         f"{'' if results.hosts is not None else f'<h3>GPUs</h3><ul>{gpu_ids}</ul>'}"
         f"{tools_html}{measurements(checks, evidence)}"
         f"{raw_outputs(evidence, checks) if evidence is not None else ''}{env_html}"
-        f"<h3>Every check</h3><p>The table below: one row per check, failures first; open a row for its "
+        f"<h3>Every check</h3><p>The table below: one row per check, failures first, but none for a pair that "
+        f"passed (its clause's row in Pairs counts it; the results file lists every check); open a row for its "
         f"message, facts and links to its charts and raw output.</p>"
     )

@@ -1,5 +1,6 @@
 """pytest-html's table, a row per check (result, test, clause, subject, measured, required) with the check's
-detail under it, and the page made smaller once pytest-html wrote it."""
+detail under it, but none for a passing pair (its clause's row in "Pairs" counts it: pairs.py), and the page made
+smaller once pytest-html wrote it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..charts import safe_text
 from ..state import State
 from ..verdict import Check
 from .details import check_html, crashed
+from .pairs import grouped
 from .results import CHECK_PROPERTY, ITEM_PROPERTY, write_atomic
 
 
@@ -63,6 +65,9 @@ class TableHooks:
             return  # pytest-html shows a passed setup or teardown nowhere
         item = item_of(report) or {}
         check = self._check(report)
+        if check is not None and report.when == "call" and grouped(check):
+            del cells[:]  # a passing pair: its clause's row in "Pairs" counts it (pairs.py), the results list it
+            return
         measured = None if check is None else check.measured
         shown = "—" if measured is None or check is None else f"{measured} {check.unit or ''}".strip()
         del cells[2:]
