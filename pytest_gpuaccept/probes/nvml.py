@@ -32,6 +32,23 @@ class Gpu:
     nvlinks: tuple[NvLink, ...] | None = None  # None: not read (an older recording)
     nvlink_error: str | None = None  # why NVML gave no per-link state (NotSupported on a PCIe card)
     persistence_mode: int | None = None  # 1 on, 0 off; None: not read (an older recording) or not supported
+    fabric: Fabric | None = None  # the GPU's place in a multi-node NVLink domain; None: not read, or no fabric
+
+
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    """nvmlDeviceGetGpuFabricInfoV: the GPU's registration with the NVLink fabric of a multi-node NVLink domain
+    (GB200/GB300 NVL72), as NVML gives it: `state` and `status` are NVML's numbers (FABRIC_STATES, 0 = success)."""
+
+    state: int  # NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 completed
+    status: int  # an nvmlReturn_t: 0 (NVML_SUCCESS) where the registration succeeded
+    cluster_uuid: str  # the fabric's cluster UUID, the same on every GPU of one NVLink domain
+    clique_id: int  # the clique (the GPUs that reach each other over NVLink) within that domain
+    health_mask: int  # NVML_GPU_FABRIC_HEALTH_MASK_*: 2-bit fields (degraded bandwidth, route recovery, ...)
+
+
+FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+FABRIC_COMPLETED = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +156,50 @@ def _nvlinks(pynvml: Any, handle: Any) -> tuple[list[dict[str, Any]], str | None
     return links, None
 
 
+def _fabric(pynvml: Any, handle: Any) -> dict[str, Any] | None:
+    """The GPU's fabric registration (nvmlDeviceGetGpuFabricInfoV, version 2: with the health mask), or None where
+    the driver or the GPU has no fabric (NotSupported, or state NOT_SUPPORTED: not part of a multi-node domain)."""
+    try:
+        info = pynvml.c_nvmlGpuFabricInfoV_t()
+        pynvml.nvmlDeviceGetGpuFabricInfoV(handle, info)
+    except (pynvml.NVMLError, AttributeError):
+        return None
+    if int(info.state) == 0:
+        return None
+    raw = bytes(info.clusterUuid).hex()
+    return {"state": int(info.state), "status": int(info.status),
+            "cluster_uuid": f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}",
+            "clique_id": int(info.cliqueId), "health_mask": int(info.healthMask)}
+
+
+# The health mask's fields (nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*): (shift, width, what each bad value means). A 2-bit
+# field reads 0 not supported, 1 true, 2 false; incorrect configuration 0 not supported, 1 none, 2.. the cause.
+FABRIC_HEALTH = (
+    (0, 0x3, {1: "bandwidth degraded"}),
+    (2, 0x3, {1: "route recovery in progress"}),
+    (4, 0x3, {1: "route unhealthy"}),
+    (6, 0x3, {1: "access timeout recovery in progress"}),
+    (8, 0xF, {2: "incorrect configuration: wrong system GUID", 3: "incorrect configuration: wrong chassis serial",
+              4: "incorrect configuration: no partition", 5: "incorrect configuration: too few NVLinks",
+              6: "incorrect configuration: incompatible GPU firmware", 7: "incorrect configuration: invalid location",
+              8: "incorrect configuration: GPU state invalid"}),
+)
+
+
+def fabric_health_problems(mask: int) -> list[str]:
+    """What the health mask flags as unhealthy ([] where nothing is): bandwidth degraded, routes recovering or
+    unhealthy, a configuration the fabric manager refused."""
+    return [bad[value] for shift, width, bad in FABRIC_HEALTH if (value := (mask >> shift) & width) in bad]
+
+
+def parse_fabric(value: Any) -> Fabric | None:
+    """A recording's `gpus[].fabric` (docs/nvml-recording.md), typed; None where it is absent or null."""
+    if value is None:
+        return None
+    return Fabric(int(value["state"]), int(value["status"]), str(value["cluster_uuid"]), int(value["clique_id"]),
+                  int(value["health_mask"]))
+
+
 def read_host() -> dict[str, Any]:
     """Take a reading of the host through NVML; never raises: a failure is recorded as `error`.
 
@@ -181,6 +242,7 @@ def read_host() -> dict[str, Any]:
                 "nvlinks": links,
                 "nvlink_error": link_error,
                 "persistence_mode": None if persistence is None else int(persistence),
+                "fabric": _fabric(pynvml, handle),
                 **_health(pynvml, handle),
             })
     except pynvml.NVMLError as exc:
@@ -202,7 +264,8 @@ def parse_host(reading: dict[str, Any]) -> Host:
                 None if g.get("nvlinks") is None else tuple(
                     NvLink(int(n["link"]), bool(n["active"]), n.get("remote_bus_id")) for n in g["nvlinks"]),
                 g.get("nvlink_error"),
-                None if g.get("persistence_mode") is None else int(g["persistence_mode"]))
+                None if g.get("persistence_mode") is None else int(g["persistence_mode"]),
+                parse_fabric(g.get("fabric")))
             for g in reading.get("gpus", [])
         )
         cuda = reading.get("cuda_devices")

@@ -5,7 +5,7 @@ files). Written once, as the results file and its sealed copy in the evidence.""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -102,7 +102,9 @@ def host_summary(host: Host) -> dict[str, Any]:
     """The `host` object of the results: informational, what could be read."""
     summary: dict[str, Any] = {
         "hostname": host.hostname, "driver": host.driver, "cuda": host.cuda,
-        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial} for g in host.gpus],
+        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial,
+                  # A tray of a multi-node NVLink domain: the login node judges the trays' fabric from these.
+                  **({"fabric": asdict(g.fabric)} if g.fabric is not None else {})} for g in host.gpus],
     }
     if host.error:
         summary["error"] = host.error
