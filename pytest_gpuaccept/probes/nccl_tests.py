@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import ParseError
 from ._run import ToolRun, ToolRunner, slug
@@ -289,3 +290,44 @@ def network_transport(text: str) -> dict[str, set[str]]:
                 found.setdefault(host, set()).add("NET/IB" if name.startswith("IB") else
                                                   "NET/Socket" if name == "Socket" else name)
     return found
+
+
+# NCCL_DEBUG=INFO lines of a multi-node NVLink (MNNVL) job, each `host:pid:tid [dev] NCCL INFO ...`, possibly behind a
+# launcher's `[rank] ` tag: the communicator's own word on whether it spans the nodes over NVLink, and what each rank
+# read of its GPU's fabric (NCCL 2.19 and later).
+_INFO = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*):\d+:\d+ \[\d+\] NCCL INFO (.*)$")
+_COMM = re.compile(r"^comm 0x[0-9a-fA-F]+ rank (\d+) nRanks (\d+) nNodes (\d+)\b.*\bMNNVL (\d+)")
+_MNNVL_FABRIC = re.compile(r"^MNNVL busId (0x[0-9a-fA-F]+) fabric UUID (\S+) cliqueId (0x[0-9a-fA-F]+) state (\d+) "
+                           r"healthMask (0x[0-9a-fA-F]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class MnnvlSeen:
+    """What one host's ranks logged: each communicator's MNNVL flag (1: its ranks reach the other nodes over
+    NVLink), the fabric each rank's GPU is in (clique ID and state as NVML gave them to NCCL), and the network
+    transports any channel went over (`via NET/IB`)."""
+
+    comm_flags: tuple[int, ...] = ()
+    cliques: tuple[tuple[int, int], ...] = ()  # (clique ID, fabric state) per MNNVL line
+    nodes: tuple[int, ...] = ()  # nNodes of each communicator line
+    net: tuple[str, ...] = ()
+
+
+def mnnvl_by_host(text: str) -> dict[str, MnnvlSeen]:
+    """Per host, what NCCL's INFO lines say of MNNVL (a host that logged none of them is absent)."""
+    found: dict[str, dict[str, list[Any]]] = {}
+    for line in text.splitlines():
+        info = _INFO.search(line)
+        if info is None:
+            continue
+        host, said = info.group(1), info.group(2).strip()
+        seen = found.setdefault(host, {"comm": [], "cliques": [], "nodes": [], "net": []})
+        if (comm := _COMM.match(said)) is not None:
+            seen["comm"].append(int(comm.group(4)))
+            seen["nodes"].append(int(comm.group(3)))
+        elif (fabric := _MNNVL_FABRIC.match(said)) is not None:
+            seen["cliques"].append((int(fabric.group(3), 16), int(fabric.group(4))))
+        elif (via := _VIA.search(said)) is not None:
+            seen["net"].append(via.group(1))
+    return {host: MnnvlSeen(tuple(s["comm"]), tuple(s["cliques"]), tuple(s["nodes"]), tuple(sorted(set(s["net"]))))
+            for host, s in found.items() if s["comm"] or s["cliques"] or s["net"]}
