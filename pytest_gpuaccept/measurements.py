@@ -16,10 +16,11 @@ if TYPE_CHECKING:
     from .probes._run import Reading, ToolRun
     from .probes.ethtool import LinkSettings
     from .probes.ib_write_bw import WriteBw
+    from .probes.imex import ImexDomain
     from .probes.iperf3 import Iperf3Runs
     from .probes.iproute import Route
     from .probes.kernel_log import KernelLog
-    from .probes.nccl_tests import NcclResult
+    from .probes.nccl_tests import MnnvlSeen, NcclResult
     from .probes.nvidia_smi import LinkErrors
     from .probes.nvml import GpuSeries, Host
     from .probes.sysfs import Function, IbPort
@@ -222,6 +223,38 @@ class ClusterAllReduce:
     missing: tuple[str, ...]
     ranks_per_node: int
     result: PairResult | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImexView:
+    """One tray's `nvidia-imex-ctl -N`: the IMEX domain as its daemon sees it, the tray's own IPv4 addresses (which
+    entry of every view is this tray), or why there is no view."""
+
+    domain: ImexDomain | None
+    addresses: tuple[str, ...]
+    problem: str | None
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ImexViews:
+    """cluster.nvlink_domain.imex: every available tray's view of the IMEX domain."""
+
+    views: dict[str, ImexView]
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DomainAllReduce:
+    """cluster.nvlink_domain.min_busbw: one all_reduce over every GPU of every tray with NCCL's INFO lines, which
+    say per tray whether its ranks reached the others over NVLink (MNNVL) or over the network."""
+
+    nodes: tuple[str, ...]
+    missing: tuple[str, ...]
+    ranks_per_node: int
+    result: PairResult | None
+    mnnvl: dict[str, MnnvlSeen] = field(default_factory=dict)
     error: str | None = None
 
 

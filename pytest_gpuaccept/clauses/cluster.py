@@ -22,7 +22,7 @@ from ..cluster.pairs import DEFAULT_BUDGET, plan
 from ..cluster.run import pair_budget, run_allreduce, run_cluster, run_links, run_pairs
 from ..schema import Key
 from ..subjects import Subject
-from ..units import Bandwidth, Duration, Size, UnitError, parse_duration
+from ..units import Bandwidth, Duration, Size, UnitError, parse_duration, parse_size
 from ..verdict import Check
 from . import allreduce, network
 from .base import Clause, HostNames, HostWide, Section, gpu_count
@@ -63,6 +63,19 @@ class Pairs:
 
 
 @dataclass(frozen=True, slots=True)
+class NvlinkDomain:
+    """cluster.nvlink_domain: the nodes are the trays of one multi-node NVLink domain (GB200/GB300 NVL72): every
+    tray's GPUs joined the fabric (`fabric`), IMEX is up on every tray (`imex`), and an all_reduce over every GPU
+    of every tray runs over NVLink at `min_busbw` or more (clauses/nvlink_domain.py)."""
+
+    fabric: bool
+    imex: bool
+    min_busbw: Bandwidth | None
+    min_bytes: Size
+    max_bytes: Size
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSelector:
     """cluster.nodes as `{selector: "key=value,..."}`: the nodes whose labels match (Kubernetes)."""
 
@@ -79,6 +92,7 @@ class ClusterSection:
     allreduce: Pairs | None = None
     links: Links | None = None
     kubernetes: KubernetesKeys | None = None
+    nvlink_domain: NvlinkDomain | None = None
     selector: str | None = None  # cluster.nodes' label selector (`{selector: ...}`), never a key of its own
 
     def __post_init__(self) -> None:
@@ -179,10 +193,10 @@ def _kubernetes_problems(section: ClusterSection) -> list[tuple[str, str]]:
             ("cluster.kubernetes", section.kubernetes, "only for engine: kubernetes"),
             ("cluster.nodes", section.selector, "a selector is only for engine: kubernetes (Slurm and mpirun take node "
                                                 "names)")) if given is not None]
-    problems = []
-    if section.links is not None:
-        problems.append(("cluster.links", "not measured through engine: kubernetes by this version yet: remove it (a "
-                                          "clause that runs no test would pass unmeasured)"))
+    problems = [(key, "not measured through engine: kubernetes by this version yet: remove it (a clause that runs no "
+                      "test would pass unmeasured)") for key, given in (("cluster.links", section.links),
+                                                                       ("cluster.nvlink_domain", section.nvlink_domain))
+                if given is not None]
     for name, keys in (("pairs", section.pairs), ("allreduce", section.allreduce)):
         args = keys.args if keys is not None else ()
         flags, values = args[0::2], args[1::2]
@@ -202,7 +216,11 @@ def _cross_check(section: ClusterSection, sections: Mapping[str, Any]) -> list[t
         elif link_interfaces(section, sections) == ():
             problems.append(("cluster.links.iperf3.interfaces", "missing: name the interfaces (exact names), or give "
                                                                  "a nics section with exact names"))
-    for name, keys in (("pairs", section.pairs), ("allreduce", section.allreduce)):
+    domain = section.nvlink_domain
+    if domain is not None and not (domain.fabric or domain.imex or domain.min_busbw is not None):
+        problems.append(("cluster.nvlink_domain", "asks for nothing: give min_busbw, or leave fabric or imex true (a "
+                                                  "clause that runs no test would pass unmeasured)"))
+    for name, keys in (("pairs", section.pairs), ("allreduce", section.allreduce), ("nvlink_domain", domain)):
         if keys is not None and keys.min_bytes.nbytes > keys.max_bytes.nbytes:
             problems.append((f"cluster.{name}.min_bytes", f"expected at most max_bytes ({keys.max_bytes}), "
                                                           f"got {keys.min_bytes}"))
@@ -226,7 +244,11 @@ SECTION = Section(
      "kubernetes": Key(nested("cluster.kubernetes", {
          "context": Key(schema.text), "namespace": Key(namespace), "image": Key(image),
          "privileged": Key(schema.boolean, default=False),
-         "port": Key(schema.whole(1, 65535), default=DEFAULT_PORT)}, KubernetesKeys))},
+         "port": Key(schema.whole(1, 65535), default=DEFAULT_PORT)}, KubernetesKeys)),
+     "nvlink_domain": Key(nested("cluster.nvlink_domain", {
+         "fabric": Key(schema.boolean, default=True), "imex": Key(schema.boolean, default=True),
+         "min_busbw": Key(schema.bandwidth), "min_bytes": Key(schema.size, default=parse_size("1 GiB")),
+         "max_bytes": Key(schema.size, default=parse_size("8 GiB"))}, NvlinkDomain))},
     ClusterSection, "many nodes, through Slurm, mpirun or Kubernetes (the per-node sections judge every node)",
     cross_check=_cross_check)
 

@@ -22,6 +22,7 @@ from . import (
     memory_bandwidth,
     network,
     nvlink,
+    nvlink_domain,
     p2p,
     shared,
     sources,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 # Modules in the order of the format; within each, its sections and clauses in report order.
 _MODULES = (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, network, utilisation, burnin, dcgm,
-            cluster)
+            cluster, nvlink_domain)
 
 CLAUSES: tuple[Clause, ...] = tuple(clause for module in _MODULES for clause in module.CLAUSES)
 SECTIONS: tuple[Section[Any], ...] = tuple(dict.fromkeys(clause.section for clause in CLAUSES))

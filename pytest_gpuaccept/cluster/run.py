@@ -282,11 +282,11 @@ def _pair_rounds(state: State, cluster: ClusterRun, planned: list[list[tuple[str
     for number, ordered in enumerate(planned, start=first_round):
         for a, b in ordered:
             if a not in ready or b not in ready:
-                down = ", ".join(f"{n} ({_unavailable(cluster.nodes[n])})" for n in (a, b) if n not in ready)
+                down = ", ".join(f"{n} ({unavailable(cluster.nodes[n])})" for n in (a, b) if n not in ready)
                 results[(a, b)] = PairResult(number, None, "", f"not run: {down} not available")
         runnable = [(a, b) for a, b in ordered if a in ready and b in ready]
         for pair, run in zip(runnable, state.runner.run_together([job(p) for p in runnable]) if runnable else []):
-            results[pair] = _pair_result(number, run, ranks, human_bytes)
+            results[pair] = pair_result(number, run, ranks, human_bytes)
     return results
 
 
@@ -305,24 +305,24 @@ def run_allreduce(state: State, engine: Engine, section: ClusterSection, cluster
     if cluster.error is not None:
         return ClusterAllReduce((), (), per_node, None, cluster.error)
     ready = cluster.available
-    missing = tuple(f"{n} ({_unavailable(o)})" for n, o in cluster.nodes.items() if n not in ready)
+    missing = tuple(f"{n} ({unavailable(o)})" for n, o in cluster.nodes.items() if n not in ready)
     if len(ready) < 2:
         return ClusterAllReduce(tuple(ready), missing, per_node, None, "fewer than two nodes available")
     args = nccl_tests.all_reduce_args(1, keys.min_bytes.nbytes, keys.max_bytes.nbytes, keys.args)
     tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
     argv = engine.mpi_job(ready, per_node, [tool, *args], {})
     run = state.runner.run(argv[0], argv[1:], key="cluster-allreduce")
-    return ClusterAllReduce(tuple(ready), missing, per_node, _pair_result(0, run, len(ready) * per_node, human_bytes,
+    return ClusterAllReduce(tuple(ready), missing, per_node, pair_result(0, run, len(ready) * per_node, human_bytes,
                                                                          len(ready)))
 
 
-def _unavailable(node: NodeOutcome) -> str:
+def unavailable(node: NodeOutcome) -> str:
     if not node.state.present or not node.state.schedulable:
         return node.state.state
     return f"its own run: {node.problem or 'no results'}"[:200]
 
 
-def _pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], str], hosts_wanted: int = 2) -> PairResult:
+def pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], str], hosts_wanted: int = 2) -> PairResult:
     evidence = tuple(run.evidence)
     if run.failure:
         return PairResult(number, None, "", run.failure, evidence)

@@ -1,0 +1,84 @@
+"""The login node's half of an NVLink domain (GB200/GB300 NVL72: trays of GPUs joined by NVSwitch trays into one
+NVLink domain): every tray's view of its IMEX domain, and one all_reduce over every GPU of every tray with NCCL's
+INFO lines, which say per tray whether its ranks reached the other trays over NVLink (MNNVL) or the network.
+
+The trays' fabric registration is not run here: each tray's own run reads it from NVML (`gpus[].fabric`), and the
+login node judges it from the results that came back (clauses/nvlink_domain.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..clauses.base import gpu_count
+from ..measurements import ClusterRun, DomainAllReduce, ImexView, ImexViews
+from ..probes import ParseError, imex, iproute, nccl_tests, strip_escapes
+from ..probes._run import Command, ToolRun
+from ..units import human_bytes
+from .engine import Engine
+from .run import pair_result, unavailable
+
+if TYPE_CHECKING:
+    from ..clauses.cluster import NvlinkDomain
+    from ..state import State
+
+# NCCL's INFO lines (the communicator's MNNVL flag, each rank's fabric, each channel's transport) are the proof that
+# the job ran over NVLink between the trays: asked for, never left to the host's own NCCL configuration.
+NCCL_ENV = {"NCCL_DEBUG": "INFO"}
+
+
+def run_imex(state: State, engine: Engine, cluster: ClusterRun) -> ImexViews:
+    """`nvidia-imex-ctl -N` on every available tray at once, and each tray's IPv4 addresses (`ip -j -4 addr show`),
+    which say which entry of every view is that tray."""
+    if cluster.error is not None:
+        return ImexViews({}, cluster.error)
+    ready = cluster.available
+    # Where the login node has the tool, the trays' is at the same path (as nccl-tests'); else the trays' system PATH.
+    tool = state.runner.which(imex.TOOL) or imex.TOOL
+    asked = [Command(*_split(engine.on_node(n, [tool, *imex.ARGS])), key=f"imex-{n}") for n in ready]
+    looked = [Command(*_split(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show"])), key=f"imex-address-{n}")
+              for n in ready]
+    runs = state.runner.run_together(asked + looked) if ready else []
+    views = {n: _view(said, where) for n, said, where in zip(ready, runs[:len(ready)], runs[len(ready):])}
+    views.update({n: ImexView(None, (), f"not run: {unavailable(o)}") for n, o in cluster.nodes.items() if n not in views})
+    return ImexViews(views)
+
+
+def _view(said: ToolRun, where: ToolRun) -> ImexView:
+    evidence = (*said.evidence, *where.evidence)
+    try:
+        addresses = tuple(iproute.parse_addresses(strip_escapes(where.stdout))) if where.failure is None else ()
+    except ParseError:
+        addresses = ()
+    if said.failure is not None:
+        # The tool's own words, not only the launcher's last line (srun: "task 0: Exited with exit code 1").
+        own = [line.strip() for line in strip_escapes(said.stderr).splitlines()
+               if line.strip() and not line.startswith(("srun:", "mpirun", "-----"))]
+        words = f"; it said: {own[0][:200]}" if own else ""
+        return ImexView(None, addresses, f"{imex.TOOL} -N: {said.failure}{words}", evidence)
+    try:
+        return ImexView(imex.parse_domain(strip_escapes(said.stdout)), addresses, None, evidence)
+    except ParseError as exc:
+        return ImexView(None, addresses, str(exc), evidence)
+
+
+def run_domain_allreduce(state: State, engine: Engine, keys: NvlinkDomain, cluster: ClusterRun) -> DomainAllReduce:
+    """One all_reduce (nccl-tests, MPI, one rank per GPU) over every GPU of every available tray, NCCL_DEBUG=INFO."""
+    per_node = gpu_count(state.contract) or 1
+    if cluster.error is not None:
+        return DomainAllReduce((), (), per_node, None, error=cluster.error)
+    ready = cluster.available
+    missing = tuple(f"{n} ({unavailable(o)})" for n, o in cluster.nodes.items() if n not in ready)
+    if len(ready) < 2:
+        return DomainAllReduce(tuple(ready), missing, per_node, None, error="fewer than two trays available")
+    args = nccl_tests.all_reduce_args(1, keys.min_bytes.nbytes, keys.max_bytes.nbytes, ())
+    tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
+    argv = engine.mpi_job(ready, per_node, [tool, *args], NCCL_ENV)
+    run = state.runner.run(argv[0], argv[1:], key="nvlink-domain-allreduce")
+    seen = nccl_tests.mnnvl_by_host(strip_escapes(run.stdout)) if run.failure is None else {}
+    return DomainAllReduce(tuple(ready), missing, per_node,
+                           pair_result(0, run, len(ready) * per_node, human_bytes, len(ready)), seen)
+
+
+def _split(argv: list[str]) -> tuple[str, tuple[str, ...]]:
+    return argv[0], tuple(argv[1:])
