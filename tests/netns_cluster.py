@@ -1,7 +1,7 @@
 """A real Slurm cluster on this machine, for the cluster tests: a head node h0 (slurmctld, and the login
 node the acceptance run starts on) and nodes h1..h<n-1>, each its own network and UTS namespace with its
 own hostname, address (10.<net>.0.<i+1>/24 on a bridge that lives in a namespace of its own) and slurmd,
-8 GPUs per node as Gres. Debian's slurm-wlm, munge and openmpi-bin (test.sh installs them); root.
+8 GPUs per node as Gres (or `gpus`). Debian's slurm-wlm, munge and openmpi-bin (test.sh installs them); root.
 
 The project's own version of ../shared/fleet/recipes/netns_cluster.sh (pitfalls learnt there: slurmd is
 started with `nsenter --net` and `unshare --uts`, not `ip netns exec`, which remounts /sys; TmpFS and
@@ -35,6 +35,7 @@ class Cluster:
     size: int  # h0 (head) + size-1 nodes
     prefix: str
     net: int
+    gpus: int = 8  # Gres gpu per node (an NVL72 tray has 4)
     started: list[str] = field(default_factory=list)  # namespaces made
 
     @property
@@ -93,7 +94,7 @@ class Cluster:
         """slurmctld on h0 and a slurmd on every other node, with munge: until every node is idle."""
         last = self.size - 1
         nodes = "\n".join(f"NodeName=h{i} NodeHostname=h{i} NodeAddr={self.address(i)} CPUs=16 RealMemory=1000 "
-                          f"Gres=gpu:8 State=UNKNOWN" for i in range(1, self.size))
+                          f"Gres=gpu:{self.gpus} State=UNKNOWN" for i in range(1, self.size))
         b = self.base
         self.conf.write_text(f"""ClusterName=ga{self.net}
 SlurmctldHost=h0({self.address(0)})
@@ -128,7 +129,7 @@ SlurmdParameters=config_overrides
 PartitionName=gpu Nodes=h[1-{last}] Default=YES MaxTime=INFINITE State=UP
 """)
         # Slurm 22.05 drops GPUs without a File=: harmless character devices stand in (task/none: no cgroup).
-        (self.base / "etc" / "gres.conf").write_text(f"NodeName=h[1-{last}] Name=gpu File=/dev/tty[0-7]\n")
+        (self.base / "etc" / "gres.conf").write_text(f"NodeName=h[1-{last}] Name=gpu File=/dev/tty[0-{self.gpus - 1}]\n")
         # Ask munge itself, not pgrep: a munged of another root (the host of a chroot) is no daemon of ours.
         if subprocess.run(["munge", "-n"], capture_output=True).returncode != 0:
             Path("/run/munge").mkdir(parents=True, exist_ok=True)

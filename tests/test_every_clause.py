@@ -21,7 +21,8 @@ from pytest_gpuaccept.contract import parse_contract
 
 WITH_COUNT = {"nics.count", "rdma.count"}
 # The cluster section's clauses are judged on a cluster's login node, and there only (test_cluster_slurm.py).
-CLUSTER = {"cluster.nodes", "cluster.allreduce", "cluster.pairs", "cluster.links"}
+CLUSTER = {"cluster.nodes", "cluster.allreduce", "cluster.pairs", "cluster.links", "cluster.nvlink_domain.fabric",
+           "cluster.nvlink_domain.imex", "cluster.nvlink_domain.min_busbw"}
 CONTRACT = """\
 gpuaccept: 1
 vendor: "Example GPU Cloud"

@@ -91,7 +91,9 @@ def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on
     on_a_node = replace(cluster, node="gpu02")
     assert [c.key for c in registry.present_clauses(on_a_node)] == [
         c for c in registry.ALL_CLAUSES if c not in WITH_COUNT | CLUSTER]
-    assert registry.not_in_contract(cluster) == ["nics.count", "rdma.count", "cluster.allreduce", "cluster.links"]
+    assert registry.not_in_contract(cluster) == ["nics.count", "rdma.count", "cluster.allreduce", "cluster.links",
+                                                 "cluster.nvlink_domain.fabric", "cluster.nvlink_domain.imex",
+                                                 "cluster.nvlink_domain.min_busbw"]
     listing = {"cluster_nodes": ["gpu01", "gpu02", "gpu03"]}
     nodes = registry.BY_KEY["cluster.nodes"].subjects(cluster, lambda: listing)
     assert [str(s) for s in nodes] == ["gpu01", "gpu02", "gpu03"]
