@@ -151,8 +151,9 @@ def test_an_all_good_cluster_is_accepted_with_every_node_and_pair_judged(slurm, 
     page = (tmp_path / "run" / "gpuaccept-report.html").read_text()
     assert "<h3>Nodes (4: 0 with checks that did not pass)</h3>" in page
     assert '<a href="gpuaccept-evidence/nodes/h2/gpuaccept-report.html">h2</a>' in page  # each node's own report
-    assert "2-node all_reduce busbw between the nodes (GB/s; each pair in both cells)" in page  # the pairs' heat map
-    assert 'title="h1->h2: passed"' in page and "<h4>Links</h4>" in page and "h4:eth0-&gt;h3:eth0" in page
+    assert "cluster.pairs (GB/s; each pair in both cells)" in page  # the pairs' heat map, a row of Pairs
+    assert 'title="h1->h2: passed"' in page and "cluster.links (Gb/s; row: from, column: to)" in page
+    assert 'title="h4:eth0->h3:eth0: passed"' in page
     # The cluster's bundle replays anywhere (no cluster needed): the same verdict from the same evidence.
     replay = tmp_path / "replay"
     replay.mkdir()

@@ -189,7 +189,7 @@ def test_the_report_draws_the_pairs_as_a_heat_map(accept, fake_tools):
     run = accept(CONTRACT.format(count=8, minimum="366.30 GB/s", extra="  tool: p2pBandwidthLatencyTest\n"),
                  nvml_recording("h100_sxm5_8gpu.json"))
     page = run.html
-    assert "GPU-to-GPU copy bandwidth (GB/s; row: from, column: to)" in page
+    assert "p2p (GB/s; row: from, column: to)" in page  # its row of the report's Pairs (report/pairs.py)
     assert 'title="GPU0->GPU1: failed">365.3<' in page and 'title="GPU7->GPU6: passed">393.08<' in page
 
 

@@ -16,6 +16,8 @@ from test_nvlink_health import h100_errors, h100_status
 from test_utilisation import FIELDS, series
 
 from pytest_gpuaccept.report import compact_report
+from pytest_gpuaccept.report.pairs import grouped
+from pytest_gpuaccept.verdict import Check
 
 H100_8GPU = DATA / "nvml" / "h100_sxm5_8gpu.json"
 NVB = DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt"
@@ -81,7 +83,10 @@ def _in_chromium(browser: str, report: Path, tmp_path: Path) -> None:
     dom = subprocess.run([browser, *HEADLESS, "--window-size=1280,1000", "--dump-dom", measured.as_uri()],
                          capture_output=True, text=True, timeout=180, check=False).stdout
     positions = json.loads(html.unescape(re.search(r'data-positions="([^"]*)"', dom).group(1)))
-    assert positions["rows"] == 253  # pytest-html drew every check's row from its data
+    # pytest-html drew a row for every check but the passing pairs (one row of Pairs each clause: report/pairs.py)
+    passing_pairs = sum(grouped(Check.from_dict(c)) for c in json.loads(
+        (report.parent / "gpuaccept-results.json").read_text())["checks"])
+    assert passing_pairs > 0 and positions["rows"] == 253 - passing_pairs
     assert 0 <= positions["verdict"] < positions["failures"] < 1000, positions
     shot = tmp_path / "first-screen.png"
     subprocess.run([browser, *HEADLESS, "--window-size=1280,1000", f"--screenshot={shot}", report.as_uri()],
@@ -118,7 +123,9 @@ def _raw_once_and_human_sizes(rejected_8gpu):
     html = rejected_8gpu.html  # the page and every test's details
     assert html.count('id="raw-nvidia-smi_topo_-m.txt"') == 1
     page = (rejected_8gpu.path / "gpuaccept-report.html").read_text()
-    assert page.count("href=#raw-nvidia-smi_topo_-m.txt>") == 28  # every NVLink pair links to it
+    # Every NVLink pair passed: its clause's row in Pairs counts them, and no row of their own links to the output
+    # (each of the 28 did before)
+    assert page.count("href=#raw-nvidia-smi_topo_-m.txt>") == 0 and "<b>nvlink</b><td>28 pairs: 28 passed" in page
     assert 'id="raw-nvidia-smi_nvlink_-e.after.txt"></h4><p>byte for byte the same as' in html.replace(
         "nvidia-smi_nvlink_-e.after.txt</h4>", "</h4>")  # the unchanged counters are shown once
     # the eight GPUs' load in four charts (a line each), and the sweep; beside them the schedule's time line, one small
