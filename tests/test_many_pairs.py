@@ -61,7 +61,7 @@ def test_past_the_map_size_the_row_names_the_ends_of_the_pairs_that_did_not_pass
               for n, a in enumerate(nodes) for b in nodes[n + 1:]]
     page = pairs_html(checks)
     assert "<table class=gh>" not in page
-    assert f"528 pairs: 496 passed, 32 failed, 0 not measured; ends in pairs that did not pass: n007 (32), " in page
+    assert "528 pairs: 496 passed, 32 failed, 0 not measured; ends in pairs that did not pass: n007 (32), " in page
 
 
 def test_a_clusters_nodes_pairs_are_one_row_a_clause_naming_the_nodes():
