@@ -16,6 +16,7 @@ from test_network_acceptance import IB_UP, RDMA, sysfs_tree
 from test_network_second_sources import counting_port
 
 from pytest_gpuaccept import schedule
+from pytest_gpuaccept.clauses import together
 from pytest_gpuaccept.schedule import GPUS, NVLINK, Bar, Job, Timeline, plan, planned_seconds, port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -94,6 +95,27 @@ def test_the_time_line_counts_wall_busy_and_series_time():
     assert (line.wall_s, line.busy_s, line.tools_s) == (163.0, 163.0, 171.0)
     gap = Timeline((Bar("a", "x", 0.0, 2.0), Bar("b", "y", 5.0, 1.0)))
     assert (gap.wall_s, gap.busy_s) == (6.0, 3.0)
+
+
+def test_a_clusters_thousands_of_runs_are_drawn_a_row_per_kind_and_kept_every_one_in_the_results():
+    """A host's few dozen runs are a row each; a 64-node cluster's 10,146 (pairs, links, node runs) were 2 MB of a
+    2.6 MB report drawn that way: past ROW_PER_RUN, a row per kind of run with the stretches its runs covered."""
+    runs = [(f"node-run-n{n:04d}", "mpirun", 0.0, 3.0) for n in range(64)]
+    runs += [(f"pair-n{n:04d}+n{n + 1:04d}", "mpirun", 3.0 + r, 0.9) for r in range(63) for n in range(0, 64, 2)]
+    runs += [(f"link-server-n{n:04d}-n{n + 1:04d}-eth0-there", "mpirun", 70.0 + 2 * r, 1.5)
+             for r in range(63) for n in range(0, 64, 2)]
+    line = schedule.timeline(runs)
+    recorded = line.to_json()
+    assert len(recorded["runs"]) == len(runs) == 64 + 2 * 63 * 32
+    page = together.draw(recorded)
+    assert len(page) < 10_000 and page.count("<tr>") == 4
+    assert "<td>node-run (64)<td>mpirun<td>0.0<td>192.0" in page and "<td>pair (2016)<td>mpirun<td>3.0" in page
+    assert "link-server (2016)" in page and f"{len(runs)} runs, a row per kind" in page
+    host = together.draw(schedule.timeline([("gemm", "gemm", 0.0, 40.0), ("ib_write_bw_mlx5_0_client", "ib_write_bw",
+                                                                         1.0, 8.0)]).to_json())
+    assert "<td>ib_write_bw_mlx5_0_client<td>ib_write_bw<td>1.0<td>8.0" in host and host.count("<tr>") == 3
+    assert together.kind("link-address-n0001-eth0") == "link-address" and together.kind("cluster-allreduce") == \
+        "cluster-allreduce" and together.kind("ib_write_bw_mlx5_7_client") == "ib_write_bw_mlx5_7_client"
 
 
 # ------------------------------------------------------------------ RDMA devices at once, or one at a time

@@ -136,27 +136,72 @@ def record(evidence: Evidence) -> dict[str, Any] | None:
 BAR_WIDTH = 360  # the time line's width in the report, in pixels
 
 
+ROW_PER_RUN = 60  # up to this many runs, a row each; past it (a cluster's thousands), a row per kind of run
+
+
 def draw(recorded: dict[str, Any] | None) -> str:
-    """The report's part: one line per tool run, a bar from its start to its end on the run's time line, so that what
-    ran at once shows one above the other; "" where no tool ran."""
+    """The report's part: the runs on the run's time line, so that what ran at once shows one above the other; a
+    row per run (a host's few dozen), or past ROW_PER_RUN a row per kind of run (`pair`, `link`, `node-run`: the key
+    up to its first word with a digit) with the spans its runs covered; every run stays in the results' `schedule`.
+    "" where no tool ran."""
     if not recorded or not recorded.get("runs"):
         return ""
     wall = max(float(recorded.get("wall_s") or 0.0), 1e-9)
-    rows = []
-    for run in recorded["runs"]:
-        start, seconds = float(run["start_s"]), float(run["seconds"])
-        x = min(BAR_WIDTH - 2, round(BAR_WIDTH * start / wall))
-        width = max(2, min(BAR_WIDTH - x, round(BAR_WIDTH * seconds / wall)))
-        bar = (f'<svg width="{BAR_WIDTH}" height="12" role="img" aria-label="{start:.1f} s to {start + seconds:.1f} s">'
-               f'<rect x="{x}" y="2" width="{width}" height="8" fill="{PALETTE[0]}"/></svg>')
-        rows.append([str(run["key"]), str(run["tool"]), f"{start:.1f}", f"{seconds:.1f}", bar])
-    lines = "".join(f"<tr><td>{html.escape(key)}<td>{html.escape(tool)}<td>{start}<td>{seconds}<td>{bar}"
-                    for key, tool, start, seconds, bar in rows)
+    runs = [(str(r["key"]), str(r["tool"]), float(r["start_s"]), float(r["seconds"])) for r in recorded["runs"]]
+    if len(runs) <= ROW_PER_RUN:
+        rows = [(key, tool, f"{start:.1f}", f"{seconds:.1f}", _bar(wall, [(start, seconds)]))
+                for key, tool, start, seconds in runs]
+        head = "<th>run<th>tool<th>start (s)<th>seconds"
+    else:
+        rows = _kinds(runs, wall)
+        head = "<th>runs<th>tool<th>first start (s)<th>seconds, all its runs"
+    lines = "".join(f"<tr><td>{html.escape(a)}<td>{html.escape(b)}<td>{c}<td>{d}<td>{bar}" for a, b, c, d, bar in rows)
     return ('<div class="gpuaccept-schedule"><h3>Schedule</h3>'
             f"<p>The tools ran for {float(recorded['wall_s']):.1f} s from the first start to the last end "
             f"({float(recorded['busy_s']):.1f} s with a tool running); one after another they would have taken "
-            f"{float(recorded['tools_s']):.1f} s. Runs side by side held nothing in common (schedule.py).</p>"
-            f'<table class="gt"><tr><th>run<th>tool<th>start (s)<th>seconds<th>time line{lines}</table></div>')
+            f"{float(recorded['tools_s']):.1f} s. Runs side by side held nothing in common (schedule.py)."
+            + (f" {len(runs)} runs, a row per kind; each run is in the results' schedule." if len(runs) > ROW_PER_RUN
+               else "") + "</p>"
+            f'<table class="gt"><tr>{head}<th>time line{lines}</table></div>')
+
+
+def kind(key: str) -> str:
+    """The kind of a run, from its key: the words before the first with a digit (`pair-n0001+n0002` is `pair`,
+    `link-server-n0001-...` is `link-server`), at least the first."""
+    words = key.split("-")
+    taken = [words[0]]
+    for word in words[1:]:
+        if any(c.isdigit() for c in word):
+            break
+        taken.append(word)
+    return "-".join(taken)
+
+
+def _kinds(runs: list[tuple[str, str, float, float]], wall: float) -> list[tuple[str, str, str, str, str]]:
+    grouped: dict[str, list[tuple[str, str, float, float]]] = {}
+    for run in runs:
+        grouped.setdefault(kind(run[0]), []).append(run)
+    rows = []
+    for name, members in grouped.items():
+        tools = sorted({tool for _k, tool, _s, _d in members})
+        rows.append((f"{name} ({len(members)})", ", ".join(tools), f"{min(s for _k, _t, s, _d in members):.1f}",
+                     f"{sum(d for _k, _t, _s, d in members):.1f}", _bar(wall, [(s, d) for _k, _t, s, d in members])))
+    return rows
+
+
+def _bar(wall: float, spans: list[tuple[float, float]]) -> str:
+    """One time line: a rectangle for each stretch of pixels the spans (start, seconds) cover, at least 2 wide."""
+    covered: list[list[int]] = []
+    for start, seconds in sorted(spans):
+        x = min(BAR_WIDTH - 2, round(BAR_WIDTH * start / wall))
+        end = x + max(2, min(BAR_WIDTH - x, round(BAR_WIDTH * seconds / wall)))
+        if covered and x <= covered[-1][1]:
+            covered[-1][1] = max(covered[-1][1], end)
+        else:
+            covered.append([x, end])
+    label = f"{spans[0][0]:.1f} s to {spans[0][0] + spans[0][1]:.1f} s" if len(spans) == 1 else f"{len(spans)} runs"
+    rects = "".join(f'<rect x="{a}" y="2" width="{b - a}" height="8" fill="{PALETTE[0]}"/>' for a, b in covered)
+    return f'<svg width="{BAR_WIDTH}" height="12" role="img" aria-label="{label}">{rects}</svg>'
 
 
 def _no_checks(checks: Sequence[Check]) -> str:
