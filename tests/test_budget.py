@@ -24,9 +24,10 @@ REALISTIC_TOOLS_S = 279.0  # the shipped H100 contract with tools that take what
 
 
 @pytest.mark.xfail(reason="over budget since issue 26's reverts: 1.29-1.55 s on the development VM's 3.11 with an "
-                          "editable install, 1.73-1.84 s in CI's installed venv, 1.53-1.97 s on 3.13; after issues 27-31 "
-                          "(foreign-code audit ~50 ms, more judging) 1.52 s fastest of 5 on a quiet VM (benchmarks/README.md); "
-                          "the figure is to be brought down, the budget not raised", strict=False)
+                          "editable install, 1.73-1.84 s in CI's installed venv, 1.53-1.97 s on 3.13; on 2026-12-02, after "
+                          "issues 27-31 and the NVL72 clauses, 1.33-2.03 s over 7 runs on a quiet VM, fastest of 5 1.52 s, "
+                          "while plain pytest with pytest-html runs 112 trivial tests in 0.79-1.07 s on the same machine "
+                          "(benchmarks/README.md); the figure is to be brought down, the budget not raised", strict=False)
 def test_the_plugins_own_time_on_the_8gpu_benchmark_contract_is_within_its_budget(tmp_path):
     bench = Bench(tmp_path)
     bench.run()  # the first run compiles the package's bytecode: not what a run costs
