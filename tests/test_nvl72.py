@@ -296,6 +296,10 @@ def test_an_honest_18_tray_rack_is_accepted(rack, tmp_path):
     busbw = checks["min_busbw"]["domain"]
     assert busbw["measured"] == 834.57 and busbw["unit"] == "GB/s" and busbw["details"]["physical_cap"] > 834.57
     assert "MNNVL on every tray" in busbw["message"]
+    assert {"all_reduce_perf's table", "NCCL's MNNVL lines"} <= set(busbw["details"]["sources"])
+    # a tray's IMEX state is confirmed by the 17 other trays' views; its fabric is its NVML's word, said so
+    assert checks["imex"]["h2"]["details"]["sources"] == ["its own nvidia-imex-ctl", "17 other trays' nvidia-imex-ctl"]
+    assert "NVML's word" in checks["fabric"]["h2"]["details"]["unconfirmed"]
     assert "clique 32766" in checks["fabric"]["h7"]["message"]
     # every tray's fabric reading is in the results, as its own run read it
     assert results["hosts"] and len(results["hosts"]) == TRAYS

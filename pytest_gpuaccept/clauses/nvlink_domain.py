@@ -28,6 +28,7 @@ from ..verdict import Check
 from . import cluster
 from .base import Clause, HostWide
 from .plausible import MARGIN, Cap
+from .sources import with_sources
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -112,8 +113,11 @@ def judge_fabric(section: ClusterSection, subject: Subject, run: ClusterRun, con
     if problems:
         return v.failed(measured, f"{subject.local}: {'; '.join(problems[:6])}", details)
     assert domain is not None
-    return v.passed(measured, f"{subject.local}: {len(gpus)} GPUs in the fabric, completed, healthy, clique {domain[1]} "
-                              f"of cluster {domain[0]} (as {trays} of {len(run.nodes)} trays)", details)
+    return with_sources(v.passed(measured, f"{subject.local}: {len(gpus)} GPUs in the fabric, completed, healthy, clique "
+                                           f"{domain[1]} of cluster {domain[0]} (as {trays} of {len(run.nodes)} trays)",
+                                 details), "NVML (the tray's own run)",
+                        unconfirmed="the tray's NVML's word; NCCL reads the same clique in the domain's all_reduce "
+                                    "(cluster.nvlink_domain.min_busbw), where the contract asks for it")
 
 
 # ------------------------------------------------------------------ IMEX
@@ -166,9 +170,13 @@ def judge_imex(section: ClusterSection, subject: Subject, views: ImexViews, cont
     state = view.domain.state
     if state != "UP" and not any(_blame(views, n) for n in views.views if n != subject.local):
         return v.failed(state, f"{subject.local}: IMEX domain state {state}, and no tray is to blame", details)
-    return v.passed("READY", f"{subject.local}: IMEX READY and connected to all {len(view.domain.nodes) - 1} other "
-                             f"nodes in every tray's view (its own: domain {state})"
-                             + (f"; its view lists no {', '.join(unlisted[:3])}" if unlisted else ""), details)
+    seen_by = [n for n, o in views.views.items() if n != subject.local and o.domain is not None]
+    check = v.passed("READY", f"{subject.local}: IMEX READY and connected to all {len(view.domain.nodes) - 1} other nodes "
+                              f"in every tray's view (its own: domain {state})"
+                              + (f"; its view lists no {', '.join(unlisted[:3])}" if unlisted else ""), details)
+    return with_sources(check, "its own nvidia-imex-ctl",
+                        f"{len(seen_by)} other trays' nvidia-imex-ctl" if seen_by else "",
+                        unconfirmed="no other tray's IMEX view to compare with")
 
 
 # ------------------------------------------------------------------ the whole domain's all_reduce
@@ -237,10 +245,12 @@ def judge_busbw(section: ClusterSection, subject: Subject, pair: tuple[DomainAll
             result.busbw, f"not over the NVLink domain: {'; '.join(off[:6])}" + (f" and {len(off) - 6} more trays"
                                                                                  if len(off) > 6 else ""), details)
     cap = domain_cap(cluster_run, len(run.nodes) * run.ranks_per_node)
-    return v.at_least(result.busbw, keys.min_busbw.gbyte_s, "all_reduce busbw", {**details, **cap.details},
+    return with_sources(v.at_least(result.busbw, keys.min_busbw.gbyte_s, "all_reduce busbw", {**details, **cap.details},
                       cap.gbyte_s * (1 + MARGIN) if cap.gbyte_s else None,
                       f"physically impossible: {cap.path}" if cap.gbyte_s else "", where=f" at {result.size}",
-                      suffix=f" over {len(run.nodes)} trays x {run.ranks_per_node} GPUs, MNNVL on every tray")
+                      suffix=f" over {len(run.nodes)} trays x {run.ranks_per_node} GPUs, MNNVL on every tray"),
+                        "all_reduce_perf's table", "NCCL's MNNVL lines", "NVML's cliques (the trays' own runs)",
+                        "the model table (the cap)" if cap.gbyte_s else "")
 
 
 # ------------------------------------------------------------------ measurements and clauses
