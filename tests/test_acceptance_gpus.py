@@ -153,8 +153,10 @@ def test_the_report_has_the_verdict_identity_and_raw_output(accept, fake_tools):
     page = run.html
     for text in ("ACCEPTED", "Example GPU Cloud", "SLA-1", run.json["contract"]["sha256"], "560.35.03",
                  "GPU-h100-00aaaaaaa-0000-0000-0000-000000000000", "1652322000000",
-                 "NV18 between GPU0 and GPU1", "nvidia-smi_topo_-m.txt", "CPU Affinity"):
+                 "<b>nvlink</b><td>28 pairs: 28 passed", "nvidia-smi_topo_-m.txt", "CPU Affinity"):
         assert text in page, text
+    # A passing pair is one of its clause's row on the page (many pairs, one page), and whole in the results.
+    assert any("NV18 between GPU0 and GPU1" in c["message"] for c in run.json["checks"] if c["subject"] == "GPU0-GPU1")
     assert "<script src=" not in page  # self-contained
     evidence = run.path / "gpuaccept-evidence"
     assert (evidence / "nvidia-smi_topo_-m.txt").read_bytes() == \

@@ -80,7 +80,7 @@ def test_p2p_figures_are_set_beside_half_the_nvlink_bandwidth_of_the_model(accep
                  nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x3182"))
     check = {c["subject"]: c for c in run.checks("p2p")}["GPU0->GPU1"]
     assert check["message"].endswith("85% of the published 900 GB/s (B300 SXM6 AC NVLink))")
-    assert "fraction_of_published" in run.html
+    assert check["details"]["fraction_of_published"] == pytest.approx(check["measured"] / 900, abs=1e-3)
 
 
 def test_allreduce_busbw_is_set_beside_the_one_way_nvlink_figure(accept, fake_tools, tmp_path):
