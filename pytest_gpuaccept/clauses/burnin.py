@@ -38,7 +38,7 @@ from ..units import Duration, parse_duration
 from ..verdict import Check, Outcome, Verdict, fmt
 from .base import Clause, PerGpu, Section, gpu_count
 from .sources import with_sources
-from .utilisation import SAMPLE_INTERVAL_S, TRAIN, kernel_failure, kernel_pci, kernel_source
+from .utilisation import SAMPLE_INTERVAL_S, TRAIN, kernel_confirmed
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -551,18 +551,8 @@ def judge_xid(section: Burnin, subject: Subject, m: BurnInRun, contract: Contrac
     if r.xid_count:
         shown = ", ".join(f"Xid {x} at {when(t)}" for t, x in r.xids[:5])
         return v.failed(r.xid_count, f"GPU{r.index}: {r.xid_count} Xid event(s) during the burn-in (NVML): {shown}")
-    if m.kernel is None:
-        check = with_sources(v.passed(0, f"GPU{r.index}: no Xid event during the burn-in (NVML events)"), "NVML Xid events",
-                             unconfirmed="NVML's events alone: the kernel log here is not the recorded host's")
-        return _final(v, check, r, m)
-    if m.kernel.value is None:
-        return v.not_measured(f"NVML reported no Xid event, but the kernel log cannot be read: {m.kernel.failure}")
-    pci = kernel_pci(m.buses.get(r.index, ""))
-    failed = kernel_failure(v, m.kernel, pci, m.window)
-    if failed is not None:
-        return with_sources(failed, "NVML Xid events", "the kernel log")
-    check = v.passed(0, f"GPU{r.index}: no Xid event during the burn-in (NVML events); {kernel_source(m.kernel)} agrees")
-    return _final(v, with_sources(check, "NVML Xid events", "the kernel log"), r, m)
+    said = f"GPU{r.index}: no Xid event during the burn-in (NVML events)"
+    return _final(v, kernel_confirmed(v, said, m.kernel, m.buses.get(r.index, ""), m.window), r, m)
 
 
 UTILISATION = Clause("burnin.utilisation", SECTION, "test_burnin_utilisation", PerGpu(), gpuaccept_burnin, judge_utilisation,

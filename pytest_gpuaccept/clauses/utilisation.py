@@ -513,6 +513,24 @@ def kernel_failure(v: Verdict, kernel: Reading[KernelLog], pci: str, window: tup
                     f"during the load{unplaced}: {shown}")
 
 
+def kernel_confirmed(v: Verdict, said: str, kernel: Reading[KernelLog] | None, bus: str,
+                     window: tuple[float, float] | None) -> Check:
+    """NVML reported no Xid event for the GPU at `bus` (`said`): the kernel log's word on it during the load. Beside an
+    NVML recording (no kernel log: the one here is not the recorded host's) NVML's events alone, said so; a log that
+    cannot be read leaves it not measured; an NVRM Xid line for the GPU fails it (kernel_failure)."""
+    if kernel is None:
+        return with_sources(v.passed(0, said), "NVML Xid events",
+                            unconfirmed="NVML's events alone: the kernel log here is not the recorded host's")
+    if kernel.value is None:
+        return v.not_measured(f"NVML reported no Xid event, but the kernel log cannot be read: {kernel.failure}")
+    pci = kernel_pci(bus)
+    failed = kernel_failure(v, kernel, pci, window)
+    if failed is not None:
+        return with_sources(failed, "NVML Xid events", "the kernel log")
+    return with_sources(v.passed(0, f"{said}; {kernel_source(kernel)} agrees (no NVRM Xid for PCI {pci or '(unknown)'} "
+                                    f"during the load)"), "NVML Xid events", "the kernel log")
+
+
 def _when(x: KernelXid) -> str:
     return f"{x.t_s:.1f}" if x.t_s is not None else (x.stamp or "no time stamp")
 
@@ -535,17 +553,8 @@ def judge_xid(section: Health, subject: Subject, m: LoadRun, contract: Contract)
     if events:
         shown = ", ".join(f"Xid {e.get('xid')} at t={e.get('t_s')} s" for e in events[:5])
         return v.failed(len(events), f"NVML reported {len(events)} Xid event(s) during the load: {shown}")
-    if m.kernel is None:  # an NVML recording: the kernel log here is not the recorded host's
-        return with_sources(v.passed(0, "no Xid event during the load (NVML events)"), "NVML Xid events",
-                            unconfirmed="NVML's events alone: the kernel log here is not the recorded host's")
-    if m.kernel.value is None:
-        return v.not_measured(f"NVML reported no Xid event, but the kernel log cannot be read: {m.kernel.failure}")
-    pci = kernel_pci(m.buses.get(subject.gpu, ""))
-    failed = kernel_failure(v, m.kernel, pci, m.window)
-    if failed is not None:
-        return with_sources(failed, "NVML Xid events", "the kernel log")
-    return with_sources(v.passed(0, f"no Xid event during the load (NVML events); {kernel_source(m.kernel)} agrees (no "
-                                    f"NVRM Xid for PCI {pci or '(unknown)'} during the load)"), "NVML Xid events", "the kernel log")
+    return kernel_confirmed(v, "no Xid event during the load (NVML events)", m.kernel, m.buses.get(subject.gpu, ""),
+                            m.window)
 
 
 def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
