@@ -35,8 +35,8 @@ def run_imex(state: State, engine: Engine, cluster: ClusterRun) -> ImexViews:
     ready = cluster.available
     # Where the login node has the tool, the trays' is at the same path (as nccl-tests'); else the trays' system PATH.
     tool = state.runner.which(imex.TOOL) or imex.TOOL
-    asked = [Command(*_split(engine.on_node(n, [tool, *imex.ARGS])), key=f"imex-{n}") for n in ready]
-    looked = [Command(*_split(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show"])), key=f"imex-address-{n}")
+    asked = [Command.of(engine.on_node(n, [tool, *imex.ARGS]), key=f"imex-{n}") for n in ready]
+    looked = [Command.of(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show"]), key=f"imex-address-{n}")
               for n in ready]
     runs = state.runner.run_together(asked + looked) if ready else []
     views = {n: _view(said, where) for n, said, where in zip(ready, runs[:len(ready)], runs[len(ready):])}
@@ -66,19 +66,16 @@ def run_domain_allreduce(state: State, engine: Engine, keys: NvlinkDomain, clust
     """One all_reduce (nccl-tests, MPI, one rank per GPU) over every GPU of every available tray, NCCL_DEBUG=INFO."""
     per_node = gpu_count(state.contract) or 1
     if cluster.error is not None:
-        return DomainAllReduce((), (), per_node, None, error=cluster.error)
+        return DomainAllReduce(cluster, (), (), per_node, None, error=cluster.error)
     ready = cluster.available
     missing = tuple(f"{n} ({unavailable(o)})" for n, o in cluster.nodes.items() if n not in ready)
     if len(ready) < 2:
-        return DomainAllReduce(tuple(ready), missing, per_node, None, error="fewer than two trays available")
+        return DomainAllReduce(cluster, tuple(ready), missing, per_node, None, error="fewer than two trays available")
     args = nccl_tests.all_reduce_args(1, keys.min_bytes.nbytes, keys.max_bytes.nbytes, ())
     tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
     argv = engine.mpi_job(ready, per_node, [tool, *args], NCCL_ENV)
     run = state.runner.run(argv[0], argv[1:], key="nvlink-domain-allreduce")
     seen = nccl_tests.mnnvl_by_host(strip_escapes(run.stdout)) if run.failure is None else {}
-    return DomainAllReduce(tuple(ready), missing, per_node,
+    return DomainAllReduce(cluster, tuple(ready), missing, per_node,
                            pair_result(0, run, len(ready) * per_node, human_bytes, len(ready)), seen)
 
-
-def _split(argv: list[str]) -> tuple[str, tuple[str, ...]]:
-    return argv[0], tuple(argv[1:])

@@ -158,7 +158,7 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
     commands = []
     for node in runnable:
         argv = engine.on_node(node, node_argv(state, node))
-        commands.append(Command(argv[0], tuple(argv[1:]), key=f"node-run-{node}"))
+        commands.append(Command.of(argv, key=f"node-run-{node}"))
     nodes: dict[str, NodeOutcome] = {}
 
     def arrived(n: int, launch: ToolRun) -> ToolRun:
@@ -261,7 +261,7 @@ def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: Cl
 
     def job(pair: tuple[str, str]) -> Command:
         argv = engine.mpi_job(list(pair), per_node, [tool, *args], env)
-        return Command(argv[0], tuple(argv[1:]), key=f"pair-{pair[0]}+{pair[1]}")
+        return Command.of(argv, key=f"pair-{pair[0]}+{pair[1]}")
 
     first = plan(nodes, state.contract.sha256, pairs.budget)
     results = _pair_rounds(state, cluster, first, 1, job, 2 * per_node)
@@ -376,8 +376,8 @@ def _addresses(state: State, engine: Engine, ready: list[str],
                devices: tuple[str, ...]) -> dict[tuple[str, str], str | None]:
     """Every available node's IPv4 address on each interface, None where it has none or it could not be read."""
     wanted = [(n, d) for n in ready for d in devices]
-    looked = state.runner.run_together([Command(*_split(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show", "dev", d])),
-                                                key=f"link-address-{n}-{d}") for n, d in wanted]) if wanted else []
+    looked = state.runner.run_together([Command.of(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show", "dev", d]),
+                                                   key=f"link-address-{n}-{d}") for n, d in wanted]) if wanted else []
     addresses: dict[tuple[str, str], str | None] = {}
     for (n, d), run in zip(wanted, looked):
         try:
@@ -425,8 +425,8 @@ def _iperf3_step(state: State, engine: Engine, links: Iperf3Links, number: int, 
         server = engine.on_node(b, [iperf3.TOOL, "-s", "-1", "-B", target, "-p", port])
         client = engine.on_node(a, [iperf3.TOOL, "-c", target, "-B", source, "-p", port, "-J", "-t", seconds,
                                     *(["-R"] if reverse else [])])
-        servers.append(Command(*_split(server), key=f"link-server-{a}-{b}-{device}-{way}"))
-        clients.append(Command(*_split(client), key=f"link-{a}-{b}-{device}-{way}",
+        servers.append(Command.of(server, key=f"link-server-{a}-{b}-{device}-{way}"))
+        clients.append(Command.of(client, key=f"link-{a}-{b}-{device}-{way}",
                                start_after_s=0.0 if clients else SERVER_HEAD_START_S))
     if not measured:
         return
@@ -440,7 +440,3 @@ def _iperf3_step(state: State, engine: Engine, links: Iperf3Links, number: int, 
         except ParseError as exc:
             problem = str(exc)
         results[name] = LinkResult(number, None if problem else round(rate / 1e9, 3), route, problem, evidence)
-
-
-def _split(argv: list[str]) -> tuple[str, tuple[str, ...]]:
-    return argv[0], tuple(argv[1:])

@@ -122,6 +122,11 @@ class Command:
     key: str | None = None
     start_after_s: float = 0.0
 
+    @classmethod
+    def of(cls, argv: list[str], key: str | None = None, start_after_s: float = 0.0) -> Command:
+        """The command an argv list names (an engine's launcher line: the launcher, then its arguments)."""
+        return cls(argv[0], tuple(argv[1:]), key, start_after_s)
+
 
 def find_tool(tool: str, paths: dict[str, str]) -> str | None:
     """The executable for a tool: the contract's `tools:` path, else PATH, else where packages put it."""
