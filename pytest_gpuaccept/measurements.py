@@ -248,8 +248,10 @@ class ImexViews:
 @dataclass(frozen=True, slots=True)
 class DomainAllReduce:
     """cluster.nvlink_domain.min_busbw: one all_reduce over every GPU of every tray with NCCL's INFO lines, which
-    say per tray whether its ranks reached the others over NVLink (MNNVL) or over the network."""
+    say per tray whether its ranks reached the others over NVLink (MNNVL) or over the network; with the trays' own
+    runs (`cluster`: their hostnames and NVML's cliques, which NCCL's lines are read against)."""
 
+    cluster: ClusterRun
     nodes: tuple[str, ...]
     missing: tuple[str, ...]
     ranks_per_node: int

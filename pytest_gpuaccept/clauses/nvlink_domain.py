@@ -187,13 +187,13 @@ def _tray_hosts(run: ClusterRun) -> dict[str, str]:
     return {node: str(((o.results or {}).get("host") or {}).get("hostname") or node) for node, o in run.nodes.items()}
 
 
-def _not_mnnvl(run: DomainAllReduce, cluster_run: ClusterRun) -> list[str]:
+def _not_mnnvl(run: DomainAllReduce) -> list[str]:
     """The trays whose ranks did not all reach the others over NVLink, each with what NCCL said (or did not)."""
-    hosts = _tray_hosts(cluster_run)
+    hosts = _tray_hosts(run.cluster)
     found = []
     for tray in run.nodes:
         seen = run.mnnvl.get(hosts.get(tray, tray)) or run.mnnvl.get(tray)
-        cliques = {c for g in _gpus(cluster_run.nodes.get(tray)) if (c := _clique(g)) is not None}
+        cliques = {c for g in _gpus(run.cluster.nodes.get(tray)) if (c := _clique(g)) is not None}
         if seen is None or not seen.comm_flags:
             found.append(f"{tray}: NCCL logged no communicator line with its MNNVL flag (MNNVL not proven)")
         elif 0 in seen.comm_flags or seen.net:
@@ -221,11 +221,9 @@ def domain_cap(cluster_run: ClusterRun, ranks: int) -> Cap:
                                                   f"x {factor:.3g} for reduction in the NVSwitch", f"the model table ({TABLE_FILE})")
 
 
-def judge_busbw(section: ClusterSection, subject: Subject, pair: tuple[DomainAllReduce, ClusterRun],
-                contract: Contract) -> Check:
+def judge_busbw(section: ClusterSection, subject: Subject, run: DomainAllReduce, contract: Contract) -> Check:
     keys = _keys(section)
     assert keys.min_busbw is not None
-    run, cluster_run = pair
     v = BUSBW.verdict(subject)
     result = run.result
     details: dict[str, Any] = {"trays": list(run.nodes), "evidence": list(result.evidence) if result else [],
@@ -239,12 +237,12 @@ def judge_busbw(section: ClusterSection, subject: Subject, pair: tuple[DomainAll
     if result.problem is not None:
         return v.not_measured(result.problem, details)
     assert result.busbw is not None
-    off = _not_mnnvl(run, cluster_run)
+    off = _not_mnnvl(run)
     if off:
         return v.but(required=f">= {keys.min_busbw.gbyte_s:g} over NVLink", threshold=keys.min_busbw.gbyte_s).failed(
             result.busbw, f"not over the NVLink domain: {'; '.join(off[:6])}" + (f" and {len(off) - 6} more trays"
                                                                                  if len(off) > 6 else ""), details)
-    cap = domain_cap(cluster_run, len(run.nodes) * run.ranks_per_node)
+    cap = domain_cap(run.cluster, len(run.nodes) * run.ranks_per_node)
     return with_sources(v.at_least(result.busbw, keys.min_busbw.gbyte_s, "all_reduce busbw", {**details, **cap.details},
                       cap.gbyte_s * (1 + MARGIN) if cap.gbyte_s else None,
                       f"physically impossible: {cap.path}" if cap.gbyte_s else "", where=f" at {result.size}",
@@ -264,31 +262,25 @@ def gpuaccept_nvlink_imex(gpuaccept_state: State, gpuaccept_contract: Contract,
 
 
 def gpuaccept_nvlink_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract,
-                               gpuaccept_cluster: ClusterRun) -> tuple[DomainAllReduce, ClusterRun]:
-    """cluster.nvlink_domain.min_busbw: one all_reduce over every GPU of every tray, with the trays' runs (their
-    hostnames and NVML's cliques, which NCCL's lines are read against)."""
+                               gpuaccept_cluster: ClusterRun) -> DomainAllReduce:
+    """cluster.nvlink_domain.min_busbw: one all_reduce over every GPU of every tray."""
     section = SECTION.of(gpuaccept_contract)
-    return run_domain_allreduce(gpuaccept_state, engine_for(section), _keys(section), gpuaccept_cluster), gpuaccept_cluster
-
-
-def _asked(key: str) -> Any:
-    def present(section: ClusterSection) -> bool:
-        domain = section.nvlink_domain
-        return domain is not None and (domain.min_busbw is not None if key == "min_busbw" else bool(getattr(domain, key)))
-    return present
+    return run_domain_allreduce(gpuaccept_state, engine_for(section), _keys(section), gpuaccept_cluster)
 
 
 FABRIC = Clause("cluster.nvlink_domain.fabric", SECTION, "test_nvlink_domain_fabric", cluster.PerNode(),
                 cluster.gpuaccept_cluster, judge_fabric,
                 "every GPU of the tray in the NVLink fabric (NVML: state completed, status success, no health flag) and "
-                "in the domain's cluster UUID and clique (the one most trays are in)", None, _asked("fabric"))
+                "in the domain's cluster UUID and clique (the one most trays are in)", None,
+                lambda s: s.nvlink_domain is not None and s.nvlink_domain.fabric)
 IMEX = Clause("cluster.nvlink_domain.imex", SECTION, "test_nvlink_domain_imex", cluster.PerNode(), gpuaccept_nvlink_imex,
               judge_imex, "`nvidia-imex-ctl -N` answers on the tray, and every tray's view of the IMEX domain lists it "
-                          "READY and connected to every other node", None, _asked("imex"))
+                          "READY and connected to every other node", None,
+              lambda s: s.nvlink_domain is not None and s.nvlink_domain.imex)
 BUSBW = Clause("cluster.nvlink_domain.min_busbw", SECTION, "test_nvlink_domain_allreduce", HostWide("domain", "`domain`"),
                gpuaccept_nvlink_allreduce, judge_busbw,
                "one all_reduce (nccl-tests, MPI, one rank per GPU, NCCL_DEBUG=INFO) over every GPU of every tray, counted "
                "only where NCCL says each tray's ranks used MNNVL (no fall-back to the network)", "GB/s",
-               _asked("min_busbw"))
+               lambda s: s.nvlink_domain is not None and s.nvlink_domain.min_busbw is not None)
 CLAUSES = (FABRIC, IMEX, BUSBW)
 MEASUREMENTS = (gpuaccept_nvlink_imex, gpuaccept_nvlink_allreduce)
