@@ -177,6 +177,11 @@ class NodeOutcome:
     evidence: tuple[str, ...] = ()
 
 
+def gpu_uuids(results: dict[str, Any] | None) -> set[str]:
+    """The GPU UUIDs a node's results name (`host.gpus[].uuid`)."""
+    return {str(g.get("uuid")) for g in ((results or {}).get("host") or {}).get("gpus", []) if g.get("uuid")}
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterRun:
     """The inventory and every node's per-node run; `error` where the nodes could not even be listed."""
@@ -185,6 +190,16 @@ class ClusterRun:
     nodes: dict[str, NodeOutcome]
     evidence: tuple[str, ...]
     error: str | None = None
+    # GPU UUID -> the nodes whose results name it, made once from `nodes` (cluster.nodes asks it of every node: each
+    # node compared with every other made a million sets at 1,000 nodes)
+    gpu_owners: dict[str, list[str]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        owners: dict[str, list[str]] = {}
+        for node, outcome in self.nodes.items():
+            for uuid in gpu_uuids(outcome.results):
+                owners.setdefault(uuid, []).append(node)
+        object.__setattr__(self, "gpu_owners", owners)
 
     @property
     def available(self) -> list[str]:

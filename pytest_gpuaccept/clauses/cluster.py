@@ -20,6 +20,7 @@ from ..cluster.engine import ENGINES, engine_for
 from ..cluster.kubernetes import DEFAULT_PORT, KubernetesKeys, namespace_name, parse_selector
 from ..cluster.pairs import DEFAULT_BUDGET, plan
 from ..cluster.run import pair_budget, run_allreduce, run_cluster, run_links, run_pairs
+from ..measurements import gpu_uuids
 from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth, Duration, Size, UnitError, parse_duration, parse_size
@@ -263,29 +264,12 @@ class PerNode:
         return [Subject.whole(name) for name in names().get(LISTING, [])] or [Subject.whole("cluster")]
 
 
-def _uuids(results: dict[str, Any] | None) -> set[str]:
-    return {str(g.get("uuid")) for g in ((results or {}).get("host") or {}).get("gpus", []) if g.get("uuid")}
-
-
-# UUID -> the nodes whose results name it, made once per cluster run: each node compared with every other made a
-# million sets at 1,000 nodes. The run is kept with its index (an id alone could be reused).
-_UUID_INDEX: dict[int, tuple[ClusterRun, dict[str, list[str]]]] = {}
-
-
 def _same_gpus(name: str, run: ClusterRun) -> dict[str, list[str]]:
     """Other nodes whose results name one of this node's GPU UUIDs, and the UUIDs they share (a node answering for
     another, or, in a simulated run, nodes that read one NVML recording): UUIDs are unique across a cluster."""
-    cached = _UUID_INDEX.get(id(run))
-    if cached is None or cached[0] is not run:
-        index: dict[str, list[str]] = {}
-        for node, outcome in run.nodes.items():
-            for uuid in _uuids(outcome.results):
-                index.setdefault(uuid, []).append(node)
-        _UUID_INDEX.clear()
-        _UUID_INDEX[id(run)] = cached = (run, index)
     shared: dict[str, list[str]] = {}
-    for uuid in sorted(_uuids(run.nodes[name].results)):
-        for other in cached[1][uuid]:
+    for uuid in sorted(gpu_uuids(run.nodes[name].results)):
+        for other in run.gpu_owners[uuid]:
             if other != name:
                 shared.setdefault(other, []).append(uuid)
     return dict(sorted(shared.items()))
