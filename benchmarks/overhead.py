@@ -4,7 +4,7 @@ the load window included). That difference is the plugin's own time, held to a b
 tests/test_budget.py). For context it also times plain pytest running as many trivial tests with a
 self-contained pytest-html report, without the plugin.
 
-    python benchmarks/overhead.py [--repeat 5]
+    python benchmarks/overhead.py [--repeat 5] [--split]
 """
 
 from __future__ import annotations
@@ -112,10 +112,11 @@ class Run:
 class Bench:
     """The benchmark's fake host in a folder: instant tools on PATH, an NVML recording, a sysfs tree."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, contract: str = CONTRACT) -> None:
         self.root = root
+        root.mkdir(exist_ok=True)
         fake_bin(root / "bin")
-        (root / "vendor.yaml").write_text(CONTRACT)
+        (root / "vendor.yaml").write_text(contract)
         nvml_recording(root / "nvml.json")
         sysfs(root / "sys")
         # Bytecode written and reused, as in a user's install (pip compiles it): a run that compiles the package
@@ -163,22 +164,47 @@ def tools_time(evidence: Path) -> float:
     return total
 
 
+SMALL = """\
+gpuaccept: 1
+vendor: "Benchmark"
+gpus: {count: 8}
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--split", action="store_true",
+                        help="also run a one-clause contract (gpus.count: 9 checks) and plain pytest with as many tests, "
+                             "interleaved, to split the plugin's time over plain pytest into a part every run pays and "
+                             "a part each check adds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
-        bench.run()  # warm: the first run compiles the package's bytecode
-        runs, plain = [], []
-        for _ in range(args.repeat):
+        small = Bench(Path(tmp) / "small", SMALL) if args.split else None
+        for warm in (bench, small):  # the first run compiles the package's bytecode
+            if warm is not None:
+                warm.run()
+        runs, plain, small_runs, small_plain = [], [], [], []
+        for _ in range(args.repeat):  # interleaved: a VM's speed moves by tens of percent within minutes
             runs.append(bench.run())
             plain.append(bench.plain(runs[-1].checks))
+            if small is not None:
+                small_runs.append(small.run())
+                small_plain.append(small.plain(small_runs[-1].checks))
     wall, tools = statistics.median(r.wall_s for r in runs), statistics.median(r.tools_s for r in runs)
     own, cpu = statistics.median(r.own_s for r in runs), statistics.median(r.cpu_s for r in runs)
     print(f"{runs[0].checks} checks; median of {args.repeat}: wall {wall:.2f} s, tools {tools:.2f} s, plugin's own time "
-          f"{own:.2f} s (budget 1.5 s), CPU {cpu:.2f} s;")
-    print(f"plain pytest + pytest-html with as many trivial tests {statistics.median(plain):.2f} s")
+          f"{own:.2f} s (budget 1.5 s), CPU {cpu:.2f} s; fastest own time {min(r.own_s for r in runs):.2f} s")
+    print(f"plain pytest + pytest-html with as many trivial tests {statistics.median(plain):.2f} s; the run over it, "
+          f"each beside its own plain run: {', '.join(f'{r.own_s - p:.2f}' for r, p in zip(runs, plain))} s")
+    if small_runs:
+        over = statistics.median(r.own_s - p for r, p in zip(runs, plain))
+        fixed = statistics.median(r.own_s - p for r, p in zip(small_runs, small_plain))
+        added = runs[0].checks - small_runs[0].checks
+        print(f"{small_runs[0].checks} checks (gpus.count only): over plain pytest {fixed:.2f} s (median); so of the "
+              f"{over:.2f} s over plain pytest, about {fixed:.2f} s is paid by every run and {over - fixed:.2f} s by the "
+              f"{added} more checks ({1000 * (over - fixed) / added:.1f} ms each)")
     return 0
 
 
