@@ -6,10 +6,13 @@ import html
 import itertools
 import json
 import re
+import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -282,6 +285,19 @@ def accept(pytester: pytest.Pytester):
         return Accept(result, pytester.path)
 
     return run
+
+
+@contextmanager
+def ctrl_c_as_at_a_terminal() -> Iterator[None]:
+    """Processes started inside find SIGINT as a terminal's Ctrl-C does. A shell without job control starts its
+    background jobs (`./test.sh &`, `nohup`) with SIGINT ignored, an ignored signal stays ignored across exec, and
+    Python then never raises KeyboardInterrupt: a test of what Ctrl-C does would be testing the shell that started
+    the suite."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def nvml_recording(name: str) -> str:

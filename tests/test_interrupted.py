@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import DATA, nvml_recording
+from conftest import DATA, ctrl_c_as_at_a_terminal, nvml_recording
 
 from pytest_gpuaccept.probes import nvidia_smi
 
@@ -33,9 +33,10 @@ def test_a_signal_during_a_long_tool_run_still_writes_a_rejected_incomplete_verd
     contract.write_text(CONTRACT)
     work = tmp_path / "run"
     work.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", f"--contract={contract}", "-p", "no:cacheprovider",
-                             nvml_recording("h100_sxm5_8gpu.json")], cwd=work, env=os.environ.copy(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with ctrl_c_as_at_a_terminal():
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", f"--contract={contract}", "-p", "no:cacheprovider",
+                                 nvml_recording("h100_sxm5_8gpu.json")], cwd=work, env=os.environ.copy(),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while not fake_tools.calls("all_reduce_perf") and time.monotonic() < deadline:
         time.sleep(0.1)

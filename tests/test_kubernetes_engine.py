@@ -15,7 +15,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from conftest import DATA, pci_tree
+from conftest import DATA, ctrl_c_as_at_a_terminal, pci_tree
 from kubectl_standin import StandIn, cordon, gpu_node, non_gpu_node, set_ready, write_image
 from netns_cluster import Cluster, missing_tools
 from test_cluster_engines import node_recordings
@@ -260,8 +260,10 @@ def login_run(standin: StandIn, folder: Path, contract: str, *args: str) -> subp
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "cluster.yaml").write_text(contract)
     env = {**os.environ, "PATH": f"{standin.bin}:{os.environ['PATH']}", "KUBECONFIG": str(standin.kubeconfig)}
-    return subprocess.Popen([sys.executable, "-m", "pytest", "--contract=cluster.yaml", "-p", "no:cacheprovider", "-q",
-                             *args], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    with ctrl_c_as_at_a_terminal():  # a test sends it Ctrl-C
+        return subprocess.Popen([sys.executable, "-m", "pytest", "--contract=cluster.yaml", "-p", "no:cacheprovider",
+                                 "-q", *args], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env)
 
 
 def finished(standin: StandIn, folder: Path, contract: str, *args: str) -> tuple[int, dict, str]:
