@@ -179,7 +179,13 @@ def test_a_pod_whose_image_cannot_be_pulled_fails_its_node_at_once_and_is_delete
     last = done.stderr.strip().splitlines()[-1]
     assert last == (f"gpuaccept pods: pod gpuaccept-ga-000000000001-0 on h1: Pending (ErrImagePull): "
                                       f"failed to pull {IMAGE}: not found")
-    assert standin.pods() == [] and [c["argv"][4] for c in standin.calls()] == ["get", "apply", "get", "logs", "delete", "get"]
+    assert standin.pods() == []
+    verbs = [c["argv"][4] for c in standin.calls()]
+    # Failed at once: the launcher's polls (one a second) saw ErrImagePull within a few, not at the 60 s deadline; a
+    # loaded machine's stand-in may admit the pod a poll later. Then its log, the delete, and a look that it is gone.
+    logs = verbs.index("logs")
+    assert verbs[:2] == ["get", "apply"] and set(verbs[2:logs]) == {"get"} and logs - 2 <= 5, verbs
+    assert verbs[logs:logs + 2] == ["logs", "delete"] and set(verbs[logs + 2:]) == {"get"}, verbs
     unset = launcher(standin, "--", "python3", "-m", "pytest_gpuaccept", "node-run")
     assert unset.returncode == 2 and unset.stderr.rstrip().endswith(
         "gpuaccept pods: nothing to launch: cluster.kubernetes.image is not set (the image the pods run, with "
