@@ -11,12 +11,16 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from conftest import DATA, pci_tree
 from fleet_fakes import write_fleet_bin
 from netns_cluster import Cluster, missing_tools
+
+from pytest_gpuaccept.cluster.engine import Mpirun, Slurm, launch
+from pytest_gpuaccept.probes._run import ToolRunner
 
 RECORDING = DATA / "nvml" / "h100_sxm5_8gpu.json"
 LINKS = '  links: {iperf3: {min_throughput: "100 Mb/s", interfaces: [eth0], duration: "1 s"}}\n'
@@ -341,6 +345,35 @@ def test_mpirun_over_ssh_a_slow_node_is_blamed(slurm, recording, sysfs, fleet_bi
     slow = slurm.address(3)
     pairs = by_clause(results, "cluster.pairs")
     assert code == 1
+    # Every node's own run came back (a launcher that failed leaves its pairs not measured, blamed on no one).
+    assert {n: c["outcome"] for n, c in by_clause(results, "cluster.nodes").items()} == \
+        {slurm.address(i): "passed" for i in range(1, 5)}
     assert {n for n, p in pairs.items() if p["outcome"] == "failed"} == {n for n in pairs if slow in n.split("+")}
     assert all(p["message"].endswith(f"; node {slow} fails with most partners") for p in pairs.values()
                if p["outcome"] == "failed")
+
+
+def test_each_mpirun_the_engine_starts_keeps_its_session_in_a_tmpdir_of_its_own(tmp_path, monkeypatch):
+    """Open MPI 4's mpirun keeps its session under $TMPDIR/ompi.<host>.<uid>; of several started at once on one
+    login node, one exiting removed that folder while another made it ("orte_session_dir failed", a node's run
+    lost in CI). Each mpirun the engine starts now has a TMPDIR of its own, gone once it has exited; a local rank
+    inherits mpirun's environment, so the real mpirun shows here where its session was."""
+    if shutil.which("mpirun") is None:
+        pytest.fail("this test runs the real mpirun (Open MPI): ./test.sh installs it", pytrace=False)
+    for name in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        monkeypatch.setenv(name, "1")
+    engine = Mpirun()
+    runner = ToolRunner(tmp_path / "evidence", shared=False)
+    look = ["sh", "-c", 'echo "$TMPDIR"; ls "$TMPDIR"']
+    runs = runner.run_together([launch(engine, engine.on_node("localhost", look), f"look-{n}") for n in range(4)],
+                               timeout_s=60)
+    assert all(r.failure is None for r in runs), [r.stderr[-500:] for r in runs]
+    folders = [r.stdout.splitlines()[0] for r in runs]
+    assert len(set(folders)) == 4
+    assert all(Path(f).parent == Path(tempfile.gettempdir()) and Path(f).name.startswith("gpuaccept-tmp-")
+               for f in folders)
+    assert all(r.stdout.splitlines()[1:] == [f"ompi.{os.uname().nodename}.{os.getuid()}"] for r in runs), \
+        [r.stdout for r in runs]
+    assert not any(Path(f).exists() for f in folders)
+    # srun hands its whole environment to the job: a login node's folder must not be named on the nodes.
+    assert not launch(Slurm(), Slurm().on_node("h1", look), "look").own_tmpdir

@@ -23,7 +23,7 @@ from pytest_gpuaccept import bundle
 from pytest_gpuaccept.__main__ import main as cli
 from pytest_gpuaccept.evidence import Evidence, sha256_bytes
 from pytest_gpuaccept.hardening import ssh_keygen_for
-from pytest_gpuaccept.probes._run import SYSTEM_PATH, ToolRunner
+from pytest_gpuaccept.probes._run import SYSTEM_PATH, Command, ToolRunner
 
 TOPO = DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt"
 NVLINK = "gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\nnvlink:\n  every_pair: true\n"
@@ -78,6 +78,26 @@ def test_ld_preload_and_the_rest_of_the_run_s_environment_never_reach_a_tool(acc
                     "USER": me, "LOGNAME": me, "LANG": "C", "LC_ALL": "C",
                     "SLURM_CONF": "/etc/slurm/slurm.conf"}  # a cluster launcher's own setting, passed on by name
     assert {c["outcome"] for c in run.checks("nvlink")} == {"passed"}
+
+
+def test_a_command_that_asks_for_a_tmpdir_of_its_own_gets_a_new_one_of_its_user_removed_after(open_folder):
+    """Command.own_tmpdir (each mpirun of the mpirun engine): the tool's TMPDIR is a new folder, its user's alone
+    (tools.user, nobody, where the test runs as root), gone once the tool has exited; two at once get two; a
+    command that does not ask gets none."""
+    tool = open_folder / "probe"
+    tool.write_text('#!/bin/sh\necho "${TMPDIR-unset}"\n'
+                    'if [ -n "$TMPDIR" ]; then stat -c "%U %a" "$TMPDIR" && touch "$TMPDIR/mine" && echo written; fi\n')
+    tool.chmod(0o755)
+    user = pwd.getpwnam("nobody") if ROOT else pwd.getpwuid(os.getuid())
+    runner = ToolRunner(open_folder / "evidence", tool_paths={"probe": str(tool)}, shared=False,
+                        user=user if ROOT else None)
+    runs = runner.run_together([Command("probe", (), "a", own_tmpdir=True), Command("probe", (), "b", own_tmpdir=True),
+                                Command("probe", (), "c")])
+    assert [r.failure for r in runs] == [None, None, None]
+    (a, *a_rest), (b, *b_rest), c = (r.stdout.splitlines() for r in runs)
+    assert a != b and a_rest == b_rest == [f"{user.pw_name} 700", "written"]
+    assert all(Path(f).name.startswith("gpuaccept-tmp-") and not Path(f).exists() for f in (a, b))
+    assert c == ["unset"]
 
 
 # ------------------------------------------------------------------ the judging process's memory

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from ..clauses.base import gpu_count
 from ..measurements import ClusterRun, DomainAllReduce, ImexView, ImexViews
 from ..probes import ParseError, imex, iproute, nccl_tests, strip_escapes
-from ..probes._run import Command, ToolRun
+from ..probes._run import ToolRun
 from ..units import human_bytes
-from .engine import Engine
+from .engine import Engine, launch
 from .run import pair_result, unavailable
 
 if TYPE_CHECKING:
@@ -35,8 +35,8 @@ def run_imex(state: State, engine: Engine, cluster: ClusterRun) -> ImexViews:
     ready = cluster.available
     # Where the login node has the tool, the trays' is at the same path (as nccl-tests'); else the trays' system PATH.
     tool = state.runner.which(imex.TOOL) or imex.TOOL
-    asked = [Command.of(engine.on_node(n, [tool, *imex.ARGS]), key=f"imex-{n}") for n in ready]
-    looked = [Command.of(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show"]), key=f"imex-address-{n}")
+    asked = [launch(engine, engine.on_node(n, [tool, *imex.ARGS]), f"imex-{n}") for n in ready]
+    looked = [launch(engine, engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show"]), f"imex-address-{n}")
               for n in ready]
     runs = state.runner.run_together(asked + looked) if ready else []
     views = {n: _view(said, where) for n, said, where in zip(ready, runs[:len(ready)], runs[len(ready):])}
@@ -73,8 +73,8 @@ def run_domain_allreduce(state: State, engine: Engine, keys: NvlinkDomain, clust
         return DomainAllReduce(cluster, tuple(ready), missing, per_node, None, error="fewer than two trays available")
     args = nccl_tests.all_reduce_args(1, keys.min_bytes.nbytes, keys.max_bytes.nbytes, ())
     tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
-    argv = engine.mpi_job(ready, per_node, [tool, *args], NCCL_ENV)
-    run = state.runner.run(argv[0], argv[1:], key="nvlink-domain-allreduce")
+    run = state.runner.run_together([launch(engine, engine.mpi_job(ready, per_node, [tool, *args], NCCL_ENV),
+                                            "nvlink-domain-allreduce")])[0]
     seen = nccl_tests.mnnvl_by_host(strip_escapes(run.stdout)) if run.failure is None else {}
     return DomainAllReduce(cluster, tuple(ready), missing, per_node,
                            pair_result(0, run, len(ready) * per_node, human_bytes, len(ready)), seen)

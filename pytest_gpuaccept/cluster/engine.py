@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..probes import ParseError
+from ..probes._run import Command
 from ..probes.slurm import parse_scontrol_nodes
 from .base import NODE_NAME, ClusterError, NodeState, own_expansion
 from .kubernetes import Kubernetes
@@ -17,7 +18,7 @@ from .kubernetes import Kubernetes
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection
 
-__all__ = ["ENGINES", "ClusterError", "Engine", "Mpirun", "NodeState", "Slurm", "engine_for", "own_expansion"]
+__all__ = ["ENGINES", "ClusterError", "Engine", "Mpirun", "NodeState", "Slurm", "engine_for", "launch", "own_expansion"]
 
 
 class Engine(Protocol):
@@ -25,6 +26,13 @@ class Engine(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def own_tmpdir(self) -> bool:
+        """Whether each launcher line runs with a TMPDIR of its own (Command.own_tmpdir): Open MPI 4's mpirun keeps
+        its session under $TMPDIR/ompi.<host>.<uid>, and of several started at once on the login node one exiting
+        removes that folder while another is making it ("orte_session_dir failed", open-mpi/ompi#8510)."""
+        ...
 
     def expand_argv(self, expressions: tuple[str, ...]) -> list[str] | None:
         """The command that expands node expressions, or None where the engine expands them itself."""
@@ -61,6 +69,7 @@ class Slurm:
 
     partition: str | None = None
     name: str = "slurm"
+    own_tmpdir: bool = False  # srun exports its environment to the job: a login node's folder would be named there
 
     def expand_argv(self, expressions: tuple[str, ...]) -> list[str] | None:
         return ["scontrol", "show", "hostnames", ",".join(expressions)]
@@ -113,6 +122,7 @@ class Mpirun:
 
     name: str = "mpirun"
     launcher: tuple[str, ...] = ("mpirun",)
+    own_tmpdir: bool = True  # read by mpirun on the login node only: the ranks get what -x names
 
     def expand_argv(self, expressions: tuple[str, ...]) -> list[str] | None:
         return None
@@ -138,6 +148,11 @@ class Mpirun:
 
     def launched(self, stderr: str) -> tuple[tuple[str, str], ...]:
         return ()
+
+
+def launch(engine: Engine, argv: list[str], key: str, start_after_s: float = 0.0) -> Command:
+    """An engine's launcher line (on_node, mpi_job) as a command for the tool runner."""
+    return Command.of(argv, key, start_after_s, engine.own_tmpdir)
 
 
 # The engines by contract name (cluster.engine), each made from the section.

@@ -214,6 +214,7 @@ class Kubernetes:
     selector: tuple[Requirement, ...] | None
     deadline_s: int
     name: str = "kubernetes"
+    own_tmpdir: bool = False
 
     @classmethod
     def of(cls, section: ClusterSection) -> Kubernetes:

@@ -25,7 +25,7 @@ from ..probes._run import Command, ToolRun
 from ..units import human_bytes
 from ..verdict import Outcome
 from .bundles import NODES_FOLDER, decode, members
-from .engine import ClusterError, Engine, NodeState, own_expansion
+from .engine import ClusterError, Engine, NodeState, launch, own_expansion
 from .pairs import DEFAULT_BUDGET, blame, every_pair_fits, plan, second_pass
 
 if TYPE_CHECKING:
@@ -157,8 +157,7 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
     runnable = [n for n in names if states[n].present and states[n].schedulable and not _short(states[n], wanted)]
     commands = []
     for node in runnable:
-        argv = engine.on_node(node, node_argv(state, node))
-        commands.append(Command.of(argv, key=f"node-run-{node}"))
+        commands.append(launch(engine, engine.on_node(node, node_argv(state, node)), f"node-run-{node}"))
     nodes: dict[str, NodeOutcome] = {}
 
     def arrived(n: int, launch: ToolRun) -> ToolRun:
@@ -260,8 +259,7 @@ def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
 
     def job(pair: tuple[str, str]) -> Command:
-        argv = engine.mpi_job(list(pair), per_node, [tool, *args], env)
-        return Command.of(argv, key=f"pair-{pair[0]}+{pair[1]}")
+        return launch(engine, engine.mpi_job(list(pair), per_node, [tool, *args], env), f"pair-{pair[0]}+{pair[1]}")
 
     first = plan(nodes, state.contract.sha256, pairs.budget)
     results = _pair_rounds(state, cluster, first, 1, job, 2 * per_node)
@@ -310,8 +308,8 @@ def run_allreduce(state: State, engine: Engine, section: ClusterSection, cluster
         return ClusterAllReduce(tuple(ready), missing, per_node, None, "fewer than two nodes available")
     args = nccl_tests.all_reduce_args(1, keys.min_bytes.nbytes, keys.max_bytes.nbytes, keys.args)
     tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
-    argv = engine.mpi_job(ready, per_node, [tool, *args], {})
-    run = state.runner.run(argv[0], argv[1:], key="cluster-allreduce")
+    run = state.runner.run_together([launch(engine, engine.mpi_job(ready, per_node, [tool, *args], {}),
+                                            "cluster-allreduce")])[0]
     return ClusterAllReduce(tuple(ready), missing, per_node, pair_result(0, run, len(ready) * per_node, human_bytes,
                                                                          len(ready)))
 
@@ -376,8 +374,8 @@ def _addresses(state: State, engine: Engine, ready: list[str],
                devices: tuple[str, ...]) -> dict[tuple[str, str], str | None]:
     """Every available node's IPv4 address on each interface, None where it has none or it could not be read."""
     wanted = [(n, d) for n in ready for d in devices]
-    looked = state.runner.run_together([Command.of(engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show", "dev", d]),
-                                                   key=f"link-address-{n}-{d}") for n, d in wanted]) if wanted else []
+    looked = state.runner.run_together([launch(engine, engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show", "dev", d]),
+                                               f"link-address-{n}-{d}") for n, d in wanted]) if wanted else []
     addresses: dict[tuple[str, str], str | None] = {}
     for (n, d), run in zip(wanted, looked):
         try:
@@ -425,9 +423,9 @@ def _iperf3_step(state: State, engine: Engine, links: Iperf3Links, number: int, 
         server = engine.on_node(b, [iperf3.TOOL, "-s", "-1", "-B", target, "-p", port])
         client = engine.on_node(a, [iperf3.TOOL, "-c", target, "-B", source, "-p", port, "-J", "-t", seconds,
                                     *(["-R"] if reverse else [])])
-        servers.append(Command.of(server, key=f"link-server-{a}-{b}-{device}-{way}"))
-        clients.append(Command.of(client, key=f"link-{a}-{b}-{device}-{way}",
-                               start_after_s=0.0 if clients else SERVER_HEAD_START_S))
+        servers.append(launch(engine, server, f"link-server-{a}-{b}-{device}-{way}"))
+        clients.append(launch(engine, client, f"link-{a}-{b}-{device}-{way}",
+                              start_after_s=0.0 if clients else SERVER_HEAD_START_S))
     if not measured:
         return
     runs = state.runner.run_together(servers + clients, timeout_s=SERVER_HEAD_START_S + links.duration.seconds + 60)

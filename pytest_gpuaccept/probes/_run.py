@@ -27,6 +27,7 @@ import select
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -115,17 +116,21 @@ def slug(argv: list[str] | tuple[str, ...]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """One command of a group run together; `start_after_s` waits before starting it."""
+    """One command of a group run together; `start_after_s` waits before starting it; with `own_tmpdir` it starts
+    with a TMPDIR of its own, made just before and removed once it has exited (a launcher that keeps its session
+    files under TMPDIR: several started at once must not share them)."""
 
     tool: str
     args: tuple[str, ...]
     key: str | None = None
     start_after_s: float = 0.0
+    own_tmpdir: bool = False
 
     @classmethod
-    def of(cls, argv: list[str], key: str | None = None, start_after_s: float = 0.0) -> Command:
+    def of(cls, argv: list[str], key: str | None = None, start_after_s: float = 0.0,
+           own_tmpdir: bool = False) -> Command:
         """The command an argv list names (an engine's launcher line: the launcher, then its arguments)."""
-        return cls(argv[0], tuple(argv[1:]), key, start_after_s)
+        return cls(argv[0], tuple(argv[1:]), key, start_after_s, own_tmpdir)
 
 
 def find_tool(tool: str, paths: dict[str, str]) -> str | None:
@@ -141,13 +146,15 @@ def find_tool(tool: str, paths: dict[str, str]) -> str | None:
     return found
 
 
-def tool_environment(executable: str, user: pwd.struct_passwd | None = None) -> dict[str, str]:
+def tool_environment(executable: str, user: pwd.struct_passwd | None = None,
+                     tmpdir: str | None = None) -> dict[str, str]:
     """The whole environment a tool starts with, built from an allow-list: PATH of the tool's own folder and the
     system's (SYSTEM_PATH), HOME, USER and LOGNAME of the user it runs as, the C locale (the decimal points and
-    English messages the parsers read), and the cluster launchers' settings named in PASSED_ON. Nothing else of
-    this process's environment: no LD_* (LD_PRELOAD runs anyone's code inside a pinned binary), no PYTHON*, no
-    CUDA_* or NCCL_* (no contract key sets one: a clause that needs one puts it on the command line it builds), no
-    TERM (no colour codes in what is parsed)."""
+    English messages the parsers read), the cluster launchers' settings named in PASSED_ON, and TMPDIR where the
+    command asked for a folder of its own (Command.own_tmpdir). Nothing else of this process's environment: no
+    LD_* (LD_PRELOAD runs anyone's code inside a pinned binary), no PYTHON*, no CUDA_* or NCCL_* (no contract key
+    sets one: a clause that needs one puts it on the command line it builds), no TERM (no colour codes in what is
+    parsed)."""
     if user is not None:
         home, name = user.pw_dir, user.pw_name
     else:
@@ -160,6 +167,8 @@ def tool_environment(executable: str, user: pwd.struct_passwd | None = None) -> 
     env = {"PATH": ":".join(dict.fromkeys([*([folder] if folder else []), *SYSTEM_PATH])),
            "HOME": home, "USER": name, "LOGNAME": name, "LANG": "C", "LC_ALL": "C"}
     env.update({key: os.environ[key] for key in PASSED_ON if key in os.environ})
+    if tmpdir is not None:
+        env["TMPDIR"] = tmpdir
     return env
 
 
@@ -213,16 +222,18 @@ class _Stream:
 
 
 class _Started:
-    """A tool that started: its process, and its stdout and stderr each read into memory as it prints."""
+    """A tool that started: its process, its stdout and stderr each read into memory as it prints, and the TMPDIR
+    of its own where it was given one."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], tmpdir: str | None = None) -> None:
         assert proc.stdout is not None and proc.stderr is not None
         self.proc = proc
+        self.tmpdir = tmpdir
         self._out, self._err = _Stream(proc.stdout), _Stream(proc.stderr)
 
     def output(self) -> tuple[bytes, bytes, bool]:
         """Once the tool has exited: what it printed on each stream and whether either was cut. A process it left
-        running in its group (which could go on printing into the pipes) is stopped first."""
+        running in its group (which could go on printing into the pipes) is stopped first; its TMPDIR is removed."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
@@ -230,6 +241,8 @@ class _Started:
         deadline = time.monotonic() + LINGER_S
         out, cut_out = self._out.take(deadline)
         err, cut_err = self._err.take(deadline)
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
         return out, err, cut_out or cut_err
 
 
@@ -320,7 +333,7 @@ class ToolRunner:
                 checked = [self._checked(c.tool, exe) if exe else (None, None) for exe, c in zip(executables, commands)]
                 runs = self._refused(keys, argvs, commands, executables, checked)
                 if not runs:
-                    return self._execute(keys, argvs, [c.start_after_s for c in commands], timeout,
+                    return self._execute(keys, argvs, commands, timeout,
                                          [origin for origin, _refused in checked], each)
         return runs if each is None else [self._hand_over(each, n, run) for n, run in enumerate(runs)]
 
@@ -383,20 +396,27 @@ class ToolRunner:
         if self.progress is not None:
             self.progress(line)
 
-    def _start(self, argv: list[str]) -> tuple[_Started | None, str | None]:
-        """Start one tool in its own process group and clean environment, as tools.user where one is set; or why
-        it could not start."""
+    def _start(self, argv: list[str], own_tmpdir: bool = False) -> tuple[_Started | None, str | None]:
+        """Start one tool in its own process group and clean environment, as tools.user where one is set, with a
+        TMPDIR of its own where asked (only that user's); or why it could not start."""
         as_user: dict[str, Any] = {} if self.user is None else \
             {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
+        tmpdir = None
         try:
+            if own_tmpdir:
+                tmpdir = tempfile.mkdtemp(prefix="gpuaccept-tmp-")
+                if self.user is not None:
+                    os.chown(tmpdir, self.user.pw_uid, self.user.pw_gid)
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=own_cwd(argv), env=tool_environment(argv[0], self.user),
+                                    cwd=own_cwd(argv), env=tool_environment(argv[0], self.user, tmpdir),
                                     start_new_session=True, **as_user)
         except (OSError, subprocess.SubprocessError) as exc:
+            if tmpdir is not None:
+                shutil.rmtree(tmpdir, ignore_errors=True)
             return None, f"`{' '.join(argv)}` could not start: {getattr(exc, 'strerror', None) or exc}"
-        return _Started(proc), None
+        return _Started(proc, tmpdir), None
 
-    def _execute(self, keys: list[str], argvs: list[list[str]], delays: list[float], timeout: float,
+    def _execute(self, keys: list[str], argvs: list[list[str]], commands: list[Command], timeout: float,
                  origins: list[dict[str, Any] | None],
                  each: Callable[[int, ToolRun], ToolRun] | None = None) -> list[ToolRun]:
         shown = " + ".join(" ".join(Path(a[0]).name.split()[:1] + a[1:])[:100] for a in argvs[:3]) + \
@@ -409,10 +429,10 @@ class ToolRunner:
         returncodes: list[int | None] = [None] * len(keys)
         timed_out = [False] * len(keys)
         try:
-            for argv, delay in zip(argvs, delays):
-                if delay:
-                    time.sleep(delay)  # let a server start listening before its client connects
-                tool, error = self._start(argv)
+            for argv, command in zip(argvs, commands):
+                if command.start_after_s:
+                    time.sleep(command.start_after_s)  # let a server start listening before its client connects
+                tool, error = self._start(argv, command.own_tmpdir)
                 tools.append(tool)
                 errors.append(error)
             for n, tool in enumerate(tools):
