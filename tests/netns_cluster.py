@@ -174,7 +174,10 @@ PartitionName=gpu Nodes=h[1-{last}] Default=YES MaxTime=INFINITE State=UP
 
     def start_sshd(self) -> Path:
         """An sshd in every node's namespace (for `engine: mpirun`, which reaches nodes over ssh); returns the
-        ssh_config a client uses (key, no host key checks, root)."""
+        ssh_config a client uses (key, no host key checks, root). A session gets the node's own TMPDIR, as a real
+        node has its own /tmp: the clusters of two test workers share this machine's /tmp and their host names
+        (h1 ...), and Open MPI 4's orted keeps its session under $TMPDIR/ompi.<host>.<uid>, where two started at
+        once race (open-mpi/ompi#8510)."""
         keys = self.base / "ssh"
         keys.mkdir(exist_ok=True)
         Path("/run/sshd").mkdir(exist_ok=True)
@@ -186,8 +189,10 @@ PartitionName=gpu Nodes=h[1-{last}] Default=YES MaxTime=INFINITE State=UP
         config.write_text(f"Host *\n  IdentityFile {keys / 'id'}\n  StrictHostKeyChecking no\n"
                           "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  User root\n")
         for i in range(1, self.size):
+            tmp = self.base / "tmp" / f"h{i}"
+            tmp.mkdir(parents=True, exist_ok=True)
             conf = keys / f"sshd_h{i}.conf"
-            conf.write_text(f"ListenAddress {self.address(i)}\nHostKey {keys / 'hostkey'}\n"
+            conf.write_text(f"ListenAddress {self.address(i)}\nHostKey {keys / 'hostkey'}\nSetEnv TMPDIR={tmp}\n"
                             f"PidFile {self.base / 'run' / f'sshd-h{i}.pid'}\nAuthorizedKeysFile {keys / 'authorized_keys'}\n"
                             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\nStrictModes no\n"
                             "AcceptEnv *\n")
