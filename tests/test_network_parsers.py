@@ -1,6 +1,9 @@
-"""ethtool, ib_write_bw and iperf3 parsers on every real output of the corpus."""
+"""ethtool, ib_write_bw and iperf3 parsers on every real output of the corpus; ip's address listing from the real ip."""
 
+import os
 import re
+import shutil
+import subprocess
 
 import pytest
 import yaml
@@ -10,6 +13,7 @@ from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.ethtool import parse_ethtool
 from pytest_gpuaccept.probes.ib_write_bw import parse_ib_write_bw
 from pytest_gpuaccept.probes.iperf3 import parse_iperf3_json, parse_version
+from pytest_gpuaccept.probes.iproute import parse_addresses
 from pytest_gpuaccept.probes.sysfs import parse_ib_device, parse_rate
 
 EXPECTED = yaml.safe_load((DATA / "EXPECTED.yaml").read_text())
@@ -103,3 +107,22 @@ def test_sysfs_rates_and_port_states():
     down = parse_ib_device({"device": "mlx5_1", "ports": {"1": {
         "state": "1: DOWN", "phys_state": "3: Disabled", "rate": "40 Gb/sec (4X QDR)", "link_layer": "Ethernet"}}})
     assert not down[0].active and down[0].state == "1: DOWN / 3: Disabled"
+
+
+def test_ip_addr_of_each_interface_from_one_listing_of_the_real_ip():
+    """The cluster's links read every interface's address from one `ip -j -4 addr show` a node (one launcher a
+    node at a time): the real ip, in a network namespace of its own with two interfaces, one of them with a
+    link-local address beside its global one."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.fail("this test runs the real ip in a network namespace: it needs root, unshare and iproute2",
+                    pytrace=False)
+    made = subprocess.run(["unshare", "--net", "sh", "-c",
+                           "ip link add eth0 type veth peer name eth1 && ip addr add 10.9.0.1/24 dev eth0 && "
+                           "ip addr add 169.254.3.3/16 scope link dev eth1 && ip addr add 10.9.1.1/24 dev eth1 && "
+                           "ip link set lo up && ip -j -4 addr show"], capture_output=True, text=True, timeout=30)
+    assert made.returncode == 0, made.stderr
+    assert parse_addresses(made.stdout, "eth0") == ["10.9.0.1"]
+    assert parse_addresses(made.stdout, "eth1") == ["10.9.1.1", "169.254.3.3"]  # scope global first
+    assert parse_addresses(made.stdout) == ["10.9.0.1", "10.9.1.1", "127.0.0.1", "169.254.3.3"]
+    with pytest.raises(ParseError, match="eth2 has no IPv4 address"):
+        parse_addresses(made.stdout, "eth2")

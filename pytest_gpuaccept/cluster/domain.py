@@ -28,8 +28,9 @@ NCCL_ENV = {"NCCL_DEBUG": "INFO"}
 
 
 def run_imex(state: State, engine: Engine, cluster: ClusterRun) -> ImexViews:
-    """`nvidia-imex-ctl -N` on every available tray at once, and each tray's IPv4 addresses (`ip -j -4 addr show`),
-    which say which entry of every view is that tray."""
+    """Each available tray's IPv4 addresses (`ip -j -4 addr show`), which say which entry of every view is that
+    tray, then `nvidia-imex-ctl -N` on them: each step on every tray at once, never two launchers on one tray at
+    once (two Open MPI 4 orteds started together on a node can race on their session folder, open-mpi/ompi#8510)."""
     if cluster.error is not None:
         return ImexViews({}, cluster.error)
     ready = cluster.available
@@ -38,8 +39,9 @@ def run_imex(state: State, engine: Engine, cluster: ClusterRun) -> ImexViews:
     asked = [launch(engine, engine.on_node(n, [tool, *imex.ARGS]), f"imex-{n}") for n in ready]
     looked = [launch(engine, engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show"]), f"imex-address-{n}")
               for n in ready]
-    runs = state.runner.run_together(asked + looked) if ready else []
-    views = {n: _view(said, where) for n, said, where in zip(ready, runs[:len(ready)], runs[len(ready):])}
+    wheres = state.runner.run_together(looked) if ready else []
+    saids = state.runner.run_together(asked) if ready else []
+    views = {n: _view(said, where) for n, said, where in zip(ready, saids, wheres)}
     views.update({n: ImexView(None, (), f"not run: {unavailable(o)}") for n, o in cluster.nodes.items() if n not in views})
     return ImexViews(views)
 

@@ -372,16 +372,18 @@ LinkEnds = tuple[str, str, str, str, str, str]
 
 def _addresses(state: State, engine: Engine, ready: list[str],
                devices: tuple[str, ...]) -> dict[tuple[str, str], str | None]:
-    """Every available node's IPv4 address on each interface, None where it has none or it could not be read."""
-    wanted = [(n, d) for n in ready for d in devices]
-    looked = state.runner.run_together([launch(engine, engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show", "dev", d]),
-                                               f"link-address-{n}-{d}") for n, d in wanted]) if wanted else []
+    """Every available node's IPv4 address on each interface, None where it has none or it could not be read: one
+    `ip` a node, all at once (never two launchers on one node at once: two Open MPI 4 orteds started together on
+    a node can race on their session folder there, open-mpi/ompi#8510)."""
+    looked = state.runner.run_together([launch(engine, engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show"]),
+                                               f"link-address-{n}") for n in ready]) if ready else []
     addresses: dict[tuple[str, str], str | None] = {}
-    for (n, d), run in zip(wanted, looked):
-        try:
-            addresses[(n, d)] = None if run.failure else iproute.parse_addresses(strip_escapes(run.stdout))[0]
-        except ParseError:
-            addresses[(n, d)] = None
+    for n, run in zip(ready, looked):
+        for d in devices:
+            try:
+                addresses[(n, d)] = None if run.failure else iproute.parse_addresses(strip_escapes(run.stdout), d)[0]
+            except ParseError:
+                addresses[(n, d)] = None
     return addresses
 
 

@@ -42,15 +42,17 @@ def read_route(runner: ToolRunner, address: str) -> Reading[Route]:
                      parse_route_get)
 
 
-def parse_addresses(text: str) -> list[str]:
-    """`ip -j -4 addr show dev D`: the interface's IPv4 addresses (scope global first); ParseError if none."""
+def parse_addresses(text: str, device: str | None = None) -> list[str]:
+    """`ip -j -4 addr show`: the IPv4 addresses (scope global first) of interface `device`, or of every interface
+    listed; ParseError if none."""
     try:
         entries = json.loads(text)
     except ValueError:
         raise ParseError(TOOL, "`ip -j addr` printed no JSON") from None
-    found = [(info.get("scope") != "global", str(info["local"])) for entry in entries if isinstance(entry, dict)
+    found = [(info.get("scope") != "global", str(info["local"])) for entry in entries
+             if isinstance(entry, dict) and (device is None or entry.get("ifname") == device)
              for info in entry.get("addr_info", []) if isinstance(info, dict) and info.get("family") == "inet"
              and info.get("local")]
     if not found:
-        raise ParseError(TOOL, "the interface has no IPv4 address")
+        raise ParseError(TOOL, f"{device or 'the interface'} has no IPv4 address")
     return [address for _local, address in sorted(found)]
