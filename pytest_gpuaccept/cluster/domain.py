@@ -16,7 +16,7 @@ from ..probes import ParseError, imex, iproute, nccl_tests, strip_escapes
 from ..probes._run import ToolRun
 from ..units import human_bytes
 from .engine import Engine, launch
-from .run import pair_result, unavailable
+from .run import node_addresses, pair_result, unavailable
 
 if TYPE_CHECKING:
     from ..clauses.cluster import NvlinkDomain
@@ -36,11 +36,9 @@ def run_imex(state: State, engine: Engine, cluster: ClusterRun) -> ImexViews:
     ready = cluster.available
     # Where the login node has the tool, the trays' is at the same path (as nccl-tests'); else the trays' system PATH.
     tool = state.runner.which(imex.TOOL) or imex.TOOL
-    asked = [launch(engine, engine.on_node(n, [tool, *imex.ARGS]), f"imex-{n}") for n in ready]
-    looked = [launch(engine, engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show"]), f"imex-address-{n}")
-              for n in ready]
-    wheres = state.runner.run_together(looked) if ready else []
-    saids = state.runner.run_together(asked) if ready else []
+    wheres = node_addresses(state, engine, ready)
+    saids = state.runner.run_together([launch(engine, engine.on_node(n, [tool, *imex.ARGS]), f"imex-{n}")
+                                       for n in ready]) if ready else []
     views = {n: _view(said, where) for n, said, where in zip(ready, saids, wheres)}
     views.update({n: ImexView(None, (), f"not run: {unavailable(o)}") for n, o in cluster.nodes.items() if n not in views})
     return ImexViews(views)

@@ -160,14 +160,14 @@ def run_cluster(state: State, engine: Engine, section: ClusterSection) -> Cluste
         commands.append(launch(engine, engine.on_node(node, node_argv(state, node)), f"node-run-{node}"))
     nodes: dict[str, NodeOutcome] = {}
 
-    def arrived(n: int, launch: ToolRun) -> ToolRun:
+    def arrived(n: int, run: ToolRun) -> ToolRun:
         """A node's run is back: its bundle written, verified and read now, its output let go (parse, judge, write,
         drop: a thousand nodes' bundles are never held at once)."""
         node = runnable[n]
         # What the launcher said of how it ran the node (Kubernetes: the pod, its image's digest) joins its facts.
-        said = replace(states[node], facts=states[node].facts + engine.launched(launch.stderr))
-        nodes[node] = _outcome(state, node, said, launch)
-        return replace(launch, stdout="")
+        said = replace(states[node], facts=states[node].facts + engine.launched(run.stderr))
+        nodes[node] = _outcome(state, node, said, run)
+        return replace(run, stdout="")
 
     if commands:
         _enough_files(len(commands))
@@ -372,19 +372,24 @@ LinkEnds = tuple[str, str, str, str, str, str]
 
 def _addresses(state: State, engine: Engine, ready: list[str],
                devices: tuple[str, ...]) -> dict[tuple[str, str], str | None]:
-    """Every available node's IPv4 address on each interface, None where it has none or it could not be read: one
-    `ip` a node, all at once (never two launchers on one node at once: two Open MPI 4 orteds started together on
-    a node can race on their session folder there, open-mpi/ompi#8510)."""
-    looked = state.runner.run_together([launch(engine, engine.on_node(n, [iproute.TOOL, "-j", "-4", "addr", "show"]),
-                                               f"link-address-{n}") for n in ready]) if ready else []
+    """Every available node's IPv4 address on each interface, None where it has none or it could not be read."""
     addresses: dict[tuple[str, str], str | None] = {}
-    for n, run in zip(ready, looked):
+    for n, run in zip(ready, node_addresses(state, engine, ready)):
         for d in devices:
             try:
                 addresses[(n, d)] = None if run.failure else iproute.parse_addresses(strip_escapes(run.stdout), d)[0]
             except ParseError:
                 addresses[(n, d)] = None
     return addresses
+
+
+def node_addresses(state: State, engine: Engine, nodes: list[str]) -> list[ToolRun]:
+    """Each node's `ip -j -4 addr show` (every interface), on all the nodes at once; run once a session (the links'
+    addresses and the trays' in nvlink_domain read the same runs). One launcher a node: two Open MPI 4 orteds
+    started together on one node can race on their session folder there (open-mpi/ompi#8510)."""
+    argv = [iproute.TOOL, "-j", "-4", "addr", "show"]
+    return state.runner.run_together([launch(engine, engine.on_node(n, argv), f"addresses-{n}")
+                                      for n in nodes]) if nodes else []
 
 
 def _link_ends(number: int, pairing: list[tuple[str, str]], device: str, ready: list[str],
