@@ -1,4 +1,5 @@
-"""`python -m pytest_gpuaccept verify BUNDLE` and `sign BUNDLE --key KEY`: check and sign an evidence bundle.
+"""`python -I -m pytest_gpuaccept verify BUNDLE` and `sign BUNDLE --key KEY`: check and sign an evidence bundle.
+`replay BUNDLE --contract FILE --out DIR`: judge a bundle's raw evidence again, against this contract, isolated.
 `record-nvml OUT.json`: record this host's NVML readings in the format `--gpuaccept-nvml` reads.
 `contracts [--copy NAME [DEST]]`: list the shipped example contracts (presets), or copy one to edit.
 `doctor --contract FILE|PRESET`: what each clause needs on this host, what is missing, how to get it.
@@ -13,9 +14,8 @@ import sys
 import threading
 from pathlib import Path
 
-from .bundle import SIGNATURES, check_signatures, evidence_folder, sign, signature_files, verify
+from .bundle import SYSTEM_SSH_KEYGEN, SshKeygen, system_ssh_keygen
 from .presets import describe, find, key, presets, resolve, suggest, unknown
-from .rejudge import RECOMPUTED, rejudge
 
 # The contract, the doctor (every clause module), the cluster's node side and the NVML probe are imported by the
 # command that needs them: together about a second that `verify` and `sign` do not need.
@@ -30,10 +30,22 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--allowed-signers", type=_allowed_signers, default=None,
                        help="an OpenSSH allowed_signers file: the bundle must carry valid signatures by these keys")
     check.add_argument("--rejudged", type=Path, default=None, metavar="DIR",
-                       help="keep the re-judging run's own report and results in DIR (outside the bundle)")
+                       help="keep the re-judging run's own report and results in DIR (a new or empty folder outside "
+                            "the bundle)")
+    check.add_argument("--contract", type=Path, default=None, metavar="FILE",
+                       help="the contract the bundle must have been judged against (fails naming both SHA-256s)")
+    _ssh_keygen_option(check)
     signing = commands.add_parser("sign", help="sign a bundle's manifest with an SSH key (ssh-keygen -Y sign)")
     signing.add_argument("folder", type=Path)
     signing.add_argument("--key", type=Path, required=True, help="the private key (its .pub beside it)")
+    _ssh_keygen_option(signing)
+    replay = commands.add_parser("replay", help="judge a bundle's raw evidence again against a contract, isolated "
+                                                "from the bundle and this folder (no tool runs)")
+    replay.add_argument("folder", type=Path)
+    replay.add_argument("--contract", type=Path, default=None, metavar="FILE",
+                        help="the contract to judge against (default: the bundle's own copy)")
+    replay.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="a new or empty folder outside the bundle for the report, results and evidence")
     record = commands.add_parser("record-nvml", help="record this host's NVML readings (docs/nvml-recording.md)")
     record.add_argument("out", type=Path)
     record.add_argument("--samples", type=float, default=5.0, metavar="SECONDS",
@@ -67,17 +79,40 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "record-nvml":
         return record_nvml(args.out, args.samples)
     if args.command == "sign":
-        from .hardening import ssh_keygen_for  # noqa: PLC0415 (lazy: see the imports)
+        return run_sign(args.folder, args.key, args.ssh_keygen)
+    if args.command == "replay":
+        from .verifier import run_replay  # noqa: PLC0415 (lazy: see the imports)
 
-        keygen = ssh_keygen_for(args.folder)  # never the one on PATH
-        try:
-            target = sign(args.folder, args.key, keygen)
-        except (ValueError, OSError) as exc:
-            print(f"FAIL {exc} (ssh-keygen: {keygen})")
-            return 1
-        print(f"signed: {target} (ssh-keygen: {keygen})")
-        return 0
-    return run_verify(args.folder, args.report, args.allowed_signers, args.rejudged)
+        return run_replay(args.folder, args.contract, args.out)
+    from .verifier import run_verify  # noqa: PLC0415 (lazy: see the imports)
+
+    return run_verify(args.folder, args.report, args.allowed_signers, args.rejudged, args.contract, args.ssh_keygen)
+
+
+def _ssh_keygen_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--ssh-keygen", type=_keygen, default=None, metavar="PATH",
+                         help="the ssh-keygen to sign or check signatures with (default: the system's, "
+                              f"{' or '.join(SYSTEM_SSH_KEYGEN)}; never one on PATH or named by a bundle)")
+
+
+def _keygen(value: str) -> SshKeygen:
+    if not Path(value).is_file():
+        raise argparse.ArgumentTypeError(f"--ssh-keygen {value}: no such file")
+    return SshKeygen(str(Path(value).absolute()), "named with --ssh-keygen")
+
+
+def run_sign(folder: Path, key_file: Path, named: SshKeygen | None) -> int:
+    from .bundle import sign  # noqa: PLC0415 (lazy: see the imports)
+    from .bundle_files import Refused  # noqa: PLC0415 (lazy: see the imports)
+
+    keygen = named or system_ssh_keygen()
+    try:
+        target = sign(folder, key_file, keygen)
+    except (ValueError, OSError, Refused) as exc:
+        print(f"FAIL {exc} (ssh-keygen: {keygen})")
+        return 1
+    print(f"signed: {target} (ssh-keygen: {keygen})")
+    return 0
 
 
 def _compare_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -96,50 +131,6 @@ def _allowed_signers(value: str) -> Path:
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"allowed-signers file {path} {'is not a file' if path.exists() else 'does not exist'}")
     return path
-
-
-def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None, rejudged: Path | None = None) -> int:
-    """Every digest and the verdict; the signatures too when `allowed_signers` says whose keys count.
-    Without it a signature is never called valid: the output says it was not checked, and how to check it.
-    Then the verdict that counts: every clause re-judged from the raw evidence in a process of its own."""
-    if rejudged is not None and folder.resolve() in (rejudged.resolve(), *rejudged.resolve().parents):
-        print(f"FAIL --rejudged {rejudged} is inside the bundle {folder}: a re-judge never writes inside it")
-        return 2
-    result = verify(folder, report)
-    problems = list(result.problems)
-    signatures = signature_files(folder)
-    keygen = None
-    if allowed_signers is not None:
-        from .hardening import ssh_keygen_for  # noqa: PLC0415 (lazy: see the imports)
-
-        keygen = ssh_keygen_for(folder)  # never the one on PATH
-    checked = [] if keygen is None or allowed_signers is None else check_signatures(folder, allowed_signers, keygen)
-    if allowed_signers is not None and not signatures:
-        problems.append(f"no signature in {evidence_folder(folder) / SIGNATURES}")
-    problems += [signature.problem for signature in checked if signature.problem]
-    # Judging evidence that does not verify would be judging its editor: the re-judge needs a bundle that does.
-    recomputed = rejudge(evidence_folder(folder), rejudged) if result.ok else None
-    problems += [f"re-judged: {line}" for line in recomputed.problems] if recomputed else []
-    for problem in problems:
-        print(f"FAIL {problem}")
-    if problems:
-        print(f"bundle does NOT verify ({len(problems)} problems); manifest SHA-256 {result.manifest_sha256}")
-    else:
-        print(f"OK: every file matches the manifest; manifest SHA-256 {result.manifest_sha256}")
-        for signature in checked:  # a good signature over a bundle that does not verify vouches for nothing
-            print(f"signed by: {signature.signer} with {signature.key or 'a key'} in {allowed_signers} "
-                  f"({signature.file.relative_to(folder)} verified)")
-    if recomputed is not None and recomputed.verdict is not None:
-        agrees = "agrees with" if not recomputed.problems else "DIFFERS from"
-        print(f"{RECOMPUTED}: {recomputed.verdict.upper()} over {recomputed.checks} checks, which {agrees} the "
-              f"bundle's results ({str(recomputed.recorded_verdict).upper()})")
-    if allowed_signers is None and signatures:
-        names = ", ".join(str(sig.relative_to(folder)) for sig in signatures)
-        print(f"signatures NOT checked: {names} (who signed is not known; to check: "
-              f"python -m pytest_gpuaccept verify {folder} --allowed-signers FILE)")
-    if keygen is not None:
-        print(f"signatures checked with ssh-keygen: {keygen}")
-    return 1 if problems else 0
 
 
 def run_doctor(name: str, nvml: Path | None) -> int:

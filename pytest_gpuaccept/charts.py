@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import html
 import math
-import re
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .units import human_bytes
+from .untrusted import escaped
 
 if TYPE_CHECKING:
     from .probes.nvml import GpuSeries
@@ -23,17 +23,16 @@ TEXT = "#1f2328"  # the report's text colour: 15.8:1 on white
 SECOND_LINE = "#6e7781"  # a second line of one measurement (in-place beside out-of-place): 4.55:1 on white
 FAIL_RED = "#cf222e"  # a threshold and its label: 5.4:1 on white
 MARKER_GREY = "#57606a"  # the warmup marker's label: 6.4:1 on white
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def safe_text(text: str, limit: int | None = None) -> str:
-    """Escape for HTML, make control bytes (ANSI escapes, NUL) visible, and bound the length."""
+    """Escape for HTML, make control bytes (ANSI escapes, NUL), bidi overrides and zero-width characters visible
+    (untrusted.escaped), and bound the length."""
     cut = ""
     if limit is not None and len(text) > limit:
         cut = f"\n[... {len(text) - limit} more characters in the evidence file]"
         text = text[:limit]
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-    return html.escape(text + cut)
+    return html.escape(escaped(text, keep="\t\n\r") + cut)
 
 
 OUTCOME_CLASS = {"passed": "gp", "failed": "gf", "not_measured": "gn"}  # their colours: the report's stylesheet

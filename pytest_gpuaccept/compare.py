@@ -1,7 +1,9 @@
 """`python -m pytest_gpuaccept compare OLD NEW`: what got worse between two bundles of the same hosts.
 
-Both bundles are verified first (bundle.verify: every digest, the verdict); one that does not verify is refused with
-its problems. The GPUs are matched by UUID and serial as each bundle's results list them (`host.gpus`, and each
+Both bundles are verified first, as `verify` does (bundle.verify: opened as data, every digest, the verdict; then
+rejudge: judged again from the raw evidence, isolated, and compared with the results and the host they name); one
+that does not verify is refused with its problems. Their results are read strictly (a key given twice, NaN or
+another results format is refused). The GPUs are matched by UUID and serial as each bundle's results list them (`host.gpus`, and each
 node's `identity.gpus` in a cluster): a GPU at the same index with the same UUID and serial is the same card; one
 whose UUID and serial both turn up at another index was renumbered and is compared there; any other is named as
 swapped and its checks are not compared. Then, clause by clause and subject by subject, the measured value's change
@@ -23,9 +25,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .bundle import RESULTS_COPY, evidence_folder, verify
+from .bundle import RESULTS_COPY, verify
+from .bundle_files import Refused
 from .charts import FAIL_RED, PALETTE, SECOND_LINE, TEXT, safe_text, table
+from .outputs import Unwritable, write_output
+from .rejudge import rejudge
 from .report.page import LAYOUT_CSS, READABLE_CSS
+from .untrusted import finite, shown
 
 DEFAULT_MAX_REGRESSION = 0.05
 _GPU = re.compile(r"GPU(\d+)")
@@ -82,13 +88,17 @@ class Comparison:
 
 
 def load(path: Path) -> Loaded:
-    """The bundle at `path`, verified; its results from the sealed copy the manifest lists."""
+    """The bundle at `path`, verified as `verify` does (digests, then judged again from its raw evidence); its
+    results from the sealed copy the manifest lists, read strictly."""
     checked = verify(path)
-    if not checked.ok:
+    if not checked.ok or checked.bundle is None:
         return Loaded(path, {}, checked.problems, checked.manifest_sha256)
+    recomputed = rejudge(checked.bundle)
+    if recomputed.problems:
+        return Loaded(path, {}, [f"re-judged: {line}" for line in recomputed.problems], checked.manifest_sha256)
     try:
-        results = json.loads((evidence_folder(path) / RESULTS_COPY).read_text())
-    except (OSError, ValueError) as exc:
+        results = checked.bundle.read_json(RESULTS_COPY)
+    except (Refused, OSError) as exc:
         return Loaded(path, {}, [f"the results cannot be read: {exc}"], checked.manifest_sha256)
     return Loaded(path, results, [], checked.manifest_sha256)
 
@@ -152,7 +162,7 @@ def _renamed(subject: str, node: str, mapping: dict[tuple[str, int], int | None]
 # ------------------------------------------------------------------ comparing the checks
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return finite(value)
 
 
 def _direction(required: str) -> int:
@@ -271,9 +281,9 @@ def render_text(comparison: Comparison, old: Path, new: Path) -> str:
     rows = sorted(comparison.rows, key=lambda r: (not r.regressed, r.clause, r.subject))
     grid = table_rows(rows)
     widths = [min(max(len(line[i]) for line in grid), 60) for i in range(len(grid[0]))]
-    text = [f"OLD {old} ({comparison.old.get('verdict')}), NEW {new} ({comparison.new.get('verdict')})"]
-    text += [f"  {line}" for line in comparison.gpus]
-    text += ["  ".join(cell[:60].ljust(width) for cell, width in zip(line, widths)).rstrip() for line in grid]
+    text = [shown(f"OLD {old} ({comparison.old.get('verdict')}), NEW {new} ({comparison.new.get('verdict')})", 1000)]
+    text += [f"  {shown(line, 1000)}" for line in comparison.gpus]
+    text += ["  ".join(shown(cell, 60).ljust(width) for cell, width in zip(line, widths)).rstrip() for line in grid]
     count = len(comparison.regressed)
     text.append(f"compare: {count} regressed beyond {comparison.max_regression:.0%}" if count else
                 f"compare: nothing regressed beyond {comparison.max_regression:.0%} over {len(comparison.rows)} checks")
@@ -332,10 +342,10 @@ def run(old_path: Path, new_path: Path, json_out: Path | None, html_out: Path | 
     loaded = []
     for label, path in (("OLD", old_path), ("NEW", new_path)):
         bundle = load(path)
-        for problem in bundle.problems:
-            print(f"FAIL {label} {path}: {problem}")
+        for problem in bundle.problems[:50]:
+            print(f"FAIL {label} {shown(path)}: {shown(problem, 1000)}")
         if bundle.problems:
-            print(f"{label} {path}: bundle does NOT verify ({len(bundle.problems)} problems): refused, not compared")
+            print(f"{label} {shown(path)}: bundle does NOT verify ({len(bundle.problems)} problems): refused, not compared")
             refused = True
         loaded.append(bundle)
     if refused:
@@ -343,8 +353,13 @@ def run(old_path: Path, new_path: Path, json_out: Path | None, html_out: Path | 
     comparison = compare(loaded[0].results, loaded[1].results, max_regression)
     comparison.old["manifest_sha256"], comparison.new["manifest_sha256"] = loaded[0].manifest_sha256, loaded[1].manifest_sha256
     print(render_text(comparison, old_path, new_path))
-    if json_out is not None:
-        json_out.write_text(json.dumps(comparison.to_dict(), indent=1) + "\n")
-    if html_out is not None:
-        html_out.write_text(render_html(comparison, old_path, new_path))
+    try:
+        if json_out is not None:
+            write_output(json_out, json.dumps(comparison.to_dict(), indent=1) + "\n",
+                         (old_path, new_path), "--json")
+        if html_out is not None:
+            write_output(html_out, render_html(comparison, old_path, new_path), (old_path, new_path), "--html")
+    except Unwritable as exc:
+        print(f"FAIL {exc}")
+        return 2
     return 1 if comparison.regressed else 0

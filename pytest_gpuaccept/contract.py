@@ -47,7 +47,6 @@ class Tools:
     # a pytest plugin (or other module) name -> the SHA-256 its file must have (foreign.py).
     allow_plugins: dict[str, str] = field(default_factory=dict)
     user: str | None = None  # run the tools as this user (where pytest runs as root), never as pytest's own
-    ssh_keygen: str | None = None  # the ssh-keygen `verify` uses (default: /usr/bin/ssh-keygen, never PATH's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +144,9 @@ def _tools(v: schema.Validator, node: yaml.Node) -> Tools:
                 allowed[name] = v.value(pin_node, f"tools.allow_plugins.{name}", schema.sha256)
         elif key == "user":
             other["user"] = v.value(value_node, "tools.user", schema.user_name)
-        elif key == "ssh_keygen":
-            other["ssh_keygen"] = v.value(value_node, "tools.ssh_keygen", schema.tool_path)
+        elif key == "ssh_keygen":  # a contract is copied into the bundle, and a bundle never names a program
+            v.problem(value_node, "tools.ssh_keygen", "no longer read: verify and sign never run a program a bundle's "
+                      "contract copy names; they use the system's ssh-keygen, or the one given with --ssh-keygen")
         else:
             paths[key] = v.value(value_node, f"tools.{key}", schema.tool_path)
     return Tools(paths={k: p for k, p in paths.items() if p is not schema.INVALID},

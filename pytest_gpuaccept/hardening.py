@@ -1,5 +1,4 @@
-"""The judging process's own defences: its memory closed to the tools, the user they run as, and the ssh-keygen
-that signs and verifies a bundle.
+"""The judging process's own defences: its memory closed to the tools, and the user they run as.
 
 A tool runs code of the vendor's choosing. Started as pytest's own user, it could read this process's memory
 through /proc/<pid>/mem: the key that seals the evidence, and every reading kept there. On Linux the process
@@ -18,8 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from .bundle import CONTRACT_COPY, SshKeygen, evidence_folder, system_ssh_keygen
-from .contract import ContractError, load_contract
 from .state import STATE
 
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
@@ -96,20 +93,3 @@ def _closed(folder: Path) -> None:
     mode = folder.stat().st_mode
     if mode & 0o022:
         folder.chmod(mode & ~0o022 & 0o7777)
-
-
-def ssh_keygen_for(path: Path) -> SshKeygen:
-    """The ssh-keygen that signs and verifies the bundle at `path`: the one its contract copy names in
-    tools.ssh_keygen, else the system's (/usr/bin/ssh-keygen, else /bin/ssh-keygen), never the one on PATH."""
-    copy = evidence_folder(path) / CONTRACT_COPY
-    if not copy.is_file():
-        return system_ssh_keygen()
-    try:
-        configured = load_contract(copy).tools.ssh_keygen
-    except ContractError as exc:
-        fallback = system_ssh_keygen()
-        return SshKeygen(fallback.path, f"{fallback.source}; the bundle's {CONTRACT_COPY} could not be read: "
-                                        f"{exc.problems[0] if exc.problems else exc}")
-    if configured is None:
-        return system_ssh_keygen()
-    return SshKeygen(configured, f"tools.ssh_keygen of the bundle's {CONTRACT_COPY}")

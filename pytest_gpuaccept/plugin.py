@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from .bundle_files import BundleFiles
     from .contract import Contract
     from .probes._run import ToolRunner
     from .state import State
@@ -85,6 +86,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
             contract = None
     if contract and not getattr(namespace, "file_or_dir", None):
         namespace.noconftest = True
+    replay = getattr(namespace, "gpuaccept_replay", None)
+    if replay:  # before any conftest or `pythonpath` of an ini file is loaded
+        from .bundle_files import evidence_folder
+
+        _not_configured_by(early_config, evidence_folder(Path(replay)).parent)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -154,23 +160,35 @@ def _contract(config: pytest.Config, contract_path: str) -> Contract:
     return contract
 
 
-def _replay(config: pytest.Config) -> str | None:
-    """The evidence folder --gpuaccept-replay names, once it verifies: judging edited evidence would be judging
-    the editor, not the machine."""
-    from .bundle import evidence_folder, verify
+def _replay(config: pytest.Config) -> BundleFiles | None:
+    """The bundle --gpuaccept-replay names, opened as data once it verifies (bundle_files: every file listed,
+    regular, inside it): judging edited evidence would be judging the editor, not the machine."""
+    from .bundle import verify
+    from .untrusted import shown
 
     replay = _option(config, "gpuaccept_replay")
     if replay is None:
         return None
-    replay = str(evidence_folder(Path(replay)))
     checked = verify(Path(replay), evidence_only=True)
-    if not checked.ok:
-        raise pytest.UsageError(f"--gpuaccept-replay: the bundle {replay} does not verify:\n" + "\n".join(checked.problems))
-    return replay
+    if not checked.ok or checked.bundle is None:
+        raise pytest.UsageError(f"--gpuaccept-replay: the bundle {shown(replay)} does not verify:\n"
+                                + "\n".join(shown(problem, 1000) for problem in checked.problems[:50]))
+    return checked.bundle
+
+
+def _not_configured_by(config: pytest.Config, bundle: Path) -> None:
+    """A replay whose ini file lies inside the bundle it reads obeys the bundle (its addopts, its `pythonpath`):
+    refused before any conftest or path of it is loaded. (A conftest.py is never loaded with --contract and no test
+    path.) `python -I -m pytest_gpuaccept replay` runs a replay isolated from the bundle and the working folder."""
+    root, ini = bundle.resolve(), config.inipath
+    if ini is not None and (ini.resolve() == root or root in ini.resolve().parents):
+        raise pytest.UsageError(f"--gpuaccept-replay: the ini file {ini} is inside the bundle {bundle} that this run "
+                                "reads, whose settings would configure it; replay from outside it, isolated: "
+                                "python -I -m pytest_gpuaccept replay BUNDLE --out DIR")
 
 
 def _outputs(config: pytest.Config, judging: bool, workerinput: dict[str, Any] | None,
-             replay: str | None) -> tuple[Path, Path, Path]:
+             replay: BundleFiles | None) -> tuple[Path, Path, Path]:
     """Where the report, the results and the evidence go; a real run starts clean, so an earlier verdict is never
     read after a run that ended early."""
     if not hasattr(config.option, "htmlpath"):
@@ -184,7 +202,7 @@ def _outputs(config: pytest.Config, judging: bool, workerinput: dict[str, Any] |
     json_path = Path(_option(config, "gpuaccept_json") or default_json).resolve()
     evidence_dir = Path(workerinput["gpuaccept_evidence"]) if workerinput else report_path.parent / EVIDENCE_DIR
     if replay is not None:
-        _outside_the_bundle(Path(replay).resolve(), {"the report (--html)": report_path, "the evidence": evidence_dir,
+        _outside_the_bundle(replay.evidence.resolve(), {"the report (--html)": report_path, "the evidence": evidence_dir,
                                                      "the results (--gpuaccept-json)": json_path})
     if workerinput is None and judging:
         if evidence_dir.is_dir():
@@ -207,7 +225,7 @@ def _outside_the_bundle(evidence: Path, outputs: dict[str, Path]) -> None:
                                     "(the results go beside it)")
 
 
-def _runner(contract: Contract, evidence_dir: Path, replay: str | None, workerinput: dict[str, Any] | None,
+def _runner(contract: Contract, evidence_dir: Path, replay: BundleFiles | None, workerinput: dict[str, Any] | None,
             judging: bool) -> ToolRunner:
     """The runner of every tool: the contract's paths, pins and timeout, this interpreter for the workloads."""
     from .evidence import new_key
@@ -217,7 +235,7 @@ def _runner(contract: Contract, evidence_dir: Path, replay: str | None, workerin
     tool_paths = {"python": sys.executable, **contract.tools.paths}  # workloads run in this interpreter
     # The key that seals this run's evidence lives in memory only; xdist workers get it through execnet.
     key = bytes.fromhex(workerinput["gpuaccept_key"]) if workerinput else new_key()
-    return ToolRunner(evidence_dir, timeout, tool_paths, Path(replay).resolve() if replay else None,
+    return ToolRunner(evidence_dir, timeout, tool_paths, replay,
                       pins=contract.tools.sha256, key=key, keep=judging)
 
 

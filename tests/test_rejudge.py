@@ -51,7 +51,8 @@ def _reseal(folder):
     verdict = json.loads((evidence / "results.json").read_text())["verdict"]
     html = re.sub(r'data-evidence-digest="[0-9a-f]{64}"', f'data-evidence-digest="{evidence_digest(evidence)}"',
                   report.read_text())
-    report.write_text(re.sub(r'data-verdict="(accepted|rejected)"', f'data-verdict="{verdict}"', html))
+    html = re.sub(r'data-verdict="(accepted|rejected)"', f'data-verdict="{verdict}"', html)
+    report.write_text(re.sub(r'>(ACCEPTED|REJECTED)</h2>', f'>{verdict.upper()}</h2>', html))  # what a reader sees too
     manifest = json.loads((evidence / "manifest.json").read_text())
     documents = [folder / entry["path"] for entry in manifest["bundle"]]
     extra = {k: v for k, v in manifest.items() if k not in ("files", "bundle", "evidence_digest", "checksum")}

@@ -20,9 +20,8 @@ import pytest
 from conftest import DATA, nvml_recording
 
 from pytest_gpuaccept import bundle
-from pytest_gpuaccept.__main__ import main as cli
+from pytest_gpuaccept.bundle_files import open_bundle
 from pytest_gpuaccept.evidence import Evidence, sha256_bytes
-from pytest_gpuaccept.hardening import ssh_keygen_for
 from pytest_gpuaccept.probes._run import SYSTEM_PATH, Command, ToolRunner
 
 TOPO = DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt"
@@ -289,23 +288,7 @@ def test_a_fake_ssh_keygen_first_on_path_is_not_the_one_verify_uses(tmp_path, fa
     folder = _bundle(tmp_path)
     allowed = tmp_path / "allowed_signers"
     allowed.write_text("buyer@example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n")
-    keygen = ssh_keygen_for(folder)
+    keygen = bundle.system_ssh_keygen()
     assert keygen == bundle.SshKeygen(next(p for p in bundle.SYSTEM_SSH_KEYGEN if os.access(p, os.X_OK)), "the system's")
-    checked = bundle.check_signatures(folder, allowed, keygen)
+    checked = bundle.check_signatures(open_bundle(folder, documents=False), allowed, keygen)
     assert [s.problem for s in checked] == [f"signature 1.sig: signed by a key not in {allowed}"]
-
-
-def test_verify_uses_the_ssh_keygen_the_bundle_s_contract_names_and_says_so(tmp_path, capsys):
-    fake = tmp_path / "bin" / "ssh-keygen"
-    fake.parent.mkdir()
-    fake.write_text(APPROVES_ALL)
-    fake.chmod(0o755)
-    folder = _bundle(tmp_path, NVLINK + f"tools:\n  ssh_keygen: {fake}\n")
-    keygen = ssh_keygen_for(folder)
-    assert str(keygen) == f"{fake} (tools.ssh_keygen of the bundle's contract.yaml)"
-    allowed = tmp_path / "allowed_signers"
-    allowed.write_text("")
-    checked = bundle.check_signatures(folder, allowed, keygen)
-    assert [(s.signer, s.problem) for s in checked] == [("buyer@example.com", "")]  # the contract's choice, named
-    cli(["verify", str(folder), "--allowed-signers", str(allowed)])
-    assert f"ssh-keygen: {fake} (tools.ssh_keygen of the bundle's contract.yaml)" in capsys.readouterr().out

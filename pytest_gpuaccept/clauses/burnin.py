@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import schema
+from ..bundle_files import BundleFiles, Refused
 from ..measurements import GpuModels
 from ..probes import ParseError, kernel_log, nvml
 from ..probes._run import Command, Reading, ToolRun
@@ -280,8 +281,8 @@ def gpuaccept_burnin(gpuaccept_state: State, gpuaccept_contract: Contract, gpuac
     run = state.runner.run_during(command, section.duration.seconds, Burning(state, section, count, source).during,
                                   SUMMARY_FILE)
     ended = kernel_log.uptime()
-    if state.runner.replay_dir is not None:
-        _keep_replayed_stream(state, state.runner.replay_dir / STREAM_FILE)
+    if state.runner.replay is not None:
+        _keep_replayed_stream(state, state.runner.replay)
     evidence = (*run.evidence, SUMMARY_FILE)  # the stream is named in the summary (`stream`): the report never reads it
     if run.error:
         return BurnInRun(run, {}, run.error, None, run.evidence)
@@ -298,15 +299,18 @@ def gpuaccept_burnin(gpuaccept_state: State, gpuaccept_contract: Contract, gpuac
                      parse_first_steps(run.stdout))
 
 
-def _keep_replayed_stream(state: State, source: Path) -> None:
-    """A replayed bundle's stream, copied into this run's evidence a megabyte at a time (what its burnin.json names)."""
-    if not source.is_file():
+def _keep_replayed_stream(state: State, replayed: BundleFiles) -> None:
+    """A replayed bundle's stream, copied into this run's evidence a megabyte at a time (what its burnin.json names),
+    no further than the size its manifest lists; a stream that is not as listed is not copied, and the summary that
+    names it then fails to read."""
+    if not replayed.has(STREAM_FILE):
         return
     sink = StreamFile(state, STREAM_FILE)
     try:
-        with source.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                sink.write(block)
+        for block in replayed.chunks(STREAM_FILE):
+            sink.write(block)
+    except (Refused, OSError):
+        pass  # the summary's figures are read from the bundle's summary, which the manifest verified
     finally:
         sink.close()
 

@@ -43,7 +43,7 @@ def gpuaccept_nvbandwidth(gpuaccept_state: State, gpuaccept_contract: Contract) 
     and in the replay of a bundle made before one run served them all (each section then replays its own)."""
     runner = gpuaccept_state.runner
     cases = schedule.one_run(module.nvbandwidth_cases(gpuaccept_contract, runner) for module in NVBANDWIDTH_USERS)
-    if not cases or (runner.replay_dir is not None and not (runner.replay_dir / f"{nvbandwidth.KEY}.json").is_file()):
+    if not cases or (runner.replay is not None and not runner.replay.has(f"{nvbandwidth.KEY}.json")):
         return None
     return nvbandwidth.run_nvbandwidth(runner, cases)
 

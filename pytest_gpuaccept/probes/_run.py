@@ -35,7 +35,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Generic, Iterator, Sequence, TypeVar
 
+from ..bundle_files import BundleFiles, Refused
 from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
+from ..untrusted import shown
 from . import strip_escapes
 from .provenance import read_provenance
 
@@ -261,7 +263,7 @@ class ToolRunner:
     evidence_dir: Path
     default_timeout_s: float = 600.0
     tool_paths: dict[str, str] = field(default_factory=dict)
-    replay_dir: Path | None = None
+    replay: BundleFiles | None = None  # the bundle a replay reads (verified; every read through its manifest)
     pins: dict[str, str] = field(default_factory=dict)  # tools.sha256: tool -> the SHA-256 its file must have
     progress: Callable[[str], None] | None = None  # one line for the terminal when a tool starts and ends
     key: bytes = field(default_factory=new_key, repr=False)
@@ -279,6 +281,11 @@ class ToolRunner:
 
     def __post_init__(self) -> None:
         self.evidence = Evidence(self.evidence_dir, self.key)
+
+    @property
+    def replay_dir(self) -> Path | None:
+        """The replayed bundle's evidence folder (None in a run that measures): to name it, never to read from."""
+        return self.replay.evidence if self.replay is not None else None
 
     def which(self, tool: str) -> str | None:
         """The tool's absolute path, resolved once per session (the contract's path, PATH, a package's place)."""
@@ -615,27 +622,32 @@ class ToolRunner:
         return run
 
     def _replay(self, key: str, argv: list[str]) -> ToolRun:
-        """A run read from the replayed bundle (verified against its manifest before the session began)."""
-        assert self.replay_dir is not None
-        meta = self.replay_dir / f"{key}.json"
-        if not meta.is_file():
+        """A run read from the replayed bundle, as data: its record and the outputs it names, each a file the
+        bundle's manifest lists, read to the size listed (bundle_files); anything else is a run not measured."""
+        assert self.replay is not None
+        meta = f"{key}.json"
+        if not self.replay.has(meta):
             run = ToolRun(key, tuple(argv), None, 0.0, "", "",
-                          error=f"`{' '.join(argv)}` is not in the replayed bundle {self.replay_dir}")
+                          error=f"`{' '.join(argv)}` is not in the replayed bundle {self.replay.evidence}")
             return self._save(run, b"", b"")
-        record = json.loads(meta.read_text())
-        stdout = read_bounded(self.replay_dir / record["stdout"])
-        stderr = read_bounded(self.replay_dir / record["stderr"])
-        recorded = _from_record(key, record, stdout, stderr, replayed=True)
-        return self._save(recorded, (self.replay_dir / record["stdout"]).read_bytes(),
-                          (self.replay_dir / record["stderr"]).read_bytes())
+        try:
+            record = self.replay.read_json(meta)
+            stdout, stderr = self.replay.read(record["stdout"]), self.replay.read(record["stderr"])
+            recorded = _from_record(key, record, stdout[:MAX_OUTPUT_BYTES + 200].decode("utf-8", errors="replace"),
+                                    stderr[:MAX_OUTPUT_BYTES + 200].decode("utf-8", errors="replace"), replayed=True)
+        except (Refused, KeyError, TypeError, ValueError) as exc:
+            run = ToolRun(key, tuple(argv), None, 0.0, "", "",
+                          error=f"the replayed bundle's record of `{' '.join(argv)}` cannot be read: {shown(exc)}")
+            return self._save(run, b"", b"")
+        return self._save(recorded, stdout, stderr)
 
     def _replayed_json(self, name: str) -> dict[str, Any]:
-        assert self.replay_dir is not None
+        assert self.replay is not None
         try:
-            data: dict[str, Any] = json.loads((self.replay_dir / name).read_text())
-            return data
-        except (OSError, ValueError) as exc:
-            return {"error": f"not in the replayed bundle {self.replay_dir}: {exc}"}
+            data = self.replay.read_json(name)
+        except (Refused, OSError) as exc:
+            return {"error": f"not in the replayed bundle {self.replay.evidence}: {shown(exc)}"}
+        return data if isinstance(data, dict) else {"error": f"{name} in the replayed bundle is not an object"}
 
     def reading(self, name: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """A reading that is not a tool run (NVML, sysfs): taken once per session, or replayed; kept in memory and

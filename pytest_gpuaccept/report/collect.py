@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import pytest
 
 from .. import __version__
-from ..bundle import CONTRACT_COPY, MANIFEST, RESULTS_COPY
+from ..bundle import CONTRACT_COPY, RESULTS_COPY
 from ..clauses import registry
 from ..evidence import Evidence, ForeignEvidence
 from ..foreign import Audit, audit
@@ -49,6 +49,7 @@ def judged(state: State, config: pytest.Config, interrupted: bool, other_failure
     if other_failures or foreign or foreign_code:
         verdict = "rejected"
     replayed = state.runner.replay_dir
+    recorded = None if state.runner.replay is None else recorded_identity(state.runner.replay.manifest)
     return Results(
         verdict=verdict, mode=state.mode, sources=sources(state.sys_root.resolve(), state.nvml_recording, replayed),
         complete=complete, started=state.started, finished=now(),
@@ -56,7 +57,7 @@ def judged(state: State, config: pytest.Config, interrupted: bool, other_failure
         not_in_contract=registry.not_in_contract(state.contract), report=str(state.report_path),
         evidence=str(state.evidence_dir), tool_version=__version__, cluster_node=state.contract.node, hosts=hosts,
         replayed_from=None if replayed is None else str(replayed),
-        recorded=None if replayed is None else recorded_identity(replayed),
+        recorded=recorded,
         other_failures=other_failures, foreign_evidence=foreign, foreign_code=foreign_code, plugins=plugins,
         code_audit=audited.listing,
         tools=tools_run(evidence), contract_warnings=list(state.advice),
@@ -111,16 +112,13 @@ def host_summary(host: Host) -> dict[str, Any]:
     return summary
 
 
-def recorded_identity(replay_dir: Path) -> dict[str, Any]:
+def recorded_identity(manifest: dict[str, Any]) -> dict[str, Any]:
     """Whose host a replayed bundle recorded, and when (from its manifest, which verified)."""
-    try:
-        manifest = json.loads((replay_dir / MANIFEST).read_text())
-        recorded: dict[str, Any] = dict(manifest.get("recorded", {}))
-    except (OSError, ValueError, TypeError):
-        return {}
+    recorded = manifest.get("recorded")
+    found: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
     # The recorded run's own mode (live or simulated), kept through replays of replays.
-    recorded.setdefault("mode", manifest.get("mode"))
-    return recorded
+    found.setdefault("mode", manifest.get("mode"))
+    return found
 
 
 def tools_run(evidence: Evidence) -> list[dict[str, Any]]:
