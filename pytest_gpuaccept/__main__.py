@@ -24,28 +24,7 @@ from .presets import describe, find, key, presets, resolve, suggest, unknown
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_gpuaccept", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("verify", help="verify a bundle (the report's folder, or gpuaccept-evidence/)")
-    check.add_argument("folder", type=Path)
-    check.add_argument("--report", type=Path, default=None, help="the HTML report, if not in the bundle folder")
-    check.add_argument("--allowed-signers", type=_allowed_signers, default=None,
-                       help="an OpenSSH allowed_signers file: the bundle must carry valid signatures by these keys")
-    check.add_argument("--rejudged", type=Path, default=None, metavar="DIR",
-                       help="keep the re-judging run's own report and results in DIR (a new or empty folder outside "
-                            "the bundle)")
-    check.add_argument("--contract", type=Path, default=None, metavar="FILE",
-                       help="the contract the bundle must have been judged against (fails naming both SHA-256s)")
-    _ssh_keygen_option(check)
-    signing = commands.add_parser("sign", help="sign a bundle's manifest with an SSH key (ssh-keygen -Y sign)")
-    signing.add_argument("folder", type=Path)
-    signing.add_argument("--key", type=Path, required=True, help="the private key (its .pub beside it)")
-    _ssh_keygen_option(signing)
-    replay = commands.add_parser("replay", help="judge a bundle's raw evidence again against a contract, isolated "
-                                                "from the bundle and this folder (no tool runs)")
-    replay.add_argument("folder", type=Path)
-    replay.add_argument("--contract", type=Path, default=None, metavar="FILE",
-                        help="the contract to judge against (default: the bundle's own copy)")
-    replay.add_argument("--out", type=Path, required=True, metavar="DIR",
-                        help="a new or empty folder outside the bundle for the report, results and evidence")
+    _bundle_commands(commands)
     record = commands.add_parser("record-nvml", help="record this host's NVML readings (docs/nvml-recording.md)")
     record.add_argument("out", type=Path)
     record.add_argument("--samples", type=float, default=5.0, metavar="SECONDS",
@@ -113,6 +92,32 @@ def run_sign(folder: Path, key_file: Path, named: SshKeygen | None) -> int:
         return 1
     print(f"signed: {target} (ssh-keygen: {keygen})")
     return 0
+
+
+def _bundle_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """verify, sign and replay: the commands a buyer runs on a bundle the vendor made (verifier.py)."""
+    check = commands.add_parser("verify", help="verify a bundle (the report's folder, or gpuaccept-evidence/)")
+    check.add_argument("folder", type=Path)
+    check.add_argument("--report", type=Path, default=None, help="the HTML report, if not in the bundle folder")
+    check.add_argument("--allowed-signers", type=_allowed_signers, default=None,
+                       help="an OpenSSH allowed_signers file: the bundle must carry valid signatures by these keys")
+    check.add_argument("--rejudged", type=Path, default=None, metavar="DIR",
+                       help="keep the re-judging run's own report and results in DIR (a new or empty folder outside "
+                            "the bundle)")
+    check.add_argument("--contract", type=Path, default=None, metavar="FILE",
+                       help="the contract the bundle must have been judged against (fails naming both SHA-256s)")
+    _ssh_keygen_option(check)
+    signing = commands.add_parser("sign", help="sign a bundle's manifest with an SSH key (ssh-keygen -Y sign)")
+    signing.add_argument("folder", type=Path)
+    signing.add_argument("--key", type=Path, required=True, help="the private key (its .pub beside it)")
+    _ssh_keygen_option(signing)
+    replay = commands.add_parser("replay", help="judge a bundle's raw evidence again against a contract, isolated "
+                                                "from the bundle and this folder (no tool runs)")
+    replay.add_argument("folder", type=Path)
+    replay.add_argument("--contract", type=Path, default=None, metavar="FILE",
+                        help="the contract to judge against (default: the bundle's own copy)")
+    replay.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="a new or empty folder outside the bundle for the report, results and evidence")
 
 
 def _compare_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -184,10 +184,19 @@ def host_differences(recorded: dict[str, Any], recomputed: dict[str, Any]) -> li
             if said.get(key) != read.get(key):
                 problems.append(f"{where} {key}: the results say {shown(said.get(key), 80)!r}, the raw evidence "
                                 f"{shown(read.get(key), 80)!r}")
-        if said["gpus"] != read["gpus"]:
-            problems.append(f"{where} GPUs: the results say {_gpus(said['gpus'])}, the raw evidence {_gpus(read['gpus'])}")
+        problems += _gpu_differences(where, said["gpus"], read["gpus"])
     return problems
 
 
+def _gpu_differences(where: str, said: list[dict[str, Any]], read: list[dict[str, Any]]) -> list[str]:
+    """A line for each GPU whose index, name, UUID or serial the results state otherwise than the raw evidence."""
+    if len(said) != len(read):
+        return [f"{where} GPUs: the results list {len(said)} ({_gpus(said)}), the raw evidence {len(read)} "
+                f"({_gpus(read)})"]
+    return [f"{where} GPU{shown(theirs.get('index'), 20)}: the results say {_gpus([theirs])}, the raw evidence "
+            f"{_gpus([ours])}" for theirs, ours in zip(said, read) if theirs != ours]
+
+
 def _gpus(gpus: list[dict[str, Any]]) -> str:
-    return shown("; ".join(f"GPU{g.get('index')} {g.get('uuid')} serial {g.get('serial')}" for g in gpus) or "none", 600)
+    return shown("; ".join(f"GPU{g.get('index')} {g.get('name')} {g.get('uuid')} serial {g.get('serial')}"
+                           for g in gpus) or "none", 600)

@@ -136,6 +136,25 @@ class FakeTools:
         return [row for row in rows if name is None or row[0] == name]
 
 
+def reseal(folder: Path) -> None:
+    """What a vendor who makes the bundle can do after editing it: state the results' verdict in the report (its
+    attribute and the word a reader sees), state the new evidence digest, and write the (unkeyed) manifest again, so
+    that every digest matches."""
+    from pytest_gpuaccept.bundle import evidence_digest, write_manifest  # noqa: PLC0415
+
+    evidence = folder / "gpuaccept-evidence"
+    report = folder / "gpuaccept-report.html"
+    verdict = json.loads((evidence / "results.json").read_text())["verdict"]
+    page = re.sub(r'data-evidence-digest="[0-9a-f]{64}"', f'data-evidence-digest="{evidence_digest(evidence)}"',
+                  report.read_text())
+    page = re.sub(r'data-verdict="(accepted|rejected)"', f'data-verdict="{verdict}"', page)
+    report.write_text(re.sub(r">(ACCEPTED|REJECTED)</h2>", f">{verdict.upper()}</h2>", page))
+    manifest = json.loads((evidence / "manifest.json").read_text())
+    documents = [folder / entry["path"] for entry in manifest["bundle"]]
+    extra = {k: v for k, v in manifest.items() if k not in ("files", "bundle", "evidence_digest", "checksum")}
+    write_manifest(evidence, documents, extra)
+
+
 @pytest.fixture
 def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeTools:
     """Fake tools first on PATH; real system tools (ethtool, iperf3) after them, nothing else."""

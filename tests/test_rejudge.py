@@ -3,17 +3,15 @@ process of its own, and fails naming every check the bundle's results say otherw
 inside the bundle it reads; every source option is the command line's alone and named where the verdict is read."""
 
 import json
-import re
 import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import DATA, nvml_recording
+from conftest import DATA, nvml_recording, reseal
 
 from pytest_gpuaccept.__main__ import main as cli
-from pytest_gpuaccept.bundle import evidence_digest, write_manifest
 from pytest_gpuaccept.evidence import files_under
 
 CONTRACT = """\
@@ -43,28 +41,12 @@ def _snapshot(folder):
     return {relative: (folder / relative).read_bytes() for relative in files_under(folder)}
 
 
-def _reseal(folder):
-    """What a vendor can do to a bundle: rewrite its results, then the report's digest and verdict, and make the
-    (unkeyed) manifest again: every digest matches."""
-    evidence = folder / "gpuaccept-evidence"
-    report = folder / "gpuaccept-report.html"
-    verdict = json.loads((evidence / "results.json").read_text())["verdict"]
-    html = re.sub(r'data-evidence-digest="[0-9a-f]{64}"', f'data-evidence-digest="{evidence_digest(evidence)}"',
-                  report.read_text())
-    html = re.sub(r'data-verdict="(accepted|rejected)"', f'data-verdict="{verdict}"', html)
-    report.write_text(re.sub(r'>(ACCEPTED|REJECTED)</h2>', f'>{verdict.upper()}</h2>', html))  # what a reader sees too
-    manifest = json.loads((evidence / "manifest.json").read_text())
-    documents = [folder / entry["path"] for entry in manifest["bundle"]]
-    extra = {k: v for k, v in manifest.items() if k not in ("files", "bundle", "evidence_digest", "checksum")}
-    write_manifest(evidence, documents, extra)
-
-
 def _rewrite(folder, change):
     for path in (folder / "gpuaccept-results.json", folder / "gpuaccept-evidence" / "results.json"):
         results = json.loads(path.read_text())
         change(results)
         path.write_text(json.dumps(results))
-    _reseal(folder)
+    reseal(folder)
 
 
 def test_an_honest_bundle_is_re_judged_to_the_same_verdict(bundle, capsys):
