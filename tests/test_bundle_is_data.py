@@ -99,6 +99,13 @@ def _files(root: Path) -> dict[str, bytes]:
             and not p.is_symlink()}
 
 
+def _written_outside(root: Path, before: dict[str, bytes], out: Path | None = None) -> list[str]:
+    """Files under `root` that are new or changed since `before`, outside the buyer's output folder `out`."""
+    after = _files(root)
+    return [name for name, data in after.items() if before.get(name) != data
+            and (out is None or not (root / name).is_relative_to(out))]
+
+
 def _edit_json(path: Path, change) -> None:
     data = json.loads(path.read_text())
     change(data)
@@ -216,7 +223,9 @@ def test_a_record_naming_a_file_outside_the_bundle_is_never_read(honest, secret,
     _edit_json(honest / RECORD, lambda r: r.update({stream: target.format(secret=secret)}))
     reseal(honest)
     out = tmp_path / "recheck"
+    before = _files(tmp_path)
     done = _verify("verify", honest, "--rejudged", out, limit_memory=True)
+    assert _written_outside(tmp_path, before, out) == []
     assert done.returncode == 1 and SECRET not in done.stdout
     assert "FAIL re-judged: " in done.stdout and "nvlink" in done.stdout  # the topology was not measured
     assert all(SECRET.encode() not in data and b"PATH=" not in data for data in _files(out).values())
@@ -233,12 +242,13 @@ def test_a_link_fifo_or_device_in_the_bundle_is_refused_before_anything_is_read(
         planted.symlink_to(secret.parent, target_is_directory=True)
     else:
         planted.symlink_to(secret if kind == "link to a secret" else "/dev/zero")
+    before = _files(tmp_path)
     done = _verify("verify", honest, limit_memory=True)
     why = "a symbolic link inside the bundle" if kind != "FIFO" else "not a regular file (a FIFO, socket or device)"
     _refused(done, f"nvidia-smi_topo_-m.txt: {why}: refused")
     replayed = _verify("replay", honest, "--out", tmp_path / "out")
     assert replayed.returncode == 1 and f"FAIL nvidia-smi_topo_-m.txt: {why}: refused" in replayed.stdout
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and _written_outside(tmp_path, before) == []
 
 
 @pytest.mark.parametrize("path", ["../outside.txt", "/etc/passwd", "a/./b", "with\x1b[2Kescape"])
@@ -269,13 +279,14 @@ def test_the_readme_commands_from_inside_a_hostile_bundle_run_nothing_of_it(hone
     marker = tmp_path / "ran"
     _plant_code(honest, marker)
     other = _bundle_of(measured["accepted"], tmp_path / "other")
+    before = _files(tmp_path)
     verified = _verify("verify", ".", cwd=honest)
     assert verified.returncode == 0, verified.stdout  # the planted files are beside the evidence, not in it
     replayed = _verify("replay", ".", "--out", tmp_path / "recheck", cwd=honest)
     assert replayed.returncode == 0, replayed.stdout
     compared = _verify("compare", ".", other, cwd=honest)
     assert compared.returncode == 0, compared.stdout
-    assert not marker.exists()
+    assert not marker.exists() and _written_outside(tmp_path, before, tmp_path / "recheck") == []
 
 
 def test_the_readme_commands_under_a_hostile_ini_run_nothing_of_it(honest, measured, tmp_path):
@@ -285,7 +296,8 @@ def test_the_readme_commands_under_a_hostile_ini_run_nothing_of_it(honest, measu
     inside.mkdir(parents=True)
     _plant_code(work, marker)
     assert _verify("verify", honest, cwd=inside).returncode == 0
-    assert _verify("replay", honest, "--out", inside / "recheck", cwd=inside).returncode == 0
+    assert _verify("replay", honest, f"--out={inside / 'recheck'}", f"--contract={honest / 'gpuaccept-evidence' / 'contract.yaml'}",
+                   cwd=inside).returncode == 0
     assert _verify("compare", honest, _bundle_of(measured["accepted"], tmp_path / "other"), cwd=inside).returncode == 0
     assert not marker.exists()
 
@@ -345,8 +357,11 @@ def test_json_nested_100000_deep_is_one_line(honest):
 
 @pytest.mark.parametrize("count", [300_000, 1_000_000])
 def test_a_manifest_of_a_million_entries_is_one_line(honest, count):
-    entries = [{"path": f"f{n}", "sha256": "0" * 64, "size": 1} for n in range(count)]
-    (honest / "gpuaccept-evidence" / "manifest.json").write_text(json.dumps({"files": entries}))
+    with open(honest / "gpuaccept-evidence" / "manifest.json", "w") as manifest:  # written as it goes: this test
+        manifest.write('{"files": [')  # process stays small (a child forked from it starts with its memory)
+        for n in range(count):
+            manifest.write(("," if n else "") + json.dumps({"path": f"f{n}", "sha256": "0" * 64, "size": 1}))
+        manifest.write("]}")
     done = _verify("verify", honest, limit_memory=True)
     size = (honest / "gpuaccept-evidence" / "manifest.json").stat().st_size
     _refused(done, f"manifest.json: `files` lists {count:,} files, over the {MAX_FILES:,} a bundle may hold"
