@@ -101,6 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # loaded in every pytest run of the environment: do nothing unless asked
     from . import report
     from .clauses.advice import advise
+    from .clauses.cluster import listing_for
     from .hardening import harden
     from .state import STATE, State
     from .suite import measurement_fixtures
@@ -124,7 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                 Path(nvml_recording).resolve() if nvml_recording else None,
                                 is_controller=workerinput is None,
                                 sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode,
-                                advice=advise(contract))
+                                advice=advise(contract), listing=listing_for(contract))
     harden(config)  # before any tool runs: memory closed (PR_SET_DUMPABLE), the tools' user (hardening.py)
     config.pluginmanager.register(measurement_fixtures(), "gpuaccept-measurements")
     if judging:

@@ -6,13 +6,10 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from .clauses import cluster
-from .cluster.engine import ClusterError, engine_for
-from .cluster.run import expand
 from .measurements import GpuModels
 from .models import by_device_id
 from .models.pciids import with_pci_ids
@@ -49,6 +46,9 @@ class State:
     advice: list[str] = field(default_factory=list)  # warnings about the contract, shown, never failures
     # Judged checks by (clause, subject), each with the test that judged it (the report collects them).
     checks: dict[tuple[str, str], Check] = field(default_factory=dict)
+    # What this session lists where a clause lists something other than this host's interfaces: a cluster's login
+    # node lists its nodes (clauses/cluster.py gives that listing, plugin.py hands it here). None: this host's.
+    listing: Callable[[State], dict[str, list[str]]] | None = None
     _parsed_host: tuple[dict[str, Any], nvml.Host] | None = field(default=None, repr=False, compare=False)
     _recorded_samples: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
@@ -130,20 +130,11 @@ class State:
 
     def listings(self) -> dict[str, list[str]]:
         """What the host lists ({"net": interfaces, "infiniband": RDMA devices}), once (or replayed), kept as
-        evidence; on a cluster's login node, the cluster's nodes ("cluster_nodes") instead."""
-        if cluster.SECTION.get(self.contract) is not None and self.contract.node is None:
-            try:
-                return {cluster.LISTING: self.cluster_nodes()}
-            except ClusterError:
-                return {cluster.LISTING: []}  # one subject, "cluster", whose check says why
+        evidence; where the session was given another `listing` (a cluster's login node: its nodes), that one."""
+        if self.listing is not None:
+            return self.listing(self)
         names = self.runner.reading(NAMES_FILE, lambda: sysfs.list_names(self.sys_root))
         return {kind: list(names.get(kind, [])) for kind in ("net", "infiniband")}
-
-    def cluster_nodes(self) -> list[str]:
-        """The cluster's node names, expanded by its engine (the scheduler's command runs once per run, or is
-        replayed); ClusterError if they cannot be listed."""
-        section = cluster.SECTION.of(self.contract)
-        return expand(self, engine_for(section), section)
 
     def function(self, kind: str, name: str) -> tuple[sysfs.Function, str]:
         """What stands behind an interface ("net") or RDMA device ("infiniband"), a bond's members too; evidence file."""

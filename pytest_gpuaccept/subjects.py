@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 # Names from the host that may appear unescaped in a test id (pytest-html shows ids as HTML).
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.:*?\[\]+-]+$")  # + joins a pair of cluster nodes (h1+h2)
@@ -124,3 +125,11 @@ class Subject:
     def matched(self) -> bool:
         """False for a contract name or glob that matched nothing on the host (it fails)."""
         return self.kind is not Kind.NAME or self.name is not None
+
+
+def gpu_count(contract: Any) -> int:
+    """The GPUs a contract's `gpus.count` names (0 where it names none): GPU0..GPU<count-1> are its subjects. Here,
+    below the clauses and the engines that both ask, so that neither imports the other for it."""
+    gpus = contract.by_section.get("gpus")
+    count = getattr(gpus, "count", None)
+    return count if isinstance(count, int) else 0

@@ -123,16 +123,15 @@ class Verdict:
         return self._check(Outcome.NOT_MEASURED, None, NOT_MEASURED_PREFIX + reason, details)
 
     def at_least(self, measured: float, minimum: float, what: str, details: dict[str, Any] | None = None,
-                 maximum: float | None = None, maximum_reason: str = "", where: str = "", suffix: str = "") -> Check:
-        """measured >= minimum passes; above a physical `maximum` it is implausible and fails.
+                 where: str = "", suffix: str = "") -> Check:
+        """measured >= minimum passes: the threshold alone. Whether `measured` is a measurement at all (plausible,
+        this run's, the sizes asked) is the clause's sanity, judged before (plausible.py, ReFrame's sanity apart from
+        its performance).
 
         The message reads `{what} {measured} {unit}{where} >= {minimum} {unit}{suffix}`.
         """
         v = self.but(required=f">= {fmt(minimum)}", threshold=minimum)
         shown = round(measured, 3) if isinstance(measured, float) else measured
-        if maximum is not None and shown > maximum:
-            return v.failed(shown, f"{what} {fmt(shown)} {self.unit}{where} is implausible: above {fmt(maximum)} {self.unit} "
-                                   f"({maximum_reason}){suffix}", details)
         ok = shown >= minimum
         return v.judged(ok, shown, f"{what} {fmt(shown)} {self.unit}{where} {'>=' if ok else '<'} {fmt(minimum)} {self.unit}{suffix}",
                         details)

@@ -1,5 +1,6 @@
 """The package's shape, read from its source (issue 26): no import circle between its modules, counting the
-imports inside functions (an `if TYPE_CHECKING:` block aside: it never runs), and no function over 60 lines."""
+imports inside functions (an `if TYPE_CHECKING:` block aside: it never runs), none between its rooms (a top-level
+module or folder: state.py, clauses/, cluster/, probes/, report/, ...; issue 40), and no function over 60 lines."""
 
 from __future__ import annotations
 
@@ -156,6 +157,34 @@ def test_no_import_circle() -> None:
     found = circles(graph)
     assert not found, "import circles (imports inside functions counted): " + "; ".join(
         " -> ".join(_path_within(graph, group)) + f" (modules: {', '.join(group)})" for group in found)
+
+
+ROOMS = ("state", "clauses", "cluster", "probes", "report")  # the rooms issue 40 names: none in a circle
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between rooms: a module counts as its top-level module or folder (`clauses.cluster` as
+    `clauses`); imports inside one room are not arrows."""
+    def room(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else parts[0]
+
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        rooms.setdefault(room(module), set()).update(room(t) for t in targets if room(t) != room(module))
+    for targets in list(rooms.values()):
+        for target in targets:
+            rooms.setdefault(target, set())
+    return rooms
+
+
+def test_no_import_circle_between_rooms() -> None:
+    """state.py knows no clause and no engine, cluster/ no clause: the clauses stand above the engines, the engines
+    above the session's state; a circle there made every room load every other."""
+    assert room_graph({f"{NAME}.a.x": {f"{NAME}.b"}, f"{NAME}.b": {f"{NAME}.a.y"}}) == {"a": {"b"}, "b": {"a"}}
+    graph = room_graph(import_graph())
+    found = [group for group in circles(graph) if set(group) & set(ROOMS)]
+    assert not found, "import circles between rooms: " + "; ".join(" -> ".join(_path_within(graph, g)) for g in found)
 
 
 def test_no_function_over_60_lines() -> None:

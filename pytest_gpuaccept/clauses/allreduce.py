@@ -13,11 +13,11 @@ from ..probes._run import parse_run
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
 from ..probes.sysfs import pci_address, pci_name
 from ..schema import Key
-from ..subjects import Subject
+from ..subjects import Subject, gpu_count
 from ..units import Bandwidth, Size, human_bytes, parse_size
 from ..verdict import Check, fmt
 from . import plausible
-from .base import Clause, HostWide, Section, gpu_count
+from .base import Clause, HostWide, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -97,11 +97,12 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
     extra, note = fraction_note(best.oop_busbw_gbyte_s, *_published(m, gpus))
     cap = plausible.allreduce_cap(m.paths, gpus) if m.paths else plausible.Cap(None, "the paths were not read")
     runs = f" (best of {len(m.readings)} runs, {m.tool}{note}" if len(m.readings) > 1 else f" ({m.tool}{note}"
-    check = v.at_least(best.oop_busbw_gbyte_s, minimum, "busbw", {**details, **extra, **cap.details},
-                       cap.gbyte_s * (1 + plausible.MARGIN) if cap.gbyte_s else None,
-                       f"physically impossible: {cap.path}, at most {cap.gbyte_s:g} GB/s + {plausible.MARGIN:.0%}"
-                       if cap.gbyte_s else "", where=f" at {human_bytes(best.size_bytes)}",
-                       suffix=f"{runs}{plausible.unchecked(cap)})")
+    where, suffix, found = f" at {human_bytes(best.size_bytes)}", f"{runs}{plausible.unchecked(cap)})", \
+        {**details, **extra, **cap.details}
+    check = plausible.over_ceiling(v, best.oop_busbw_gbyte_s, minimum, cap.gbyte_s * (1 + plausible.MARGIN)
+                                   if cap.gbyte_s else None, f"physically impossible: {cap.path}, at most "
+                                   f"{cap.gbyte_s:g} GB/s + {plausible.MARGIN:.0%}", "busbw", found, where, suffix) \
+        or v.at_least(best.oop_busbw_gbyte_s, minimum, "busbw", found, where=where, suffix=suffix)
     return plausible.confirmed(check, m.tool, cap)
 
 

@@ -10,7 +10,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
-from ..subjects import Subject
+from ..subjects import Subject, gpu_count
 from ..verdict import Check, Verdict
 
 if TYPE_CHECKING:
@@ -70,11 +70,6 @@ class HostWide:
     def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
         return [Subject.whole(self.label if isinstance(self.label, str) else self.label(section))]
 
-
-def gpu_count(contract: Contract) -> int:
-    gpus = contract.by_section.get("gpus")
-    count = getattr(gpus, "count", None)
-    return count if isinstance(count, int) else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,10 +34,10 @@ from ..probes.nvml_stream import BUSY_PERCENT, COUNTER_PARTS, GpuResult, Watch, 
 from ..probes.train import parse_first_steps
 from ..schema import Key
 from ..state import NVML_HOST_FILE
-from ..subjects import Subject
+from ..subjects import Subject, gpu_count
 from ..units import Duration, parse_duration
 from ..verdict import Check, Outcome, Verdict, fmt
-from .base import Clause, PerGpu, Section, gpu_count
+from .base import Clause, PerGpu, Section
 from .sources import with_sources
 from .utilisation import SAMPLE_INTERVAL_S, TRAIN, kernel_confirmed
 

@@ -16,17 +16,19 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import yaml
 
 from .. import schema
-from ..cluster.engine import ENGINES, engine_for
+from ..cluster import summary
+from ..cluster.engine import ENGINES, ClusterError, engine_for
 from ..cluster.kubernetes import DEFAULT_PORT, KubernetesKeys, namespace_name, parse_selector
+from ..cluster.merge import NODES_CLAUSE
 from ..cluster.pairs import DEFAULT_BUDGET, plan
-from ..cluster.run import pair_budget, run_allreduce, run_cluster, run_links, run_pairs
+from ..cluster.run import expand, pair_budget, run_allreduce, run_cluster, run_links, run_pairs
 from ..measurements import gpu_uuids
 from ..schema import Key
-from ..subjects import Subject
+from ..subjects import Subject, gpu_count
 from ..units import Bandwidth, Duration, Size, UnitError, parse_duration, parse_size
 from ..verdict import Check
 from . import allreduce, network
-from .base import Clause, HostNames, HostWide, Section, gpu_count
+from .base import Clause, HostNames, HostWide, ReportPart, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -473,7 +475,7 @@ def gpuaccept_cluster_links(gpuaccept_state: State, gpuaccept_contract: Contract
                      link_interfaces(section, gpuaccept_contract.by_section))
 
 
-NODES = Clause("cluster.nodes", SECTION, "test_cluster_node", PerNode(), gpuaccept_cluster, judge_node,
+NODES = Clause(NODES_CLAUSE, SECTION, "test_cluster_node", PerNode(), gpuaccept_cluster, judge_node,
                "every node known to the scheduler, schedulable, with the contracted GPUs in its Gres (Kubernetes: Ready, "
                "not cordoned or tainted against the run, allocatable nvidia.com/gpu), and its per-node run's bundle "
                "returned through the engine, verified and complete")
@@ -492,4 +494,21 @@ LINKS = Clause("cluster.links", SECTION, "test_cluster_link", NodeLinks(), gpuac
                "iperf3 -R, bound to each side's address on that interface), in the pairs' rounds", "Gb/s",
                lambda s: s.links is not None, pair_joint="->")
 CLAUSES = (NODES, ALLREDUCE, PAIRS, LINKS)
+
+
+def login_listing(state: State) -> dict[str, list[str]]:
+    """What a cluster's login node lists: the cluster's nodes, expanded by its engine (the scheduler's command runs
+    once per run, or is replayed); none where they cannot be listed (one subject, "cluster", whose check says why)."""
+    section = SECTION.of(state.contract)
+    try:
+        return {LISTING: expand(state, engine_for(section), section)}
+    except ClusterError:
+        return {LISTING: []}
+
+
+def listing_for(contract: Contract) -> Callable[[State], dict[str, list[str]]] | None:
+    """The session's listing where the contract makes this host a cluster's login node; None elsewhere."""
+    return login_listing if SECTION.get(contract) is not None and contract.node is None else None
+# The cluster's part of the login node's report: every node's results merged in, and the node grid (cluster/summary.py).
+REPORT = ReportPart(summary.render, summary.gather)
 MEASUREMENTS = (gpuaccept_cluster, gpuaccept_cluster_pairs, gpuaccept_cluster_allreduce, gpuaccept_cluster_links)

@@ -18,10 +18,11 @@ from ..models import TABLE_FILE, Model
 from ..probes import gemm
 from ..probes._run import Command, Reading, parse_run
 from ..schema import Key
-from ..subjects import Subject
+from ..subjects import Subject, gpu_count
 from ..units import Duration, parse_duration
 from ..verdict import Check
-from .base import Clause, PerGpu, Section, gpu_count
+from .base import Clause, PerGpu, Section
+from .plausible import over_ceiling
 from .sources import with_sources
 from .utilisation import timeline_details, under_load
 
@@ -122,8 +123,10 @@ def judge(section: Compute, subject: Subject, m: GemmLoad, contract: Contract) -
         check = v.failed(round(sustained, 3), f"GPU{index} burst {section.dtype} {run.burst:.1f} TFLOPS is implausible: "
                                               f"above {ceiling:g} TFLOPS ({reason})", details)
     else:
-        check = v.at_least(sustained, minimum, f"GPU{index} sustained {section.dtype}", details, ceiling, reason,
-                           suffix=f" (burst {run.burst:.1f} TFLOPS, all GPUs at once, n={result.n}{note})")
+        what, suffix = f"GPU{index} sustained {section.dtype}", f" (burst {run.burst:.1f} TFLOPS, all GPUs at once, " \
+                                                                 f"n={result.n}{note})"
+        check = over_ceiling(v, sustained, minimum, ceiling, reason, what, details, suffix=suffix) \
+            or v.at_least(sustained, minimum, what, details, suffix=suffix)
     return with_sources(check, "PyTorch GEMM timed by the plugin", "the published dense peak" if published else "",
                         unconfirmed=f"no published dense {section.dtype} peak to bound the figure with")
 

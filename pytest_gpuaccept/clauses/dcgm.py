@@ -25,9 +25,9 @@ from ..measurements import GpuModels, HostReading
 from ..probes import dcgm
 from ..probes._run import Reading, ToolRun
 from ..schema import Key
-from ..subjects import Subject
+from ..subjects import Subject, gpu_count
 from ..verdict import Check, Verdict
-from .base import Clause, HostNames, Section, gpu_count
+from .base import Clause, HostNames, Section
 from .sources import with_sources
 
 if TYPE_CHECKING:

@@ -18,11 +18,11 @@ from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes import nvbandwidth, torch_hostbw
 from ..probes._run import Reading
 from ..schema import Key
-from ..subjects import Subject
+from ..subjects import Subject, gpu_count
 from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, fmt
 from . import plausible
-from .base import Clause, PerGpuAspect, Section, gpu_count
+from .base import Clause, PerGpuAspect, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract

@@ -27,7 +27,7 @@ from ..subjects import Subject
 from ..verdict import Check
 from . import cluster
 from .base import Clause, HostWide
-from .plausible import MARGIN, Cap
+from .plausible import MARGIN, Cap, over_ceiling
 from .sources import with_sources
 
 if TYPE_CHECKING:
@@ -243,10 +243,12 @@ def judge_busbw(section: ClusterSection, subject: Subject, run: DomainAllReduce,
             result.busbw, f"not over the NVLink domain: {'; '.join(off[:6])}" + (f" and {len(off) - 6} more trays"
                                                                                  if len(off) > 6 else ""), details)
     cap = domain_cap(run.cluster, len(run.nodes) * run.ranks_per_node)
-    return with_sources(v.at_least(result.busbw, keys.min_busbw.gbyte_s, "all_reduce busbw", {**details, **cap.details},
-                      cap.gbyte_s * (1 + MARGIN) if cap.gbyte_s else None,
-                      f"physically impossible: {cap.path}" if cap.gbyte_s else "", where=f" at {result.size}",
-                      suffix=f" over {len(run.nodes)} trays x {run.ranks_per_node} GPUs, MNNVL on every tray"),
+    found, where = {**details, **cap.details}, f" at {result.size}"
+    suffix = f" over {len(run.nodes)} trays x {run.ranks_per_node} GPUs, MNNVL on every tray"
+    check = over_ceiling(v, result.busbw, keys.min_busbw.gbyte_s, cap.gbyte_s * (1 + MARGIN) if cap.gbyte_s else None,
+                         f"physically impossible: {cap.path}", "all_reduce busbw", found, where, suffix) \
+        or v.at_least(result.busbw, keys.min_busbw.gbyte_s, "all_reduce busbw", found, where=where, suffix=suffix)
+    return with_sources(check,
                         "all_reduce_perf's table", "NCCL's MNNVL lines", "NVML's cliques (the trays' own runs)",
                         "the model table (the cap)" if cap.gbyte_s else "")
 

@@ -31,11 +31,11 @@ from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes import nvbandwidth, p2p_latency, torch_p2p
 from ..probes._run import Reading
 from ..schema import Key
-from ..subjects import Subject
+from ..subjects import Subject, gpu_count
 from ..units import Bandwidth, Size, parse_size
 from ..verdict import Check, Verdict, fmt
 from . import plausible
-from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, Section, gpu_count
+from .base import Clause, GpuPairsBothWays, OrderedGpuPairs, Section
 
 if TYPE_CHECKING:
     from ..contract import Contract

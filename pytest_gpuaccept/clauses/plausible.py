@@ -35,6 +35,7 @@ from ..models import TABLE_FILE
 from ..probes import option_value
 from ..probes.sysfs import link_gen, link_width, pci_address, read_pci_links, sysfs_bus_id
 from ..units import human_bytes
+from ..verdict import fmt
 from .sources import with_sources
 
 if TYPE_CHECKING:
@@ -284,6 +285,18 @@ def allreduce_cap(paths: Paths, count: int) -> Cap:
             caps.append(Cap(value, f"GPU{index}'s {counted} x {rate}",
                             f"NVML for the links, the model table ({TABLE_FILE}) for their rate"))
     return min(caps, key=lambda c: c.gbyte_s if c.gbyte_s is not None else float("inf"))
+
+
+def over_ceiling(v: Verdict, measured: float, minimum: float, ceiling: float | None, reason: str, what: str,
+                 details: dict[str, Any], where: str = "", suffix: str = "") -> Check | None:
+    """The sanity judged before a threshold (ReFrame keeps sanity apart from performance): a figure above the physical
+    `ceiling` of what it measured is no measurement, whatever the contract asks, and fails saying why; None where it
+    is within (then Verdict.at_least judges the threshold). The message reads as at_least's."""
+    shown = round(measured, 3)
+    if ceiling is None or shown <= ceiling:
+        return None
+    return v.but(required=f">= {fmt(minimum)}", threshold=minimum).failed(
+        shown, f"{what} {fmt(shown)} {v.unit}{where} is implausible: above {fmt(ceiling)} {v.unit} ({reason}){suffix}", details)
 
 
 def beyond(value: float, cap: Cap, what: str, per: str = "each way") -> str | None:

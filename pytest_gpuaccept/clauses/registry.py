@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..cluster import summary as cluster_summary
 from ..subjects import Subject
 from . import (
     allreduce,
@@ -48,7 +47,7 @@ ALL_CLAUSES: tuple[str, ...] = tuple(BY_KEY)
 MEASUREMENTS: tuple[Measure, ...] = tuple(dict.fromkeys(
     measure for module in (shared, together, *_MODULES) for measure in module.MEASUREMENTS))
 # The parts of the report a section or engine draws itself (base.ReportPart), in the page's order.
-REPORT_PARTS: tuple[ReportPart, ...] = (sources.REPORT, cluster_summary.REPORT, together.REPORT)
+REPORT_PARTS: tuple[ReportPart, ...] = (sources.REPORT, cluster.REPORT, together.REPORT)
 
 
 def clauses_of(section: str) -> tuple[Clause, ...]:

@@ -18,10 +18,10 @@ from ..probes.sysfs import link_gen, link_width, pci_address, pci_name, read_pci
 from ..probes.train import parse_first_steps
 from ..schema import Key
 from ..state import NVML_HOST_FILE
-from ..subjects import Subject
+from ..subjects import Subject, gpu_count
 from ..units import Duration, parse_duration
 from ..verdict import Check, Verdict, fmt
-from .base import Clause, PerGpu, Section, gpu_count
+from .base import Clause, PerGpu, Section
 from .sources import with_sources
 
 if TYPE_CHECKING:

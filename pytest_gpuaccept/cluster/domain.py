@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..clauses.base import gpu_count
 from ..measurements import ClusterRun, DomainAllReduce, ImexView, ImexViews
 from ..probes import ParseError, imex, iproute, nccl_tests, strip_escapes
 from ..probes._run import ToolRun
+from ..subjects import gpu_count
 from ..units import human_bytes
 from .engine import Engine, launch
 from .run import node_addresses, pair_result, unavailable

@@ -14,10 +14,9 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
-from ..clauses.cluster import NODES
 from ..verdict import Check, Outcome
 
-NODES_CLAUSE = NODES.key
+NODES_CLAUSE = "cluster.nodes"  # the clause each node's own run is judged by (clauses/cluster.py: NODES)
 HEAVY_DETAILS = ("timeline", "tables", "each")
 def node_checks(node: str, results: dict[str, Any]) -> list[Check]:
     """A node's checks, each with `node` and its subject prefixed with the node's name (a check its results

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..bundle import verify
-from ..clauses.base import gpu_count
 from ..measurements import ClusterAllReduce, ClusterRun, LinkResult, LinkRuns, NodeOutcome, PairResult, PairRuns
 from ..probes import ParseError, iperf3, iproute, nccl_tests, strip_escapes
 from ..probes._run import Command, ToolRun
+from ..subjects import gpu_count
 from ..units import human_bytes
 from ..verdict import Outcome
 from .bundles import NODES_FOLDER, decode, members

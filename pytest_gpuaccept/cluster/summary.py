@@ -1,4 +1,4 @@
-"""The cluster's part of the login node's report (base.ReportPart): every node's results merged in from its
+"""The cluster's part of the login node's report (clauses/cluster.py declares it a ReportPart): every node's results merged in from its
 sealed bundle, and the node grid drawn (its pairs and links are rows of the report's "Pairs": report/pairs.py).
 benchmarks/cluster_scale.py times the same for 1,000 nodes.
 """
@@ -10,7 +10,6 @@ import json
 from typing import Any, Iterator, Sequence
 
 from ..charts import safe_text
-from ..clauses.base import ReportPart
 from ..evidence import Evidence, ForeignEvidence
 from ..verdict import Check, Outcome
 from .merge import NODES_CLAUSE, count, merge_cluster
@@ -78,5 +77,3 @@ def render(checks: Sequence[Check]) -> str:
         count(grid, check)
     return node_grid_html(grid)
 
-
-REPORT = ReportPart(render, gather)
