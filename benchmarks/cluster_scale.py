@@ -83,7 +83,7 @@ def run(nodes: int, out: Path) -> Figures:
     cluster = [Verdict(NODES.key, Subject.whole(name)).passed(
         "IDLE", "IDLE, 8 GPUs in Gres; results returned", {"state": "IDLE", "node_verdict": "accepted"})
         for name in names(nodes)]
-    checks, hosts = merge_cluster(cluster, node_results(nodes))
+    checks, hosts = merge_cluster(cluster, node_results(nodes), NODES.key)
     results = Results(verdict=verdict_of(checks, True), complete=True, checks=checks, hosts=hosts, **HEAD)  # type: ignore[arg-type]
     with out.open("w") as handle:
         write_chunks(json_chunks(results.document()), handle)

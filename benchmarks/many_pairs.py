@@ -125,9 +125,9 @@ def host_run(root: Path, gpus: int) -> tuple[int, Path, str]:
     return done.returncode, root / "run", done.stdout + done.stderr
 
 
-def cluster_run(root: Path, nodes: int) -> tuple[int, Path, str]:
+def cluster_run(root: Path, nodes: int, cluster: str = CLUSTER) -> tuple[int, Path, str]:
     """The cluster's login-node run through the launcher stand-in: exit code, its run folder, its output."""
-    contract = stand_in_cluster(root, nodes, NODE_CONTRACT, CLUSTER)
+    contract = stand_in_cluster(root, nodes, NODE_CONTRACT, cluster)
     code, _results, out, _peak = login_run(root, contract, timeout=900)
     return code, root / "run", out
 

@@ -1,7 +1,8 @@
 """Many pairs, one page (issue 29): each pair is judged and listed in the results on its own; the report shows a
 clause of pairs as one row (its counts and heat map) and gives a row of its own only to a pair that did not pass.
-A 16-GPU host (480 pairs) and a 64-node cluster (2,016 node pairs, 4,032 links) make reports under 1 MB that
-Chromium opens in under 2 s (benchmarks/many_pairs.py builds both; benchmarks/README.md has the figures)."""
+A 16-GPU host (480 pairs) and a 64-node cluster (2,016 node pairs; its 4,032 links grouped in process) make reports
+under 1 MB that Chromium opens (benchmarks/many_pairs.py builds both, links too, and times them; benchmarks/README.md
+has the figures)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from pytest_gpuaccept.verdict import Check, Outcome
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from many_pairs import browser, cluster_run, host_run, open_in_chromium  # noqa: E402
+from many_pairs import CLUSTER, browser, cluster_run, host_run, open_in_chromium  # noqa: E402
+
+PAIRS_ONLY = CLUSTER.splitlines(keepends=True)[0]  # cluster.pairs of every pair, budget 63; no links
 
 
 def check(clause: str, subject: str, outcome: Outcome = Outcome.PASSED, measured: float | None = 390.0,
@@ -86,7 +89,10 @@ def host16(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster64(tmp_path_factory):
-    code, run, out = cluster_run(tmp_path_factory.mktemp("cluster64"), 64)
+    """The 64-node cluster's pairs end to end (15 s). Its 4,032 links are not run here: a link is iperf3 for at least
+    the whole second the plugin asks and times, 126 rounds of them (330 s on this 2-core machine), and the time is
+    not this test's point; the links are grouped in process below, and benchmarks/many_pairs.py runs both."""
+    code, run, out = cluster_run(tmp_path_factory.mktemp("cluster64"), 64, PAIRS_ONLY)
     assert code == 0, out[-3000:]
     return run
 
@@ -119,11 +125,22 @@ def test_a_16_gpu_hosts_480_pairs_are_each_a_check_on_a_page_under_1_mb(host16, 
     _small_and_quick(host16, tmp_path, rows=49)
 
 
-def test_a_64_node_clusters_pairs_and_links_are_each_a_check_on_a_page_under_1_mb(cluster64, tmp_path):
+def test_a_64_node_clusters_pairs_are_each_a_check_on_a_page_under_1_mb(cluster64, tmp_path):
     """2,016 node pairs and 4,032 links (every pair, budget 63): 7.4 MB, 71 s to its load event and 6,112 rows before;
     2.6 MB, 5.4 s and 64 rows (the cluster.nodes checks) with the pairs grouped, 2 MB of it the schedule's row per
     tool run; the schedule now a row per kind of run (pair, link, node-run, ...)."""
-    _every_pair_in_the_results(cluster64, {"cluster.pairs": 2016, "cluster.links": 4032, "cluster.nodes": 64})
+    _every_pair_in_the_results(cluster64, {"cluster.pairs": 2016, "cluster.nodes": 64})
     page = (cluster64 / "gpuaccept-report.html").read_text()
     assert "2016 pairs: 2016 passed, 0 failed, 0 not measured" in page
     _small_and_quick(cluster64, tmp_path, rows=64)
+
+
+def test_a_64_node_clusters_4032_links_are_one_row_naming_the_one_that_failed():
+    nodes = [f"n{n:04d}" for n in range(1, 65)]
+    checks = [check("cluster.links", f"{a}:eth0->{b}:eth0", Outcome.FAILED if (a, b) == ("n0007", "n0042")
+                    else Outcome.PASSED, 9.41) for a in nodes for b in nodes if a != b]
+    assert len(checks) == 4032 and len(groups(checks)) == 1
+    page = pairs_html(checks)
+    assert "4032 pairs: 4031 passed, 1 failed, 0 not measured; ends in pairs that did not pass: n0007:eth0 (1), " \
+           "n0042:eth0 (1)" in page
+    assert len(page.encode()) < 100_000, len(page.encode())

@@ -11,6 +11,7 @@ known to the scheduler, schedulable, the GPUs it offers, and a verified bundle w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
@@ -19,7 +20,6 @@ from .. import schema
 from ..cluster import summary
 from ..cluster.engine import ENGINES, ClusterError, engine_for
 from ..cluster.kubernetes import DEFAULT_PORT, KubernetesKeys, namespace_name, parse_selector
-from ..cluster.merge import NODES_CLAUSE
 from ..cluster.pairs import DEFAULT_BUDGET, plan
 from ..cluster.run import expand, pair_budget, run_allreduce, run_cluster, run_links, run_pairs
 from ..measurements import gpu_uuids
@@ -475,7 +475,7 @@ def gpuaccept_cluster_links(gpuaccept_state: State, gpuaccept_contract: Contract
                      link_interfaces(section, gpuaccept_contract.by_section))
 
 
-NODES = Clause(NODES_CLAUSE, SECTION, "test_cluster_node", PerNode(), gpuaccept_cluster, judge_node,
+NODES = Clause("cluster.nodes", SECTION, "test_cluster_node", PerNode(), gpuaccept_cluster, judge_node,
                "every node known to the scheduler, schedulable, with the contracted GPUs in its Gres (Kubernetes: Ready, "
                "not cordoned or tainted against the run, allocatable nvidia.com/gpu), and its per-node run's bundle "
                "returned through the engine, verified and complete")
@@ -510,5 +510,5 @@ def listing_for(contract: Contract) -> Callable[[State], dict[str, list[str]]] |
     """The session's listing where the contract makes this host a cluster's login node; None elsewhere."""
     return login_listing if SECTION.get(contract) is not None and contract.node is None else None
 # The cluster's part of the login node's report: every node's results merged in, and the node grid (cluster/summary.py).
-REPORT = ReportPart(summary.render, summary.gather)
+REPORT = ReportPart(partial(summary.render, nodes_clause=NODES.key), partial(summary.gather, nodes_clause=NODES.key))
 MEASUREMENTS = (gpuaccept_cluster, gpuaccept_cluster_pairs, gpuaccept_cluster_allreduce, gpuaccept_cluster_links)

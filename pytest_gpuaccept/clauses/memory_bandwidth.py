@@ -167,7 +167,7 @@ def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract:
     # is no measurement, whatever the contract asks.
     what, suffix = f"GPU{index} device-local copy", f" ({copy.how}{note}{plausible.unchecked(cap)})"
     check = plausible.over_ceiling(v, copy.gbyte_s, minimum, cap.gbyte_s * (1 + MARGIN) if cap.gbyte_s else None,
-                                   f"physically impossible: the published {cap.gbyte_s:g} GB/s of {cap.path} + "
+                                   f"physically impossible: the published {cap.gbyte_s or 0:g} GB/s of {cap.path} + "
                                    f"{MARGIN:.0%}, from {cap.source}", what, details, suffix=suffix) \
         or v.at_least(copy.gbyte_s, minimum, what, details, suffix=suffix)
     return plausible.confirmed(check, m.tool, cap)

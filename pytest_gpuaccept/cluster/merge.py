@@ -16,7 +16,6 @@ from typing import Any, overload
 
 from ..verdict import Check, Outcome
 
-NODES_CLAUSE = "cluster.nodes"  # the clause each node's own run is judged by (clauses/cluster.py: NODES)
 HEAVY_DETAILS = ("timeline", "tables", "each")
 def node_checks(node: str, results: dict[str, Any]) -> list[Check]:
     """A node's checks, each with `node` and its subject prefixed with the node's name (a check its results
@@ -47,10 +46,10 @@ def host_entry(node: str, cluster_check: Check | None, results: dict[str, Any] |
                          "gpus": host.get("gpus", [])}}
 
 
-def count(grid: dict[str, dict[str, dict[Outcome, int]]], check: Check) -> None:
-    """One check into the node grid, node -> clause -> count of each outcome, over cluster.nodes and every per-node
-    check (a check of no node, and not cluster.nodes, counts nowhere)."""
-    node = check.node or (check.subject if check.clause == NODES_CLAUSE else None)
+def count(grid: dict[str, dict[str, dict[Outcome, int]]], check: Check, nodes_clause: str) -> None:
+    """One check into the node grid, node -> clause -> count of each outcome, over `nodes_clause` (each node's own
+    run, clauses/cluster.py) and every per-node check (a check of no node, and not of that clause, counts nowhere)."""
+    node = check.node or (check.subject if check.clause == nodes_clause else None)
     if node is None:
         return
     row = grid.setdefault(node, {})
@@ -112,14 +111,14 @@ class MergedChecks(Sequence[Check]):
         return next(itertools.islice(self, index % self._count, None))
 
 
-def merge_cluster(cluster_checks: Sequence[Check], node_results: Iterable[tuple[str, dict[str, Any] | None]]
-                  ) -> tuple[MergedChecks, list[dict[str, Any]]]:
+def merge_cluster(cluster_checks: Sequence[Check], node_results: Iterable[tuple[str, dict[str, Any] | None]],
+                  nodes_clause: str) -> tuple[MergedChecks, list[dict[str, Any]]]:
     """(checks, hosts): the cluster's own checks, then every node's as <node>/<subject>, each node's results read
     (from the iterable), merged and let go before the next; a hosts entry per node (one that returned nothing
     too). The verdict is judged over these checks by the caller."""
     merged = MergedChecks(cluster_checks)
     hosts = []
-    by_node = {c.subject: c for c in cluster_checks if c.clause == NODES_CLAUSE}
+    by_node = {c.subject: c for c in cluster_checks if c.clause == nodes_clause}
     for node, results in node_results:
         hosts.append(host_entry(node, by_node.get(node), results))
         if results is not None:

@@ -12,17 +12,17 @@ from typing import Any, Iterator, Sequence
 from ..charts import safe_text
 from ..evidence import Evidence, ForeignEvidence
 from ..verdict import Check, Outcome
-from .merge import NODES_CLAUSE, count, merge_cluster
+from .merge import count, merge_cluster
 from .run import RESULTS
 
 GRID_OPEN_ROWS = 50  # nodes shown in the open grid; the rest (all passing) fold into one line
 
 
-def _node_results(checks: Sequence[Check], evidence: Evidence) -> Iterator[tuple[str, dict[str, Any] | None]]:
+def _node_results(checks: Sequence[Check], evidence: Evidence, nodes_clause: str) -> Iterator[tuple[str, dict[str, Any] | None]]:
     """Each node of a cluster run with its results, read from its sealed bundle one node at a time (None where none
     came back): the caller merges each before the next is read."""
     for check in checks:
-        if check.clause != NODES_CLAUSE or check.subject == "cluster":
+        if check.clause != nodes_clause or check.subject == "cluster":
             continue
         results = None
         if check.details.get("evidence_folder") and "node_verdict" in check.details:
@@ -34,11 +34,11 @@ def _node_results(checks: Sequence[Check], evidence: Evidence) -> Iterator[tuple
         yield check.subject, results if isinstance(results, dict) else None
 
 
-def gather(checks: Sequence[Check], evidence: Evidence) -> tuple[Sequence[Check], list[dict[str, Any]] | None]:
+def gather(checks: Sequence[Check], evidence: Evidence, nodes_clause: str) -> tuple[Sequence[Check], list[dict[str, Any]] | None]:
     """On the login node (its cluster.nodes checks judged): every node's checks merged in, and `hosts`."""
-    if not any(c.clause == NODES_CLAUSE for c in checks):
+    if not any(c.clause == nodes_clause for c in checks):
         return checks, None
-    return merge_cluster(checks, _node_results(checks, evidence))
+    return merge_cluster(checks, _node_results(checks, evidence, nodes_clause), nodes_clause)
 
 
 def _grid_cell(counts: dict[Outcome, int] | None) -> str:
@@ -69,11 +69,11 @@ def node_grid_html(grid: dict[str, dict[str, dict[Outcome, int]]]) -> str:
             f"<table class=gt><tr><th>node{head}{rows}</table>{more}")
 
 
-def render(checks: Sequence[Check]) -> str:
+def render(checks: Sequence[Check], nodes_clause: str) -> str:
     """The cluster's part of the report: the node grid (one pass over the checks: a cluster's are read one node at a
     time). Its pairs and links are clauses of pairs, each one row of the report's "Pairs" (report/pairs.py)."""
     grid: dict[str, dict[str, dict[Outcome, int]]] = {}
     for check in checks:
-        count(grid, check)
+        count(grid, check, nodes_clause)
     return node_grid_html(grid)
 
