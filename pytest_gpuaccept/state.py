@@ -14,6 +14,7 @@ from .measurements import GpuModels
 from .models import by_device_id
 from .models.pciids import with_pci_ids
 from .probes import nvml, sysfs
+from .session import NAMES_FILE, NVML_HOST_FILE, PCI_FILE
 from .verdict import Check
 
 if TYPE_CHECKING:  # the contract model imports the clause modules, which read the State
@@ -22,9 +23,6 @@ if TYPE_CHECKING:  # the contract model imports the clause modules, which read t
 
 __all__ = ["NAMES_FILE", "NVML_HOST_FILE", "STATE", "State", "now"]
 
-NVML_HOST_FILE = "nvml-host.json"
-NAMES_FILE = "host-names.json"
-PCI_FILE = "sysfs-pci-gpus.json"
 
 
 STATE = pytest.StashKey["State"]()  # the session's State in config.stash, set only when a contract is given
@@ -32,6 +30,8 @@ STATE = pytest.StashKey["State"]()  # the session's State in config.stash, set o
 
 @dataclass(eq=False)  # one per session: compared and hashed by identity
 class State:
+    """The session that runs: what a measurement may ask (session.Session), and what the plugin keeps of the run."""
+
     contract: Contract
     runner: ToolRunner
     report_path: Path

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes._run import ToolRun
     from ..probes.nvml import Host
-    from ..state import State
+    from ..session import Session
 
 TOOLS = ("nccl-tests", "torch")
 TORCH_ALLREDUCE = "pytest_gpuaccept.workloads.torch_allreduce"
@@ -274,7 +274,7 @@ def busbw_rows(result: NcclResult, threshold: float) -> list[list[Any]]:
     return rows
 
 
-def gpuaccept_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_host: HostReading,
+def gpuaccept_allreduce(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_host: HostReading,
                         gpuaccept_models: GpuModels, gpuaccept_nvlink_counters_before: bool) -> AllReduceRuns:
     """Every all_reduce run the contract asks for (`repeats`), parsed; `tool` names what measured.
 

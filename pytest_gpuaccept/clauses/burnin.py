@@ -33,7 +33,7 @@ from ..probes.nvml import decode_reasons
 from ..probes.nvml_stream import BUSY_PERCENT, COUNTER_PARTS, GpuResult, Watch, records, results_of, window_seconds
 from ..probes.train import parse_first_steps
 from ..schema import Key
-from ..state import NVML_HOST_FILE
+from ..session import NVML_HOST_FILE
 from ..subjects import Subject, gpu_count
 from ..units import Duration, parse_duration
 from ..verdict import Check, Outcome, Verdict, fmt
@@ -44,7 +44,7 @@ from .utilisation import SAMPLE_INTERVAL_S, TRAIN, kernel_confirmed
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.kernel_log import KernelLog
-    from ..state import State
+    from ..session import Session
 
 STREAM_FILE = "burnin-stream.jsonl"
 SUMMARY_FILE = "burnin.json"
@@ -118,7 +118,7 @@ def _span(seconds: float) -> str:
 class StreamFile:
     """An evidence file written record by record, hashed as it is written and sealed when closed (never read back)."""
 
-    def __init__(self, state: State, name: str) -> None:
+    def __init__(self, state: Session, name: str) -> None:
         self.state, self.name = state, name
         self.digest = hashlib.sha256()
         self.handle: IO[bytes] | None = state.runner.evidence.claim(name).open("wb") if state.runner.keep else None
@@ -138,7 +138,7 @@ class StreamFile:
 class Burning:
     """One burn-in's stream: each record written to the evidence, given to the watch, and a progress line a minute."""
 
-    def __init__(self, state: State, section: Burnin, count: int, source: Path | None) -> None:
+    def __init__(self, state: Session, section: Burnin, count: int, source: Path | None) -> None:
         self.state, self.section, self.count, self.source = state, section, count, source
         self.watch = Watch(section.duration.seconds)
         self.told = time.monotonic()
@@ -200,7 +200,7 @@ def progress_line(watch: Watch, section: Burnin) -> str:
             f"counters grown: {', '.join(grown) or 'none'}")
 
 
-def interrupted(state: State, summary: dict[str, Any]) -> None:
+def interrupted(state: Session, summary: dict[str, Any]) -> None:
     """A burn-in cut short by a signal: its summary kept as evidence, and each of its checks judged on what it saw
     (failed where it failed, else not measured) into the run's checks before the run unwinds. Only the process that
     judges the run holds them (under xdist a worker's measurement keeps the evidence only)."""
@@ -223,7 +223,7 @@ def interrupted(state: State, summary: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------ the measurement
 
-def _command(state: State, section: Burnin, count: int) -> tuple[Command | None, str | None]:
+def _command(state: Session, section: Burnin, count: int) -> tuple[Command | None, str | None]:
     """The burn-in's workload, or why it cannot run."""
     seconds = f"{section.duration.seconds + 60:g}"
     if section.workload in ("builtin", "gemm"):
@@ -236,7 +236,7 @@ def _command(state: State, section: Burnin, count: int) -> tuple[Command | None,
     return Command(section.workload[0], tuple(section.workload[1:]), key="burnin_workload"), None
 
 
-def _recorded_stream(state: State) -> tuple[Path | None, str | None]:
+def _recorded_stream(state: Session) -> tuple[Path | None, str | None]:
     """The recorded stream a --gpuaccept-nvml recording names (`burnin.stream`, beside the recording), or why none."""
     assert state.nvml_recording is not None
     entry = state.host_reading().get("burnin")
@@ -266,7 +266,7 @@ def _stopped(summary: dict[str, Any], run: ToolRun, duration_s: float, live: boo
     return None
 
 
-def gpuaccept_burnin(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> BurnInRun:
+def gpuaccept_burnin(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_models: GpuModels) -> BurnInRun:
     """Run the contract's burn-in on every GPU while NVML's records stream through the watch (once per run)."""
     state, section, count = gpuaccept_state, SECTION.of(gpuaccept_contract), gpu_count(gpuaccept_contract)
     host = state.host()
@@ -299,7 +299,7 @@ def gpuaccept_burnin(gpuaccept_state: State, gpuaccept_contract: Contract, gpuac
                      parse_first_steps(run.stdout))
 
 
-def _keep_replayed_stream(state: State, replayed: BundleFiles) -> None:
+def _keep_replayed_stream(state: Session, replayed: BundleFiles) -> None:
     """A replayed bundle's stream, copied into this run's evidence a megabyte at a time (what its burnin.json names),
     no further than the size its manifest lists; a stream that is not as listed is not copied, and the summary that
     names it then fails to read."""
@@ -315,7 +315,7 @@ def _keep_replayed_stream(state: State, replayed: BundleFiles) -> None:
         sink.close()
 
 
-def _kernel(state: State, started: float | None, ended: float | None
+def _kernel(state: Session, started: float | None, ended: float | None
             ) -> tuple[Reading[KernelLog] | None, tuple[float, float] | None, tuple[str, ...]]:
     """The kernel log after the load and the load's window on its clock; none beside an NVML recording (the log here
     is not the recorded host's)."""

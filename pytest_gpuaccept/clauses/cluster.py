@@ -33,7 +33,7 @@ from .base import Clause, HostNames, HostWide, ReportPart, Section
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..measurements import ClusterAllReduce, ClusterRun, LinkRuns, PairRuns
-    from ..state import State
+    from ..session import Session
 
 LISTING = "cluster_nodes"  # the names the engine expanded cluster.nodes to (HostNames key)
 @dataclass(frozen=True, slots=True)
@@ -446,28 +446,28 @@ def judge_allreduce(section: ClusterSection, subject: Subject, run: ClusterAllRe
                       suffix=f" over {len(run.nodes)} nodes x {run.ranks_per_node} GPUs")
 
 
-def gpuaccept_cluster(gpuaccept_state: State, gpuaccept_contract: Contract) -> ClusterRun:
+def gpuaccept_cluster(gpuaccept_state: Session, gpuaccept_contract: Contract) -> ClusterRun:
     """Every node of the cluster: inventory through the engine, then the per-node suite on each schedulable
     node at once, each node's bundle brought back into the evidence (nodes/<node>/) and verified."""
     section = SECTION.of(gpuaccept_contract)
     return run_cluster(gpuaccept_state, engine_for(section), section)
 
 
-def gpuaccept_cluster_pairs(gpuaccept_state: State, gpuaccept_contract: Contract,
+def gpuaccept_cluster_pairs(gpuaccept_state: Session, gpuaccept_contract: Contract,
                             gpuaccept_cluster: ClusterRun) -> PairRuns:
     """cluster.pairs: a 2-node all_reduce between every pair of nodes, in rounds of disjoint pairs at once."""
     section = SECTION.of(gpuaccept_contract)
     return run_pairs(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
 
 
-def gpuaccept_cluster_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract,
+def gpuaccept_cluster_allreduce(gpuaccept_state: Session, gpuaccept_contract: Contract,
                                 gpuaccept_cluster: ClusterRun) -> ClusterAllReduce:
     """cluster.allreduce: one all_reduce over every GPU of every available node."""
     section = SECTION.of(gpuaccept_contract)
     return run_allreduce(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
 
 
-def gpuaccept_cluster_links(gpuaccept_state: State, gpuaccept_contract: Contract,
+def gpuaccept_cluster_links(gpuaccept_state: Session, gpuaccept_contract: Contract,
                             gpuaccept_cluster: ClusterRun) -> LinkRuns:
     """cluster.links: node to node per interface, both directions at once, in the pairs' rounds."""
     section = SECTION.of(gpuaccept_contract)
@@ -496,7 +496,7 @@ LINKS = Clause("cluster.links", SECTION, "test_cluster_link", NodeLinks(), gpuac
 CLAUSES = (NODES, ALLREDUCE, PAIRS, LINKS)
 
 
-def login_listing(state: State) -> dict[str, list[str]]:
+def login_listing(state: Session) -> dict[str, list[str]]:
     """What a cluster's login node lists: the cluster's nodes, expanded by its engine (the scheduler's command runs
     once per run, or is replayed); none where they cannot be listed (one subject, "cluster", whose check says why)."""
     section = SECTION.of(state.contract)
@@ -506,7 +506,7 @@ def login_listing(state: State) -> dict[str, list[str]]:
         return {LISTING: []}
 
 
-def listing_for(contract: Contract) -> Callable[[State], dict[str, list[str]]] | None:
+def listing_for(contract: Contract) -> Callable[[Session], dict[str, list[str]]] | None:
     """The session's listing where the contract makes this host a cluster's login node; None elsewhere."""
     return login_listing if SECTION.get(contract) is not None and contract.node is None else None
 # The cluster's part of the login node's report: every node's results merged in, and the node grid (cluster/summary.py).

@@ -29,7 +29,7 @@ from .utilisation import timeline_details, under_load
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.gemm import Gemm
-    from ..state import State
+    from ..session import Session
 
 DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32", "fp64")
 MARGIN = 0.10  # a figure may read 10 % above the published peak (boost above the datasheet clock, rounding)
@@ -131,7 +131,7 @@ def judge(section: Compute, subject: Subject, m: GemmLoad, contract: Contract) -
                         unconfirmed=f"no published dense {section.dtype} peak to bound the figure with")
 
 
-def gpuaccept_gemm(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+def gpuaccept_gemm(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
                    gpuaccept_gpu_load: GemmLoad | None) -> GemmLoad:
     """Dense GEMM on every GPU at once for the contract's duration, NVML sampling beside it (once per run); the one
     GPU load utilisation and health read too, where it is shared (gpuaccept_gpu_load, clauses/together.py)."""
@@ -141,7 +141,7 @@ def gpuaccept_gemm(gpuaccept_state: State, gpuaccept_contract: Contract, gpuacce
     return gemm_load(gpuaccept_state, gpuaccept_contract, gpuaccept_models, seconds, "nvml-samples-gemm.json")
 
 
-def gemm_load(state: State, contract: Contract, models: GpuModels, seconds: float, samples_file: str,
+def gemm_load(state: Session, contract: Contract, models: GpuModels, seconds: float, samples_file: str,
               beside: Callable[[], object] | None = None) -> GemmLoad:
     """The GEMM in the contract's dtype and size on every GPU for `seconds`, NVML sampling it into `samples_file`
     until it ends by itself (or 120 s past its duration, past any start-up); `beside` made while it runs."""

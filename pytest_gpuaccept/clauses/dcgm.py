@@ -33,7 +33,7 @@ from .sources import with_sources
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.dcgm import Diag, Result
-    from ..state import State
+    from ..session import Session
 
 # The tests each run level adds (the module docstring gives the source); a level runs its own and every lower one's.
 LEVEL_TESTS = {1: (dcgm.SOFTWARE,), 2: ("pcie", "memory"),
@@ -223,7 +223,7 @@ def judge(section: Dcgm, subject: Subject, m: DcgmRuns, contract: Contract) -> C
                         unconfirmed="DCGM's verdict is its own: no second tool repeats its tests here")
 
 
-def gpuaccept_dcgm(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_host: HostReading,
+def gpuaccept_dcgm(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_host: HostReading,
                    gpuaccept_models: GpuModels) -> DcgmRuns:
     """`dcgmi diag -r LEVEL -j` once per run (and `-r eud` where the level does not include EUD), read per test."""
     section = SECTION.of(gpuaccept_contract)

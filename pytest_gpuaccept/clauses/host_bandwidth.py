@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..probes._run import ToolRunner
     from ..probes.nvbandwidth import NvBandwidth
     from ..probes.torch_hostbw import HostBw
-    from ..state import State
+    from ..session import Session
 
 TESTCASES = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce"}
 
@@ -142,7 +142,7 @@ def nvbandwidth_cases(contract: Contract, runner: ToolRunner) -> tuple[str, ...]
     return tuple(TESTCASES.values()) if section is not None and section.tool == "nvbandwidth" else ()
 
 
-def gpuaccept_host_copies(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+def gpuaccept_host_copies(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
                           gpuaccept_nvbandwidth: Reading[NvBandwidth] | None) -> HostCopies:
     """Host <-> GPU copy bandwidth per GPU and direction: nvbandwidth (the run every section shares,
     gpuaccept_nvbandwidth), or our PyTorch workload with each GPU's pinned buffer allocated on its own NUMA node (its

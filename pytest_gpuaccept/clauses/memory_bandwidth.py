@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ..probes.membw import MemCopy
     from ..probes.nvbandwidth import NvBandwidth
     from ..probes.nvml import Gpu
-    from ..state import State
+    from ..session import Session
 
 TOOLS = ("nvbandwidth", "torch")
 LOCAL_COPY = "device_local_copy"
@@ -193,7 +193,7 @@ def nvbandwidth_cases(contract: Contract, runner: ToolRunner) -> tuple[str, ...]
     return (LOCAL_COPY,)
 
 
-def gpuaccept_memory_copies(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+def gpuaccept_memory_copies(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
                             gpuaccept_nvbandwidth: Reading[NvBandwidth] | None) -> MemoryCopies:
     """Each GPU's device-local copy bandwidth, once per run, with the GPUs' models: nvbandwidth's device_local_copy
     (`tool: nvbandwidth`, or no tool named and nvbandwidth found: the run every section shares, gpuaccept_nvbandwidth),

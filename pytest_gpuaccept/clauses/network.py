@@ -20,7 +20,7 @@ from .base import Clause, HostWide, Named, Section, match_names
 
 if TYPE_CHECKING:
     from ..contract import Contract
-    from ..state import State
+    from ..session import Session
 
 RDMA_BASE_PORT = 18515  # perftest's default; each device gets its own port
 
@@ -382,12 +382,12 @@ def judge_rdma_count(section: Rdma, subject: Subject, m: RdmaDevices, contract: 
     return _at_least_count(RDMA_COUNT.verdict(subject), "devices", section.count or 0, each)
 
 
-def gpuaccept_host_names(gpuaccept_state: State) -> dict[str, list[str]]:
+def gpuaccept_host_names(gpuaccept_state: Session) -> dict[str, list[str]]:
     """What the host lists in sysfs ({"net": interfaces, "infiniband": RDMA devices}): what names and globs match."""
     return dict(gpuaccept_state.listings())
 
 
-def gpuaccept_nic_links(gpuaccept_state: State, gpuaccept_host_names: dict[str, list[str]]) -> NicLinks:
+def gpuaccept_nic_links(gpuaccept_state: Session, gpuaccept_host_names: dict[str, list[str]]) -> NicLinks:
     """The interfaces the host lists, and `ethtool IFACE` for any of them (each run once per run)."""
     state = gpuaccept_state
 
@@ -399,7 +399,7 @@ def gpuaccept_nic_links(gpuaccept_state: State, gpuaccept_host_names: dict[str, 
                     lambda name: state.function("net", name), speed)
 
 
-def gpuaccept_rdma_devices(gpuaccept_state: State, gpuaccept_contract: Contract,
+def gpuaccept_rdma_devices(gpuaccept_state: Session, gpuaccept_contract: Contract,
                            gpuaccept_host_names: dict[str, list[str]]) -> RdmaDevices:
     """The RDMA devices the host lists, their ports from sysfs, and ib_write_bw through the port of each device the
     judge will measure: those on distinct ports all at once (rdma.concurrent, the default; schedule.py plans them),
@@ -465,7 +465,7 @@ def rdma_plan(section: Rdma, m: RdmaDevices,
             for slot in schedule.plan([job for job, _port in jobs], section.concurrent)]
 
 
-def _write_bw_together(state: State, section: Rdma, slot: dict[str, sysfs.IbPort], devices: list[str],
+def _write_bw_together(state: Session, section: Rdma, slot: dict[str, sysfs.IbPort], devices: list[str],
                        port_counters: Callable[[str, sysfs.IbPort, str], tuple[dict[str, Any], str]]) -> dict[str, RdmaRun]:
     """One group's ib_write_bw runs at once under one deadline: every server first, then every client after one head
     start (each device on its own TCP port, -p), the ports' counters read right before and after the group. A client
@@ -493,7 +493,7 @@ def _write_bw_together(state: State, section: Rdma, slot: dict[str, sysfs.IbPort
     return measured
 
 
-def gpuaccept_iperf3(gpuaccept_state: State, gpuaccept_contract: Contract) -> Iperf3Path:
+def gpuaccept_iperf3(gpuaccept_state: Session, gpuaccept_contract: Contract) -> Iperf3Path:
     """iperf3 clients against the contract's server (one per port before iperf3 3.16), run once, with the route
     to the server and its interface's byte counters (and the clocks) read before and after."""
     state = gpuaccept_state

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..measurements import AllReduceRuns
     from ..models import Model
     from ..probes.nvml import Host
-    from ..state import State
+    from ..session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +262,7 @@ def judge_errors(section: NVLink, subject: Subject, m: NvlinkErrorReadings, cont
                         "`nvidia-smi nvlink -e`", unconfirmed=alone)
 
 
-def gpuaccept_nvlink_status(gpuaccept_state: State) -> Reading[LinkStatus]:
+def gpuaccept_nvlink_status(gpuaccept_state: Session) -> Reading[LinkStatus]:
     """`nvidia-smi nvlink -s`: the state and speed of every NVLink of every GPU, once per run."""
     return nvidia_smi.read_nvlink_status(gpuaccept_state.runner)
 
@@ -270,7 +270,7 @@ def gpuaccept_nvlink_status(gpuaccept_state: State) -> Reading[LinkStatus]:
 SWITCHES_FILE = "sysfs-nvswitches.json"
 
 
-def gpuaccept_nvlink_topology(gpuaccept_state: State, gpuaccept_topology: Reading[Topology], gpuaccept_models: GpuModels,
+def gpuaccept_nvlink_topology(gpuaccept_state: Session, gpuaccept_topology: Reading[Topology], gpuaccept_models: GpuModels,
                               gpuaccept_host: HostReading) -> NvlinkTopology:
     """`topo -m`, with the GPUs' models, NVML's per-link state and the NVSwitches sysfs lists: each pair's NVLinks
     from two sources, the switches they lead into from a third."""
@@ -287,7 +287,7 @@ def gpuaccept_nvlink_links(gpuaccept_nvlink_status: Reading[LinkStatus], gpuacce
     return WithModels(gpuaccept_nvlink_status, gpuaccept_models, gpuaccept_host.host)
 
 
-def gpuaccept_nvlink_counters_before(gpuaccept_state: State, gpuaccept_contract: Contract) -> bool:
+def gpuaccept_nvlink_counters_before(gpuaccept_state: Session, gpuaccept_contract: Contract) -> bool:
     """The NVLink error counters right before the all_reduce load, where nvlink.errors_stable asks: the all_reduce
     measurement reads this first, and the counters `after` as its last run ends. Whether they were read."""
     section = SECTION.get(gpuaccept_contract)
@@ -297,7 +297,7 @@ def gpuaccept_nvlink_counters_before(gpuaccept_state: State, gpuaccept_contract:
     return True
 
 
-def gpuaccept_nvlink_errors(gpuaccept_state: State, gpuaccept_allreduce: AllReduceRuns) -> NvlinkErrorReadings:
+def gpuaccept_nvlink_errors(gpuaccept_state: Session, gpuaccept_allreduce: AllReduceRuns) -> NvlinkErrorReadings:
     """NVLink error counters read right before and right after the all_reduce load (which runs once per run)."""
     runner = gpuaccept_state.runner  # both read by the all_reduce measurement, around its runs: recalled here
     return NvlinkErrorReadings(nvidia_smi.read_nvlink_errors(runner, "before"),

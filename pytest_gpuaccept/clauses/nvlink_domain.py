@@ -33,7 +33,7 @@ from .sources import with_sources
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..measurements import ClusterRun, DomainAllReduce, ImexViews, NodeOutcome
-    from ..state import State
+    from ..session import Session
     from .cluster import ClusterSection, NvlinkDomain
 
 SECTION = cluster.SECTION
@@ -256,14 +256,14 @@ def judge_busbw(section: ClusterSection, subject: Subject, run: DomainAllReduce,
 # ------------------------------------------------------------------ measurements and clauses
 
 
-def gpuaccept_nvlink_imex(gpuaccept_state: State, gpuaccept_contract: Contract,
+def gpuaccept_nvlink_imex(gpuaccept_state: Session, gpuaccept_contract: Contract,
                           gpuaccept_cluster: ClusterRun) -> ImexViews:
     """cluster.nvlink_domain.imex: every tray's view of its IMEX domain."""
     section = SECTION.of(gpuaccept_contract)
     return run_imex(gpuaccept_state, engine_for(section), gpuaccept_cluster)
 
 
-def gpuaccept_nvlink_allreduce(gpuaccept_state: State, gpuaccept_contract: Contract,
+def gpuaccept_nvlink_allreduce(gpuaccept_state: Session, gpuaccept_contract: Contract,
                                gpuaccept_cluster: ClusterRun) -> DomainAllReduce:
     """cluster.nvlink_domain.min_busbw: one all_reduce over every GPU of every tray."""
     section = SECTION.of(gpuaccept_contract)

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..probes.nvml import Gpu
     from ..probes.p2p_latency import P2pLatency
     from ..probes.torch_p2p import TorchP2p
-    from ..state import State
+    from ..session import Session
 
 TOOLS = ("nvbandwidth", "p2pBandwidthLatencyTest", "torch")
 WRITE_CE, READ_CE = "device_to_device_memcpy_write_ce", "device_to_device_memcpy_read_ce"
@@ -276,7 +276,7 @@ def nvbandwidth_cases(contract: Contract, runner: ToolRunner) -> tuple[str, ...]
     return (WRITE_CE, READ_CE) + ((BIDIR_CE,) if section.min_bidirectional is not None else ())
 
 
-def gpuaccept_p2p(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+def gpuaccept_p2p(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
                   gpuaccept_topology: Reading[Topology], gpuaccept_nvbandwidth: Reading[NvBandwidth] | None) -> P2pView:
     """GPU-to-GPU copy bandwidth, once per run, with the contract's tool (nvbandwidth by default: the run every section
     shares, gpuaccept_nvbandwidth), and what each pair's path can carry (`topo -m`, NVML's links, sysfs's PCIe links:

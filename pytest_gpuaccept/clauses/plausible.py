@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..probes.nvidia_smi import Topology
     from ..probes.nvml import Gpu
     from ..probes.p2p_latency import P2pLatency
-    from ..state import State
+    from ..session import Session
     from ..verdict import Check, Verdict
 
 MARGIN = 0.10  # a figure may read 10 % above the cap (rounding, clocks, GB/s as 1e9 against link arithmetic)
@@ -118,7 +118,7 @@ class Cap:
                 "physical_cap_source": f"{self.path}; from {self.source}" if self.source else self.path}
 
 
-def read_paths(state: State, models: GpuModels, topology: Reading[Topology] | None = None) -> Paths:
+def read_paths(state: Session, models: GpuModels, topology: Reading[Topology] | None = None) -> Paths:
     """The session's paths: NVML's host reading, sysfs's PCIe links (kept as evidence) and `topo -m` if read."""
     host = state.host()
     reading = state.runner.reading(LINKS_FILE, lambda: read_pci_links(

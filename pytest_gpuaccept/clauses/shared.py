@@ -11,25 +11,25 @@ from typing import TYPE_CHECKING
 
 from ..measurements import GpuModels, HostReading
 from ..probes import nvidia_smi
-from ..state import NVML_HOST_FILE
+from ..session import NVML_HOST_FILE
 
 if TYPE_CHECKING:
     from ..probes._run import Reading
     from ..probes.nvidia_smi import Topology
-    from ..state import State
+    from ..session import Session
 
 
-def gpuaccept_host(gpuaccept_state: State) -> HostReading:
+def gpuaccept_host(gpuaccept_state: Session) -> HostReading:
     """The NVML reading of the host (driver, CUDA, GPUs), taken once per run, and its evidence file."""
     return HostReading(gpuaccept_state.host(), (NVML_HOST_FILE,))
 
 
-def gpuaccept_models(gpuaccept_state: State) -> GpuModels:
+def gpuaccept_models(gpuaccept_state: Session) -> GpuModels:
     """Each GPU's PCI device ID from sysfs and its model in the published-figures table (None: unknown)."""
     return gpuaccept_state.gpu_models()
 
 
-def gpuaccept_topology(gpuaccept_state: State) -> Reading[Topology]:
+def gpuaccept_topology(gpuaccept_state: Session) -> Reading[Topology]:
     """`nvidia-smi topo -m`, run once per run and parsed into a Topology (or the reason it could not be)."""
     runner = gpuaccept_state.runner
     return nvidia_smi.read_topo(runner, timeout_s=min(runner.default_timeout_s, 120.0))

@@ -31,14 +31,14 @@ if TYPE_CHECKING:
     from ..measurements import GpuModels, LoadRun
     from ..probes._run import Reading
     from ..probes.nvbandwidth import NvBandwidth
-    from ..state import State
+    from ..session import Session
     from ..verdict import Check
     from .compute import GemmLoad
 
 NVBANDWIDTH_USERS = (p2p, memory_bandwidth, host_bandwidth)  # each declares nvbandwidth_cases(contract, runner)
 
 
-def gpuaccept_nvbandwidth(gpuaccept_state: State, gpuaccept_contract: Contract) -> Reading[NvBandwidth] | None:
+def gpuaccept_nvbandwidth(gpuaccept_state: Session, gpuaccept_contract: Contract) -> Reading[NvBandwidth] | None:
     """One nvbandwidth run for every testcase the contract's sections ask of it, once per run; None where none does,
     and in the replay of a bundle made before one run served them all (each section then replays its own)."""
     runner = gpuaccept_state.runner
@@ -48,7 +48,7 @@ def gpuaccept_nvbandwidth(gpuaccept_state: State, gpuaccept_contract: Contract) 
     return nvbandwidth.run_nvbandwidth(runner, cases)
 
 
-def gpuaccept_gpu_load(gpuaccept_state: State, gpuaccept_contract: Contract,
+def gpuaccept_gpu_load(gpuaccept_state: Session, gpuaccept_contract: Contract,
                        gpuaccept_models: GpuModels) -> GemmLoad | None:
     """The one GPU load the GEMM, utilisation and health clauses read together (once per run, NVML sampling it to its
     end); None where the contract's durations or workload give each its own (schedule.shared_load_s)."""
@@ -66,7 +66,7 @@ def gpuaccept_gpu_load(gpuaccept_state: State, gpuaccept_contract: Contract,
 LOAD = schedule.Job("GPU load", frozenset({schedule.GPUS}))
 
 
-def beside_the_load(state: State, contract: Contract) -> Callable[[], object] | None:
+def beside_the_load(state: Session, contract: Contract) -> Callable[[], object] | None:
     """What is measured while the GPU load runs: the jobs schedule.plan puts in its slot. ib_write_bw holds a network
     port and no GPU, so the devices measured at once (rdma.concurrent) go beside the load, as a training job loads
     its GPUs and its ports together; copies and the all_reduce hold the GPUs and stay apart. None: nothing beside."""

@@ -17,7 +17,7 @@ from ..probes.nvml import APPLICATION_CLOCKS, BAD_THROTTLE, GpuSeries, Sample, d
 from ..probes.sysfs import link_gen, link_width, pci_address, pci_name, read_pci_links
 from ..probes.train import parse_first_steps
 from ..schema import Key
-from ..state import NVML_HOST_FILE
+from ..session import NVML_HOST_FILE
 from ..subjects import Subject, gpu_count
 from ..units import Duration, parse_duration
 from ..verdict import Check, Verdict, fmt
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..contract import Contract
     from ..models import Model
     from ..probes.kernel_log import KernelLog, KernelXid
-    from ..state import State
+    from ..session import Session
 
 TRAIN = "pytest_gpuaccept.workloads.train"
 SAMPLES_FILE = "nvml-samples.json"
@@ -578,7 +578,7 @@ def judge_remapped_rows(section: Health, subject: Subject, m: LoadRun, contract:
                                  f"{count} {source} (at most {section.max_remapped_rows})"), "NVML", unconfirmed=_NVML_ALONE)
 
 
-def under_load(state: State, command: Command, duration_s: float, count: int, samples_file: str,
+def under_load(state: Session, command: Command, duration_s: float, count: int, samples_file: str,
                expected_s: float, models: GpuModels | None = None, beside: Callable[[], object] | None = None) -> LoadRun:
     """Run a workload while NVML samples every GPU (or the recording replays its samples); once per run. As the
     sampling ends, the load still on, each GPU's PCIe link files are read from sysfs beside its samples. `beside`:
@@ -666,7 +666,7 @@ def with_links(samples: dict[str, Any], sys_root: Path, buses: dict[int, str]) -
                                 if isinstance(g, dict) and "pcie_sysfs" not in g else g for g in gpus]}
 
 
-def gpuaccept_load(gpuaccept_state: State, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
+def gpuaccept_load(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
                    gpuaccept_utilisation_window: LoadRun | None) -> LoadRun:
     """Run the contract's workload on every GPU while NVML samples them (once per run, exclusive); or read the one GPU
     load the GEMM shares, over the contract's window (gpuaccept_utilisation_window, clauses/together.py)."""

@@ -20,14 +20,14 @@ from .run import node_addresses, pair_result, unavailable
 
 if TYPE_CHECKING:
     from ..clauses.cluster import NvlinkDomain
-    from ..state import State
+    from ..session import Session
 
 # NCCL's INFO lines (the communicator's MNNVL flag, each rank's fabric, each channel's transport) are the proof that
 # the job ran over NVLink between the trays: asked for, never left to the host's own NCCL configuration.
 NCCL_ENV = {"NCCL_DEBUG": "INFO"}
 
 
-def run_imex(state: State, engine: Engine, cluster: ClusterRun) -> ImexViews:
+def run_imex(state: Session, engine: Engine, cluster: ClusterRun) -> ImexViews:
     """Each available tray's IPv4 addresses (`ip -j -4 addr show`), which say which entry of every view is that
     tray, then `nvidia-imex-ctl -N` on them: each step on every tray at once, never two launchers on one tray at
     once (two Open MPI 4 orteds started together on a node can race on their session folder, open-mpi/ompi#8510)."""
@@ -62,7 +62,7 @@ def _view(said: ToolRun, where: ToolRun) -> ImexView:
         return ImexView(None, addresses, str(exc), evidence)
 
 
-def run_domain_allreduce(state: State, engine: Engine, keys: NvlinkDomain, cluster: ClusterRun) -> DomainAllReduce:
+def run_domain_allreduce(state: Session, engine: Engine, keys: NvlinkDomain, cluster: ClusterRun) -> DomainAllReduce:
     """One all_reduce (nccl-tests, MPI, one rank per GPU) over every GPU of every available tray, NCCL_DEBUG=INFO."""
     per_node = gpu_count(state.contract) or 1
     if cluster.error is not None:

@@ -30,7 +30,7 @@ from .pairs import DEFAULT_BUDGET, blame, every_pair_fits, plan, second_pass
 
 if TYPE_CHECKING:
     from ..clauses.cluster import ClusterSection, Iperf3Links
-    from ..state import State
+    from ..session import Session
 
 RESULTS = "gpuaccept-results.json"
 
@@ -88,7 +88,7 @@ def _shown(names: tuple[str, ...]) -> str:
     return f"{len(names)} node{'s' if len(names) != 1 else ''} ({listed or 'none'})"
 
 
-def expansion(state: State, engine: Engine, section: ClusterSection) -> Expansion:
+def expansion(state: Session, engine: Engine, section: ClusterSection) -> Expansion:
     """The node names as the plugin reads the contract's hostlists, and as the scheduler expands them (Slurm), its
     command run once per run (or replayed); ClusterError where either cannot be read. A label selector (Kubernetes)
     is applied by the plugin to the engine's node list: one list, nothing to compare."""
@@ -105,7 +105,7 @@ def expansion(state: State, engine: Engine, section: ClusterSection) -> Expansio
     return Expansion(section.nodes, ours, listed)
 
 
-def expand(state: State, engine: Engine, section: ClusterSection) -> list[str]:
+def expand(state: Session, engine: Engine, section: ClusterSection) -> list[str]:
     """The node names to judge: every node the plugin's or the scheduler's expansion of cluster.nodes names."""
     return expansion(state, engine, section).names
 
@@ -117,7 +117,7 @@ def node_recording(recording: Path, node: str) -> Path:
     return own if own.is_file() else recording
 
 
-def node_argv(state: State, node: str) -> list[str]:
+def node_argv(state: Session, node: str) -> list[str]:
     """The per-node run: this interpreter's path (the plugin must be installed at the same place on every
     node), the contract's bytes as judged here, and the options given on the login node."""
     args = [sys.executable, "-m", "pytest_gpuaccept", "node-run", "--node", node,
@@ -129,7 +129,7 @@ def node_argv(state: State, node: str) -> list[str]:
     return args
 
 
-def run_cluster(state: State, engine: Engine, section: ClusterSection) -> ClusterRun:
+def run_cluster(state: Session, engine: Engine, section: ClusterSection) -> ClusterRun:
     """The node lists compared, the scheduler's inventory of the nodes both name, then the per-node suite on
     every schedulable one at once. A node only one list names is not run: its check fails naming both lists."""
     evidence: list[str] = []
@@ -195,7 +195,7 @@ def _short(node: NodeState, wanted: int) -> bool:
     return bool(wanted) and node.gpus is not None and node.gpus < wanted
 
 
-def _outcome(state: State, node: str, node_state: NodeState, run: ToolRun | None) -> NodeOutcome:
+def _outcome(state: Session, node: str, node_state: NodeState, run: ToolRun | None) -> NodeOutcome:
     folder = node_folder(node)
     if run is None:
         return NodeOutcome(node_state, folder, None, "not run")
@@ -244,7 +244,7 @@ def pair_budget(section: ClusterSection) -> int:
     return section.pairs.budget if section.pairs is not None else DEFAULT_BUDGET
 
 
-def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> PairRuns:
+def run_pairs(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> PairRuns:
     """cluster.pairs: a 2-node all_reduce (one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes (or, past
     the budget, in random rounds), the pairs of a round at once; a pair with a node that is not available is not
     run. Past the budget, a second pass pairs every suspect with known-good nodes. Then the blame."""
@@ -272,7 +272,7 @@ def run_pairs(state: State, engine: Engine, section: ClusterSection, cluster: Cl
     return PairRuns(results, blame({**judged, **_judged(second, pairs.min_busbw.gbyte_s)}), second_pass=second)
 
 
-def _pair_rounds(state: State, cluster: ClusterRun, planned: list[list[tuple[str, str]]], first_round: int,
+def _pair_rounds(state: Session, cluster: ClusterRun, planned: list[list[tuple[str, str]]], first_round: int,
                  job: Callable[[tuple[str, str]], Command], ranks: int) -> dict[tuple[str, str], PairResult]:
     """Each round's pairs at once (numbered from `first_round`); a pair with a node that is not available is not run."""
     ready = set(cluster.available)
@@ -294,7 +294,7 @@ def _judged(results: dict[tuple[str, str], PairResult], min_busbw: float) -> dic
             if r.problem is None or r.busbw is not None}
 
 
-def run_allreduce(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> ClusterAllReduce:
+def run_allreduce(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> ClusterAllReduce:
     """cluster.allreduce: one all_reduce over every GPU of every available node (one rank per GPU); with a
     node missing it still runs over the others, as information."""
     keys = section.allreduce
@@ -344,7 +344,7 @@ def pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], 
     return PairResult(number, largest.oop_busbw_gbyte_s, human(largest.size_bytes), None, evidence)
 
 
-def run_links(state: State, engine: Engine, section: ClusterSection, cluster: ClusterRun,
+def run_links(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun,
               devices: tuple[str, ...]) -> LinkRuns:
     """cluster.links: in the pairs' rounds, for each pair and interface (`devices`), iperf3 from the first node to
     a one-off server on the second, each bound to its node's address on that interface, then the same reversed
@@ -370,7 +370,7 @@ def run_links(state: State, engine: Engine, section: ClusterSection, cluster: Cl
 LinkEnds = tuple[str, str, str, str, str, str]
 
 
-def _addresses(state: State, engine: Engine, ready: list[str],
+def _addresses(state: Session, engine: Engine, ready: list[str],
                devices: tuple[str, ...]) -> dict[tuple[str, str], str | None]:
     """Every available node's IPv4 address on each interface, None where it has none or it could not be read."""
     addresses: dict[tuple[str, str], str | None] = {}
@@ -383,7 +383,7 @@ def _addresses(state: State, engine: Engine, ready: list[str],
     return addresses
 
 
-def node_addresses(state: State, engine: Engine, nodes: list[str]) -> list[ToolRun]:
+def node_addresses(state: Session, engine: Engine, nodes: list[str]) -> list[ToolRun]:
     """Each node's `ip -j -4 addr show` (every interface), on all the nodes at once; run once a session (the links'
     addresses and the trays' in nvlink_domain read the same runs). One launcher a node: two Open MPI 4 orteds
     started together on one node can race on their session folder there (open-mpi/ompi#8510)."""
@@ -415,7 +415,7 @@ def _link_ends(number: int, pairing: list[tuple[str, str]], device: str, ready: 
 SERVER_HEAD_START_S = 1.0
 
 
-def _iperf3_step(state: State, engine: Engine, links: Iperf3Links, number: int, interface: tuple[int, str],
+def _iperf3_step(state: Session, engine: Engine, links: Iperf3Links, number: int, interface: tuple[int, str],
                  measured: list[LinkEnds], reverse: bool, results: dict[str, LinkResult]) -> None:
     """One direction of every measured link on one interface (the k-th, whose servers listen on port + k), at
     once and under one deadline: a one-off server on each second node, all started first, then every client on
