@@ -28,7 +28,7 @@ from .bundle_files import MAX_MANIFEST_BYTES, BundleFiles, Refused, open_bundle,
 from .bundle_files import SIGNATURES as SIGNATURES
 from .bundle_files import evidence_folder as evidence_folder
 from .evidence import files_under, sha256_path
-from .probes._run import SYSTEM_PATH
+from .probes.process import SYSTEM_PATH
 from .untrusted import shown
 from .verdict import Check, verdict_of
 

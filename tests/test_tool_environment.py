@@ -22,7 +22,8 @@ from conftest import DATA, nvml_recording
 from pytest_gpuaccept import bundle
 from pytest_gpuaccept.bundle_files import open_bundle
 from pytest_gpuaccept.evidence import Evidence, sha256_bytes
-from pytest_gpuaccept.probes._run import SYSTEM_PATH, Command, ToolRunner
+from pytest_gpuaccept.probes._run import Command, ToolRunner
+from pytest_gpuaccept.probes.process import SYSTEM_PATH
 
 TOPO = DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt"
 NVLINK = "gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\nnvlink:\n  every_pair: true\n"
