@@ -231,12 +231,13 @@ def _runner(contract: Contract, evidence_dir: Path, replay: BundleFiles | None, 
     """The runner of every tool: the contract's paths, pins and timeout, this interpreter for the workloads."""
     from .evidence import new_key
     from .probes._run import ToolRunner
+    from .probes.recorded import Replayed
 
     timeout = contract.tools.timeout.seconds if contract.tools.timeout else DEFAULT_TIMEOUT_S
     tool_paths = {"python": sys.executable, **contract.tools.paths}  # workloads run in this interpreter
     # The key that seals this run's evidence lives in memory only; xdist workers get it through execnet.
     key = bytes.fromhex(workerinput["gpuaccept_key"]) if workerinput else new_key()
-    return ToolRunner(evidence_dir, timeout, tool_paths, replay,
+    return ToolRunner(evidence_dir, timeout, tool_paths, Replayed(replay) if replay is not None else None,
                       pins=contract.tools.sha256, key=key, keep=judging)
 
 

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import schema
-from ..bundle_files import BundleFiles, Refused
+from ..bundle_files import Refused
 from ..measurements import GpuModels
 from ..probes import ParseError, kernel_log, nvml
 from ..probes._run import Command, Reading, ToolRun
 from ..probes.nvml import decode_reasons
 from ..probes.nvml_stream import BUSY_PERCENT, COUNTER_PARTS, GpuResult, Watch, records, results_of, window_seconds
+from ..probes.recorded import Recorded
 from ..probes.train import parse_first_steps
 from ..schema import Key
 from ..session import NVML_HOST_FILE
@@ -227,7 +228,7 @@ def _command(state: Session, section: Burnin, count: int) -> tuple[Command | Non
     """The burn-in's workload, or why it cannot run."""
     seconds = f"{section.duration.seconds + 60:g}"
     if section.workload in ("builtin", "gemm"):
-        if state.runner.replay_dir is None and importlib.util.find_spec("torch") is None:
+        if state.runner.replay is None and importlib.util.find_spec("torch") is None:
             return None, f"PyTorch is not installed for the {section.workload} workload: pip install 'pytest-gpuaccept[torch]'"
         if section.workload == "builtin":
             return Command("python", ("-m", TRAIN, "--gpus", str(count), "--duration", seconds), key="burnin_builtin"), None
@@ -270,7 +271,7 @@ def gpuaccept_burnin(gpuaccept_state: Session, gpuaccept_contract: Contract, gpu
     """Run the contract's burn-in on every GPU while NVML's records stream through the watch (once per run)."""
     state, section, count = gpuaccept_state, SECTION.of(gpuaccept_contract), gpu_count(gpuaccept_contract)
     host = state.host()
-    if host.error and state.runner.replay_dir is None:
+    if host.error and state.runner.replay is None:
         return BurnInRun(None, {}, host.error, None, (NVML_HOST_FILE,))
     command, missing = _command(state, section, count)
     source, no_stream = _recorded_stream(state) if state.nvml_recording is not None else (None, None)
@@ -299,7 +300,7 @@ def gpuaccept_burnin(gpuaccept_state: Session, gpuaccept_contract: Contract, gpu
                      parse_first_steps(run.stdout))
 
 
-def _keep_replayed_stream(state: Session, replayed: BundleFiles) -> None:
+def _keep_replayed_stream(state: Session, replayed: Recorded) -> None:
     """A replayed bundle's stream, copied into this run's evidence a megabyte at a time (what its burnin.json names),
     no further than the size its manifest lists; a stream that is not as listed is not copied, and the summary that
     names it then fails to read."""

@@ -676,10 +676,10 @@ def gpuaccept_load(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuac
     section = UTILISATION.of(gpuaccept_contract)
     count = gpu_count(gpuaccept_contract)
     host = state.host()
-    if host.error and state.runner.replay_dir is None:
+    if host.error and state.runner.replay is None:
         return LoadRun(None, {}, host.error, None, (NVML_HOST_FILE,))
     if section.workload == "builtin":
-        if state.runner.replay_dir is None and importlib.util.find_spec("torch") is None:
+        if state.runner.replay is None and importlib.util.find_spec("torch") is None:
             return LoadRun(None, {}, "PyTorch is not installed for the builtin workload: "
                            "pip install 'pytest-gpuaccept[torch]'", None, ())
         command = Command("python", ("-m", TRAIN, "--gpus", str(count), "--duration", f"{section.duration.seconds + 60:g}"),

@@ -221,7 +221,7 @@ def _outcome(state: Session, node: str, node_state: NodeState, run: ToolRun | No
     if results.get("contract", {}).get("sha256") != state.contract.sha256:
         return NodeOutcome(node_state, folder, None, "its results judged another contract", evidence)
     started = str(results.get("started") or "")
-    if state.runner.replay_dir is None and not _fresh(started, state.started):
+    if state.runner.replay is None and not _fresh(started, state.started):
         return NodeOutcome(node_state, folder, None, f"its results were started at {started or 'an unknown time'}, "
                                                      f"before this run ({state.started}): not this run's", evidence)
     return NodeOutcome(node_state, folder, kept_results(results), None, evidence)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
-from ..bundle_files import BundleFiles, Refused
+from ..bundle_files import Refused
 from ..evidence import LOCK, Evidence, ForeignEvidence, new_key
 from ..untrusted import shown
 from . import strip_escapes
@@ -47,6 +47,7 @@ from .process import (
     wait_or_kill,
 )
 from .provenance import read_provenance
+from .recorded import RECORD_LIMIT, Recorded
 
 # Where a tool is installed by a package rather than on PATH (DCGM 4 ships nvbandwidth per CUDA version).
 PACKAGED: dict[str, tuple[str, ...]] = {
@@ -154,7 +155,7 @@ class ToolRunner:
     evidence_dir: Path
     default_timeout_s: float = 600.0
     tool_paths: dict[str, str] = field(default_factory=dict)
-    replay: BundleFiles | None = None  # the bundle a replay reads (verified; every read through its manifest)
+    replay: Recorded | None = None  # runs and readings recorded earlier, read instead of measured (recorded.py)
     pins: dict[str, str] = field(default_factory=dict)  # tools.sha256: tool -> the SHA-256 its file must have
     progress: Callable[[str], None] | None = None  # one line for the terminal when a tool starts and ends
     key: bytes = field(default_factory=new_key, repr=False)
@@ -175,8 +176,8 @@ class ToolRunner:
 
     @property
     def replay_dir(self) -> Path | None:
-        """The replayed bundle's evidence folder (None in a run that measures): to name it, never to read from."""
-        return self.replay.evidence if self.replay is not None else None
+        """The folder the recorded runs were recorded in (None in a run that measures): to name it, never to read."""
+        return self.replay.folder if self.replay is not None else None
 
     def which(self, tool: str) -> str | None:
         """The tool's absolute path, resolved once per session (the contract's path, PATH, a package's place)."""
@@ -219,13 +220,13 @@ class ToolRunner:
         """
         timeout = timeout_s if timeout_s is not None else self.default_timeout_s
         keys = [c.key or slug([c.tool, *c.args]) for c in commands]
-        executables = [self.which(c.tool) if self.replay_dir is None else c.tool for c in commands]
+        executables = [self.which(c.tool) if self.replay is None else c.tool for c in commands]
         argvs = [[exe or c.tool, *c.args] for exe, c in zip(executables, commands)]
         with self.exclusive():
             recorded = [self._recall(key) for key in keys]
             if all(run is not None for run in recorded):
                 runs = [run for run in recorded if run is not None]
-            elif self.replay_dir is not None:
+            elif self.replay is not None:
                 runs = [self._replay(key, argv) for key, argv in zip(keys, argvs)]
             else:
                 checked = [self._checked(c.tool, exe) if exe else (None, None) for exe, c in zip(executables, commands)]
@@ -402,13 +403,13 @@ class ToolRunner:
         `record_as` (and in memory), inside the same lock, so that every xdist worker reads the one recording.
         """
         key = command.key or slug([command.tool, *command.args])
-        executable = self.which(command.tool) if self.replay_dir is None else command.tool
+        executable = self.which(command.tool) if self.replay is None else command.tool
         argv = [executable or command.tool, *command.args]
         with self.exclusive():
             recorded = self._recall(key)
             if recorded is not None:
                 return recorded
-            if self.replay_dir is not None:
+            if self.replay is not None:
                 self._remember(record_as, self._replayed_json(record_as))
                 return self._replay(key, argv)
             if executable is None:
@@ -513,32 +514,29 @@ class ToolRunner:
         return run
 
     def _replay(self, key: str, argv: list[str]) -> ToolRun:
-        """A run read from the replayed bundle, as data: its record and the outputs it names, each a file the
-        bundle's manifest lists, read to the size listed (bundle_files); anything else is a run not measured."""
+        """A run read from the recorded source (a replayed bundle, as data: its record and the outputs it names, each
+        a file the bundle's manifest lists, read to the size listed); anything else is a run not measured."""
         assert self.replay is not None
-        meta = f"{key}.json"
-        if not self.replay.has(meta):
-            run = ToolRun(key, tuple(argv), None, 0.0, "", "",
-                          error=f"`{' '.join(argv)}` is not in the replayed bundle {self.replay.evidence}")
+        where = f"the recorded runs {self.replay.folder}" if self.replay.folder else "the recorded runs"
+        if not self.replay.has(f"{key}.json"):
+            run = ToolRun(key, tuple(argv), None, 0.0, "", "", error=f"`{' '.join(argv)}` is not in {where}")
             return self._save(run, b"", b"")
         try:
-            record = self.replay.read_json(meta)
-            stdout, stderr = self.replay.read(record["stdout"]), self.replay.read(record["stderr"])
-            recorded = _from_record(key, record, stdout[:MAX_OUTPUT_BYTES + 200].decode("utf-8", errors="replace"),
-                                    stderr[:MAX_OUTPUT_BYTES + 200].decode("utf-8", errors="replace"), replayed=True)
+            record, stdout, stderr = self.replay.record(key)
+            recorded = _from_record(key, record, stdout[:RECORD_LIMIT].decode("utf-8", errors="replace"),
+                                    stderr[:RECORD_LIMIT].decode("utf-8", errors="replace"), replayed=True)
         except (Refused, KeyError, TypeError, ValueError) as exc:
             run = ToolRun(key, tuple(argv), None, 0.0, "", "",
-                          error=f"the replayed bundle's record of `{' '.join(argv)}` cannot be read: {shown(exc)}")
+                          error=f"the record of `{' '.join(argv)}` in {where} cannot be read: {shown(exc)}")
             return self._save(run, b"", b"")
         return self._save(recorded, stdout, stderr)
 
     def _replayed_json(self, name: str) -> dict[str, Any]:
         assert self.replay is not None
         try:
-            data = self.replay.read_json(name)
-        except (Refused, OSError) as exc:
-            return {"error": f"not in the replayed bundle {self.replay.evidence}: {shown(exc)}"}
-        return data if isinstance(data, dict) else {"error": f"{name} in the replayed bundle is not an object"}
+            return self.replay.reading(name)
+        except (Refused, OSError, KeyError) as exc:
+            return {"error": f"not in the recorded runs {self.replay.folder or ''}: {shown(exc)}"}
 
     def reading(self, name: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """A reading that is not a tool run (NVML, sysfs): taken once per session, or replayed; kept in memory and
@@ -554,7 +552,7 @@ class ToolRunner:
             if raw is not None:
                 self._readings[name] = json.loads(raw)
                 return self._readings[name]
-            return self._remember(name, self._replayed_json(name) if self.replay_dir is not None else take())
+            return self._remember(name, self._replayed_json(name) if self.replay is not None else take())
 
     def _remember(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
         self._readings[name] = data

@@ -49,7 +49,7 @@ def judged(state: State, config: pytest.Config, interrupted: bool, other_failure
     if other_failures or foreign or foreign_code:
         verdict = "rejected"
     replayed = state.runner.replay_dir
-    recorded = None if state.runner.replay is None else recorded_identity(state.runner.replay.manifest)
+    recorded = None if state.runner.replay is None else state.runner.replay.identity()
     return Results(
         verdict=verdict, mode=state.mode, sources=sources(state.sys_root.resolve(), state.nvml_recording, replayed),
         complete=complete, started=state.started, finished=now(),
@@ -110,15 +110,6 @@ def host_summary(host: Host) -> dict[str, Any]:
     if host.error:
         summary["error"] = host.error
     return summary
-
-
-def recorded_identity(manifest: dict[str, Any]) -> dict[str, Any]:
-    """Whose host a replayed bundle recorded, and when (from its manifest, which verified)."""
-    recorded = manifest.get("recorded")
-    found: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
-    # The recorded run's own mode (live or simulated), kept through replays of replays.
-    found.setdefault("mode", manifest.get("mode"))
-    return found
 
 
 def tools_run(evidence: Evidence) -> list[dict[str, Any]]:
