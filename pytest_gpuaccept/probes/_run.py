@@ -409,8 +409,8 @@ class ToolRunner:
             recorded = self._recall(key)
             if recorded is not None:
                 return recorded
-            if self.replay is not None:
-                self._remember(record_as, self._replayed_json(record_as))
+            if self.replay is not None:  # the samples as recorded; or as `during` reads them once the load has ended
+                self._remember(record_as, self._replayed_json(record_as, lambda: _as_recording(during(_ended()))))
                 return self._replay(key, argv)
             if executable is None:
                 run = ToolRun(key, tuple(argv), None, 0.0, "", "", error=f"{command.tool} not found on PATH")
@@ -425,7 +425,7 @@ class ToolRunner:
             result, stopped = self._load(tool, started, during, lambda: self._finish(
                 key, argv, tool.output(), tool.proc.returncode, started, duration_s, error="interrupted during the load"))
             output = tool.output()
-            self._remember(record_as, result if isinstance(result, dict) else {"error": f"no recording: {result!r}"})
+            self._remember(record_as, _as_recording(result))
             return self._finish(key, argv, output, tool.proc.returncode, started, duration_s, stopped_after_s=stopped,
                                 pid=tool.proc.pid, provenance=origin)
 
@@ -522,7 +522,7 @@ class ToolRunner:
             run = ToolRun(key, tuple(argv), None, 0.0, "", "", error=f"`{' '.join(argv)}` is not in {where}")
             return self._save(run, b"", b"")
         try:
-            record, stdout, stderr = self.replay.record(key)
+            record, stdout, stderr = self.replay.record(key, argv)
             recorded = _from_record(key, record, stdout[:RECORD_LIMIT].decode("utf-8", errors="replace"),
                                     stderr[:RECORD_LIMIT].decode("utf-8", errors="replace"), replayed=True)
         except (Refused, KeyError, TypeError, ValueError) as exc:
@@ -531,10 +531,10 @@ class ToolRunner:
             return self._save(run, b"", b"")
         return self._save(recorded, stdout, stderr)
 
-    def _replayed_json(self, name: str) -> dict[str, Any]:
+    def _replayed_json(self, name: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         assert self.replay is not None
         try:
-            return self.replay.reading(name)
+            return self.replay.reading(name, take)
         except (Refused, OSError, KeyError) as exc:
             return {"error": f"not in the recorded runs {self.replay.folder or ''}: {shown(exc)}"}
 
@@ -552,7 +552,7 @@ class ToolRunner:
             if raw is not None:
                 self._readings[name] = json.loads(raw)
                 return self._readings[name]
-            return self._remember(name, self._replayed_json(name) if self.replay is not None else take())
+            return self._remember(name, self._replayed_json(name, take) if self.replay is not None else take())
 
     def _remember(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
         self._readings[name] = data
@@ -564,6 +564,18 @@ class ToolRunner:
         if self.keep:
             self.evidence.write_json(name, data)
         return name
+
+
+def _ended() -> threading.Event:
+    """The stop event of a load that has ended already (a recorded one)."""
+    stop = threading.Event()
+    stop.set()
+    return stop
+
+
+def _as_recording(result: object) -> dict[str, Any]:
+    """What a load's `during` returned, as the reading it is kept as."""
+    return result if isinstance(result, dict) else {"error": f"no recording: {result!r}"}
 
 
 def _from_record(key: str, record: dict[str, Any], stdout: str, stderr: str, replayed: bool) -> ToolRun:

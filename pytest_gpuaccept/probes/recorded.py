@@ -10,7 +10,7 @@ not measured, never a run that passed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from ..bundle_files import BundleFiles, Refused
 from ..untrusted import shown
@@ -30,12 +30,13 @@ class Recorded(Protocol):
 
     def has(self, name: str) -> bool: ...
 
-    def record(self, key: str) -> tuple[dict[str, Any], bytes, bytes]:
-        """A tool run's record (argv, exit code, duration, ...) and what it printed on stdout and stderr; Refused or
-        KeyError where it is not there as recorded."""
+    def record(self, key: str, argv: list[str]) -> tuple[dict[str, Any], bytes, bytes]:
+        """A tool run's record (argv, exit code, duration, ...) and what it printed on stdout and stderr, for the
+        run the session asks for as `argv`; Refused or KeyError where it is not there as recorded."""
 
-    def reading(self, name: str) -> dict[str, Any]:
-        """A reading (NVML, sysfs) as recorded; Refused where it is not there as recorded."""
+    def reading(self, name: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """A reading (NVML, sysfs) as recorded; Refused where it is not there as recorded. `take` takes it from what
+        the session reads instead (its NVML recording, its sysfs tree): a bundle never does."""
 
     def chunks(self, name: str) -> Iterator[bytes]:
         """A large recorded file (a burn-in's stream) a megabyte at a time."""
@@ -61,13 +62,15 @@ class Replayed:
     def has(self, name: str) -> bool:
         return self.bundle.has(name)
 
-    def record(self, key: str) -> tuple[dict[str, Any], bytes, bytes]:
+    def record(self, key: str, argv: list[str]) -> tuple[dict[str, Any], bytes, bytes]:
+        """The bundle's record of the run, whatever argv the session asks with (the recorded one is judged)."""
         record = self.bundle.read_json(f"{key}.json")
         if not isinstance(record, dict):
             raise Refused(f"{key}.json: not an object")
         return record, self.bundle.read(record["stdout"]), self.bundle.read(record["stderr"])
 
-    def reading(self, name: str) -> dict[str, Any]:
+    def reading(self, name: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The bundle's reading; never one taken now (the host is not here)."""
         data = self.bundle.read_json(name)
         if not isinstance(data, dict):
             raise Refused(f"{shown(name)} in the replayed bundle is not an object")
