@@ -53,6 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _option(config: pytest.Config, ini: str) -> str | None:
+    """Whether (and which) --contract was given, asked by every hook before anything else: the rest of the options
+    are read once, into the run's settings.Settings."""
     value = config.getoption(ini)
     if value is None:
         value = config.getini(ini) or None
@@ -103,18 +105,21 @@ def pytest_configure(config: pytest.Config) -> None:
     from .clauses.advice import advise
     from .clauses.cluster import listing_for
     from .hardening import harden
+    from .settings import settings
     from .state import STATE, State
     from .suite import measurement_fixtures
 
-    contract = _contract(config, contract_path)
+    found = settings(config, _OPTIONS)
+    contract = _contract(config, contract_path, found.node.value)
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
-    if workerinput is None:
-        _command_line_only(config)
+    misplaced = found.misplaced() if workerinput is None else None  # xdist workers re-parse the command line
+    if misplaced is not None:
+        raise pytest.UsageError(misplaced)
     judging = not any(getattr(config.option, name, False) for name in _NOT_JUDGING)
-    replay, nvml_recording = _replay(config), _option(config, "gpuaccept_nvml")
+    replay, nvml_recording = _replay(found.replay.value), found.nvml.value
     if nvml_recording is not None and not Path(nvml_recording).is_file():
         raise pytest.UsageError(f"--gpuaccept-nvml: file not found: {nvml_recording}")
-    report_path, json_path, evidence_dir = _outputs(config, judging, workerinput, replay)
+    report_path, json_path, evidence_dir = _outputs(config, judging, workerinput, replay, found.json.value)
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         # No test path named: run the shipped suites (xdist workers re-parse the command line, so they too).
         config.args = [str(suites_dir())]
@@ -124,7 +129,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = State(contract, runner, report_path, json_path, evidence_dir,
                                 Path(nvml_recording).resolve() if nvml_recording else None,
                                 is_controller=workerinput is None,
-                                sys_root=Path(_option(config, "gpuaccept_sysfs") or "/sys"), mode=mode,
+                                sys_root=Path(found.sysfs.value or "/sys"), mode=mode,
                                 advice=advise(contract), listing=listing_for(contract))
     harden(config)  # before any tool runs: memory closed (PR_SET_DUMPABLE), the tools' user (hardening.py)
     config.pluginmanager.register(measurement_fixtures(), "gpuaccept-measurements")
@@ -134,7 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_NothingJudged(), "gpuaccept-nothing-judged")
 
 
-def _contract(config: pytest.Config, contract_path: str) -> Contract:
+def _contract(config: pytest.Config, contract_path: str, node: str | None) -> Contract:
     """The contract --contract names (a file or a preset), for this node where --gpuaccept-node says one."""
     from .clauses import cluster
     from .contract import ContractError, load_contract
@@ -150,7 +155,6 @@ def _contract(config: pytest.Config, contract_path: str) -> Contract:
         hint = "" if Path(contract_path).exists() else \
             f"\n(no such file; the shipped presets are: {', '.join(presets()) or 'none'})"
         raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems) + hint) from None
-    node = _option(config, "gpuaccept_node")
     if node is not None:
         if cluster.SECTION.get(contract) is None:
             raise pytest.UsageError("--gpuaccept-node: the contract has no cluster section")
@@ -161,13 +165,12 @@ def _contract(config: pytest.Config, contract_path: str) -> Contract:
     return contract
 
 
-def _replay(config: pytest.Config) -> BundleFiles | None:
+def _replay(replay: str | None) -> BundleFiles | None:
     """The bundle --gpuaccept-replay names, opened as data once it verifies (bundle_files: every file listed,
     regular, inside it): judging edited evidence would be judging the editor, not the machine."""
     from .bundle import verify
     from .untrusted import shown
 
-    replay = _option(config, "gpuaccept_replay")
     if replay is None:
         return None
     checked = verify(Path(replay), evidence_only=True)
@@ -189,7 +192,7 @@ def _not_configured_by(config: pytest.Config, bundle: Path) -> None:
 
 
 def _outputs(config: pytest.Config, judging: bool, workerinput: dict[str, Any] | None,
-             replay: BundleFiles | None) -> tuple[Path, Path, Path]:
+             replay: BundleFiles | None, json_option: str | None) -> tuple[Path, Path, Path]:
     """Where the report, the results and the evidence go; a real run starts clean, so an earlier verdict is never
     read after a run that ended early."""
     if not hasattr(config.option, "htmlpath"):
@@ -200,7 +203,7 @@ def _outputs(config: pytest.Config, judging: bool, workerinput: dict[str, Any] |
     config.option.self_contained_html = True
     # A replay writes its results beside its report (a re-judge names one folder for everything it writes).
     default_json = report_path.parent / DEFAULT_JSON if replay is not None else Path(DEFAULT_JSON)
-    json_path = Path(_option(config, "gpuaccept_json") or default_json).resolve()
+    json_path = Path(json_option or default_json).resolve()
     evidence_dir = Path(workerinput["gpuaccept_evidence"]) if workerinput else report_path.parent / EVIDENCE_DIR
     if replay is not None:
         _outside_the_bundle(replay.evidence.resolve(), {"the report (--html)": report_path, "the evidence": evidence_dir,
@@ -243,33 +246,6 @@ def _runner(contract: Contract, evidence_dir: Path, replay: BundleFiles | None, 
 
 # Options of pytest's that show or collect without running: with them nothing is measured or judged.
 _NOT_JUDGING = ("collectonly", "showfixtures", "show_fixtures_per_test", "markers", "help", "version")
-# Every option that chooses where readings come from (a recording, a replayed bundle, another sysfs tree) replaces
-# the host's own: only the person at the command line may ask, and the results, banner and JUnit name each.
-_COMMAND_LINE_ONLY = (("--gpuaccept-nvml", "gpuaccept_nvml", "a recording or replay replaces what this host measures"),
-                      ("--gpuaccept-replay", "gpuaccept_replay", "a recording or replay replaces what this host measures"),
-                      ("--gpuaccept-sysfs", "gpuaccept_sysfs", "another sysfs tree replaces this host's own"))
-
-
-def _command_line_only(config: pytest.Config) -> None:
-    """A source option from an ini file, addopts or PYTEST_ADDOPTS: a usage error (a pytest.ini in any parent
-    folder, or the environment, belongs to whoever controls the host)."""
-    import os
-
-    given = config.invocation_params.args
-    for flag, ini, why in _COMMAND_LINE_ONLY:
-        places = []
-        if config.getini(ini):
-            places.append(f"the ini option {ini}")
-        if any(flag in str(arg) for arg in config.getini("addopts")):
-            places.append("the ini addopts")
-        if flag in os.environ.get("PYTEST_ADDOPTS", ""):
-            places.append("PYTEST_ADDOPTS")
-        if config.getoption(ini) is not None and not any(a == flag or a.startswith(flag + "=") for a in given):
-            places.append("somewhere other than the command line")
-        if places:
-            raise pytest.UsageError(f"{flag} may only be given on the command line, not in {places[0]}: {why}")
-
-
 def _progress(config: pytest.Config) -> Any:
     """Lines on the terminal while long work runs (a tool's start and end, the load's elapsed time and lowest
     GPU): written past output capture, never under xdist workers (their controller shows the dots)."""
