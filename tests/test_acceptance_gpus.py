@@ -1,11 +1,14 @@
-"""End to end through pytester: contract -> gpus and nvlink checks -> report and results JSON.
+"""The gpus and nvlink clauses: judged in process from real `topo -m` outputs and NVML recordings (tests/judging.py),
+and end to end through pytester where the run itself is the point: contract -> checks -> report and results JSON.
 
-`nvidia-smi` is a fake on PATH replaying real `topo -m` outputs; NVML readings come from recordings.
+In a whole run `nvidia-smi` is a fake on PATH replaying the recorded outputs.
 """
 
+from pathlib import Path
 
 import pytest
 from conftest import DATA, nvml_recording, pci_tree, run_pytest, staged_recording
+from judging import Output, judge
 
 H100_8 = """\
 gpuaccept: 1
@@ -23,17 +26,23 @@ nvlink:
 """
 
 
-def test_an_nv18_h100_box_passes_all_28_pairs_with_18_links(accept, fake_tools):
-    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
-    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"))
-    pairs = run.checks("nvlink")
+NV18 = DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt"
+FOUR_GPUS = "gpuaccept: 1\nvendor: V\ngpus:\n  count: 4\nnvlink:\n  every_pair: true\n"
+
+
+def _staged(tmp_path, source, change) -> Path:
+    """conftest.staged_recording's file, for the harness."""
+    return Path(staged_recording(tmp_path, source, change).split("=", 1)[1])
+
+
+def test_an_nv18_h100_box_passes_all_28_pairs_with_18_links(tmp_path):
+    judged = judge(H100_8, {"nvidia-smi": Output(NV18)}, tmp_path)
+    pairs = judged.of("nvlink")
     assert len(pairs) == 28
-    assert {(c["outcome"], c["measured"], c["unit"]) for c in pairs} == {("passed", 18, "links")}
-    assert pairs[0]["message"] == "NV18 between GPU0 and GPU1 (100% of the 18 NVLinks of a H100 SXM5 80GB)"
-    assert pairs[0]["test"] == "suites/test_nvlink.py::test_nvlink_pair[GPU0-GPU1]"
-    assert run.json["verdict"] == "accepted" and run.json["complete"] is True
-    assert run.result.ret == 0
-    assert fake_tools.calls("nvidia-smi") == [["nvidia-smi", "topo", "-m"]]  # once, for 28 pairs
+    assert {(c.outcome.value, c.measured, c.unit) for c in pairs} == {("passed", 18, "links")}
+    assert pairs[0].message == "NV18 between GPU0 and GPU1 (100% of the 18 NVLinks of a H100 SXM5 80GB)"
+    assert judged.verdict == "accepted"
+    assert judged.recordings.asked == [["nvidia-smi", "topo", "-m"]]  # once, for 28 pairs
 
 
 def test_nvlink_bridges_on_two_of_four_gpus_fail_four_pairs_with_zero(accept, fake_tools):
@@ -51,84 +60,80 @@ def test_nvlink_bridges_on_two_of_four_gpus_fail_four_pairs_with_zero(accept, fa
     run.result.stdout.fnmatch_lines(["*nvlink GPU0-GPU2: failed: SYS between GPU0 and GPU2, 0 < 1 links*"])
 
 
-def test_nvlink_printed_for_cards_that_have_none_fails_naming_both_sources(accept, fake_tools):
+def test_nvlink_printed_for_cards_that_have_none_fails_naming_both_sources(tmp_path):
     """A shadowed nvidia-smi printing NV4 bridges for RTX 5090s: the device ID's model has no NVLink, and NVML
     says NotSupported."""
-    fake_tools.add("nvidia-smi", DATA / "topo" / "4gpu_nv4_bridge_pairs_no_nic_blog.txt")
-    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 4\nnvlink:\n  every_pair: true\n",
-                 nvml_recording("rtx5090_4gpu.json"))
-    pairs = {c["subject"]: c for c in run.checks("nvlink")}
-    assert pairs["GPU0-GPU1"]["outcome"] == "failed"
-    assert pairs["GPU0-GPU1"]["message"] == ("`topo -m` says NV4 between GPU0 and GPU1, but PCI device 0x2b85 "
-                                             "(GeForce RTX 5090) has no NVLink, not even a bridge")
+    judged = judge(FOUR_GPUS, {"nvidia-smi": Output(DATA / "topo" / "4gpu_nv4_bridge_pairs_no_nic_blog.txt")},
+                   tmp_path, nvml="rtx5090_4gpu.json")
+    pair = judged.one("nvlink", "GPU0-GPU1")
+    assert pair.outcome.value == "failed"
+    assert pair.message == ("`topo -m` says NV4 between GPU0 and GPU1, but PCI device 0x2b85 "
+                            "(GeForce RTX 5090) has no NVLink, not even a bridge")
 
 
-def test_nvlink_that_nvml_does_not_see_fails(accept, fake_tools, tmp_path):
+def test_nvlink_that_nvml_does_not_see_fails(tmp_path):
     """A shadowed nvidia-smi printing NV18 everywhere on H100 SXM5s whose links NVML reports down."""
-    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
 
     def links_down(reading):
         for gpu in reading["gpus"][:2]:
             gpu["nvlinks"] = [{**n, "active": False} for n in gpu["nvlinks"]]
         reading["gpus"][2]["nvlinks"] = reading["gpus"][2]["nvlinks"][:6]
 
-    run = accept(H100_8, staged_recording(tmp_path, "h100_sxm5_8gpu.json", links_down))
-    pairs = {c["subject"]: c for c in run.checks("nvlink")}
-    assert pairs["GPU0-GPU5"]["message"] == ("`topo -m` says NV18 between GPU0 and GPU5, NVML says GPU0 has no active "
-                                             "NVLink (0 of 18 links active)")
-    assert pairs["GPU2-GPU3"]["message"] == ("`topo -m` says NV18 between GPU2 and GPU3, NVML says GPU2 has 6 and GPU3 18 "
-                                             "active links (into an NVSwitch)")
-    assert pairs["GPU3-GPU4"]["outcome"] == "passed"
+    judged = judge(H100_8, {"nvidia-smi": Output(NV18)}, tmp_path,
+                   nvml=_staged(tmp_path, "h100_sxm5_8gpu.json", links_down))
+    assert judged.one("nvlink", "GPU0-GPU5").message == (
+        "`topo -m` says NV18 between GPU0 and GPU5, NVML says GPU0 has no active NVLink (0 of 18 links active)")
+    assert judged.one("nvlink", "GPU2-GPU3").message == (
+        "`topo -m` says NV18 between GPU2 and GPU3, NVML says GPU2 has 6 and GPU3 18 active links (into an NVSwitch)")
+    assert judged.one("nvlink", "GPU3-GPU4").outcome.value == "passed"
 
 
-def test_direct_links_are_counted_per_pair(accept, fake_tools, tmp_path):
+def test_direct_links_are_counted_per_pair(tmp_path):
     """4x H100 with NV6 all-to-all: NVML's remote bus IDs name the peer; a pair whose links lead elsewhere fails."""
-    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_4gpu_nv6_4nic_matrix_only.txt")
+    topo = {"nvidia-smi": Output(DATA / "topo" / "h100_4gpu_nv6_4nic_matrix_only.txt")}
 
     def rewire(reading):  # GPU0's six links to GPU1 lead to GPU2 instead
         bus1, bus2 = reading["gpus"][1]["pci_bus_id"], reading["gpus"][2]["pci_bus_id"]
         for link in reading["gpus"][0]["nvlinks"]:
             link["remote_bus_id"] = bus2 if link["remote_bus_id"] == bus1 else link["remote_bus_id"]
 
-    contract = "gpuaccept: 1\nvendor: V\ngpus:\n  count: 4\nnvlink:\n  every_pair: true\n  min_links: 6\n"
-    honest = accept(contract, nvml_recording("h100_sxm5_4gpu.json"))
-    assert {c["outcome"] for c in honest.checks("nvlink")} == {"passed"}
-    run = accept(contract, staged_recording(tmp_path, "h100_sxm5_4gpu.json", rewire))
-    failed = {c["subject"]: c["message"] for c in run.checks("nvlink") if c["outcome"] != "passed"}
+    contract = FOUR_GPUS + "  min_links: 6\n"
+    honest = judge(contract, topo, tmp_path / "honest", nvml="h100_sxm5_4gpu.json")
+    assert {c.outcome.value for c in honest.of("nvlink")} == {"passed"}
+    judged = judge(contract, topo, tmp_path / "rewired", nvml=_staged(tmp_path, "h100_sxm5_4gpu.json", rewire))
+    failed = {c.subject: c.message for c in judged.of("nvlink") if c.outcome.value != "passed"}
     assert failed == {"GPU0-GPU1": "`topo -m` says NV6 between GPU0 and GPU1, NVML counts 0 active links from GPU0 to GPU1",
                       "GPU0-GPU2": "`topo -m` says NV6 between GPU0 and GPU2, NVML counts 12 active links from GPU0 to GPU2"}
 
 
-def test_a_pcie_box_sold_as_nvswitch_is_rejected(accept, fake_tools):
-    fake_tools.add("nvidia-smi", DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt")
-    run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"))
-    assert {c["outcome"] for c in run.checks("nvlink")} == {"failed"}
-    assert run.json["verdict"] == "rejected"
+def test_a_pcie_box_sold_as_nvswitch_is_rejected(tmp_path):
+    judged = judge(H100_8, {"nvidia-smi": Output(DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt")}, tmp_path)
+    assert {c.outcome.value for c in judged.of("nvlink")} == {"failed"}
+    assert judged.verdict == "rejected"
 
 
-def test_a_gpu_the_contract_expects_and_the_host_lacks_fails(accept, fake_tools):
-    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_4gpu_nv6_4nic_matrix_only.txt")
-    run = accept(H100_8.replace("min_links: 18", "min_links: 6"), nvml_recording("h100_sxm5_4gpu.json"))
-    by = {(c["clause"], c["subject"]): c for c in run.checks()}
-    assert by[("gpus.count", "host")]["measured"] == 4
-    assert by[("gpus.count", "host")]["outcome"] == "failed"
-    assert by[("gpus.model", "GPU7")]["message"] == "GPU7 not present: found 4"
-    assert by[("gpus.memory", "GPU7")]["outcome"] == "failed"
-    assert by[("nvlink", "GPU3-GPU7")]["message"] == "GPU7 not present: found 4"
-    assert by[("nvlink", "GPU0-GPU3")]["outcome"] == "passed"
+def test_a_gpu_the_contract_expects_and_the_host_lacks_fails(tmp_path):
+    judged = judge(H100_8.replace("min_links: 18", "min_links: 6"),
+                   {"nvidia-smi": Output(DATA / "topo" / "h100_4gpu_nv6_4nic_matrix_only.txt")}, tmp_path,
+                   nvml="h100_sxm5_4gpu.json")
+    assert judged.one("gpus.count", "host").measured == 4
+    assert judged.one("gpus.count", "host").outcome.value == "failed"
+    assert judged.one("gpus.model", "GPU7").message == "GPU7 not present: found 4"
+    assert judged.one("gpus.memory", "GPU7").outcome.value == "failed"
+    assert judged.one("nvlink", "GPU3-GPU7").message == "GPU7 not present: found 4"
+    assert judged.one("nvlink", "GPU0-GPU3").outcome.value == "passed"
 
 
-def test_a_40gb_card_sold_as_80gb_fails_model_and_memory(accept, fake_tools):
-    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
-    run = accept(H100_8.replace("H100 80GB HBM3", "A100-SXM4-80GB").replace(">=550", ">=530").replace(">=12.4", ">=12.0"),
-                 nvml_recording("a100_sxm4_40gb_8gpu.json"))
-    memory = run.checks("gpus.memory")[0]
-    assert (memory["outcome"], memory["measured"], memory["unit"]) == ("failed", 42.95, "GB")
-    assert memory["message"] == "GPU0 total memory 42.95 GB < 80 GB"
-    model = run.checks("gpus.model")[0]
-    assert model["message"] == ("GPU0 is 'NVIDIA A100-SXM4-40GB', which does not contain 'A100-SXM4-80GB', "
-                                "nor does its PCI device 0x20b0 (A100 SXM4 40GB)")
-    assert run.checks("gpus.driver")[0]["outcome"] == "passed"
+def test_a_40gb_card_sold_as_80gb_fails_model_and_memory(tmp_path):
+    judged = judge(H100_8.replace("H100 80GB HBM3", "A100-SXM4-80GB").replace(">=550", ">=530").replace(">=12.4", ">=12.0"),
+                   {"nvidia-smi": Output(NV18)}, tmp_path, nvml="a100_sxm4_40gb_8gpu.json")
+    memory = judged.of("gpus.memory")[0]
+    assert (memory.outcome.value, memory.measured, memory.unit) == ("failed", 42.95, "GB")
+    assert memory.message == "GPU0 total memory 42.95 GB < 80 GB"
+    model = judged.of("gpus.model")[0]
+    assert model.message == ("GPU0 is 'NVIDIA A100-SXM4-40GB', which does not contain 'A100-SXM4-80GB', "
+                             "nor does its PCI device 0x20b0 (A100 SXM4 40GB)")
+    assert judged.of("gpus.driver")[0].outcome.value == "passed"
 
 
 def test_without_a_driver_every_check_is_not_measured_with_the_reason(accept, fake_tools):
@@ -145,11 +150,12 @@ def test_without_a_driver_every_check_is_not_measured_with_the_reason(accept, fa
     assert "REJECTED" in run.html
 
 
-
-
 def test_the_report_has_the_verdict_identity_and_raw_output(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"))
+    assert run.json["verdict"] == "accepted" and run.json["complete"] is True
+    assert run.result.ret == 0
+    assert run.checks("nvlink")[0]["test"] == "suites/test_nvlink.py::test_nvlink_pair[GPU0-GPU1]"
     page = run.html
     for text in ("ACCEPTED", "Example GPU Cloud", "SLA-1", run.json["contract"]["sha256"], "560.35.03",
                  "GPU-h100-00aaaaaaa-0000-0000-0000-000000000000", "1652322000000",
@@ -269,13 +275,10 @@ def test_disabling_pytest_html_is_a_usage_error(accept, fake_tools):
     assert fake_tools.calls() == []
 
 
-def test_an_nvml_recording_that_is_not_a_json_object_rejects_and_says_so(accept, fake_tools, tmp_path):
-    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
+def test_an_nvml_recording_that_is_not_a_json_object_rejects_and_says_so(tmp_path):
     recording = tmp_path / "list.json"
     recording.write_text("[1, 2, 3]")
-    run = accept(H100_8, f"--gpuaccept-nvml={recording}", f"--gpuaccept-sysfs={tmp_path / 'sys'}")
-    assert run.json["verdict"] == "rejected"
-    assert run.checks() and all(c["outcome"] != "passed" for c in run.checks("gpus.count"))
-    assert any("not a JSON object" in c["message"] for c in run.checks("gpus.count"))
-
-
+    judged = judge(H100_8, {"nvidia-smi": Output(NV18)}, tmp_path, nvml=recording, sysfs=tmp_path / "sys")
+    assert judged.verdict == "rejected"
+    assert judged.checks and all(c.outcome.value != "passed" for c in judged.of("gpus.count"))
+    assert any("not a JSON object" in c.message for c in judged.of("gpus.count"))

@@ -1,4 +1,5 @@
-"""all_reduce: the nccl-tests parser on every real log of the corpus, and the clause end to end."""
+"""all_reduce: the nccl-tests parser on every real log of the corpus; the clause judged in process from the logs
+(tests/judging.py), and end to end where the run itself is the point (its report, a tool missing from PATH, a hang)."""
 
 import json
 import re
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import DATA, nccl_log, nvml_recording
+from judging import Judged, Output, judge
 
 from pytest_gpuaccept.clauses.allreduce import not_this_run
 from pytest_gpuaccept.probes import ParseError
@@ -60,7 +62,7 @@ def test_output_without_a_table_is_refused(text):
         parse_all_reduce(text)
 
 
-# ------------------------------------------------------------------ end to end, fake all_reduce_perf
+# ------------------------------------------------------------------ the clause: judged, and end to end
 
 P5 = DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt"
 RTX = DATA / "allreduce" / "rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt"
@@ -78,36 +80,45 @@ def log_with_ranks(path: Path, ranks: int = 8) -> bytes:
     return nccl_log(path, ranks=ranks)
 
 
+def nccl(log: bytes | Path, **kwargs) -> dict[str, Output]:
+    """all_reduce_perf printing `log`, for the harness (as long as the work its table reports, unless told)."""
+    return {"all_reduce_perf": Output(log, **kwargs)}
+
+
+def asked(judged: Judged, tool: str) -> list[list[str]]:
+    """The runs of `tool` the session asked for."""
+    return [argv for argv in judged.recordings.asked if argv[0] == tool]
+
+
 @pytest.mark.parametrize("threshold, outcome", [("482.05 GB/s", "passed"), ("484.05 GB/s", "failed")])
-def test_measured_is_the_out_of_place_busbw_at_the_largest_size(accept, fake_tools, threshold, outcome):
-    fake_tools.add_nccl(log_with_ranks(P5), iters=1)
-    run = accept(contract(threshold), nvml_recording("h100_sxm5_8gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert check["measured"] == pytest.approx(483.05, abs=0.01)
-    assert (check["outcome"], check["unit"]) == (outcome, "GB/s")
+def test_measured_is_the_out_of_place_busbw_at_the_largest_size(tmp_path, threshold, outcome):
+    judged = judge(contract(threshold), nccl(log_with_ranks(P5)), tmp_path)
+    check = judged.of("allreduce")[0]
+    assert check.measured == pytest.approx(483.05, abs=0.01)
+    assert (check.outcome.value, check.unit) == (outcome, "GB/s")
     sign = ">=" if outcome == "passed" else "<"
-    assert check["message"] == (f"busbw 483.05 GB/s at 16 GiB {sign} {threshold} (nccl-tests; "
-                                "107% of the published 450 GB/s (H100 SXM5 80GB NVLink, one direction))")
-    assert fake_tools.calls("all_reduce_perf") == [
+    assert check.message == (f"busbw 483.05 GB/s at 16 GiB {sign} {threshold} (nccl-tests; "
+                             "107% of the published 450 GB/s (H100 SXM5 80GB NVLink, one direction))")
+    assert asked(judged, "all_reduce_perf") == [
         ["all_reduce_perf", "-g", "8", "-b", "8388608", "-e", "17179869184", "-f", "2", "-c", "1", "-n", "1"]]
-    assert "156.742" not in check["message"]  # never the sweep average
+    assert "156.742" not in check.message  # never the sweep average
 
 
 def test_the_report_shows_the_busbw_table_and_the_command(accept, fake_tools):
     fake_tools.add_nccl(log_with_ranks(P5), iters=1)
     run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
+    assert run.json["verdict"] == "accepted" and run.result.ret == 0
     page = run.html
     assert "out-of-place busbw (GB/s)" in page and "480.43" in page
     assert "all_reduce_perf -g 8 -b 8388608 -e 17179869184 -f 2 -c 1 -n 1" in page
 
 
-def test_repeats_run_each_time_and_the_best_counts(accept, fake_tools):
-    fake_tools.add_nccl(log_with_ranks(P5), iters=1)
-    run = accept(contract("450 GB/s", extra="  repeats: 3\n"), nvml_recording("h100_sxm5_8gpu.json"))
-    assert len(fake_tools.calls("all_reduce_perf")) == 3
-    check = run.checks("allreduce")[0]
-    assert check["outcome"] == "passed" and "best of 3 runs" in check["message"]
-    assert len([e for e in check["evidence"] if e.endswith(".txt") and "stderr" not in e]) == 3
+def test_repeats_run_each_time_and_the_best_counts(tmp_path):
+    judged = judge(contract("450 GB/s", extra="  repeats: 3\n"), nccl(log_with_ranks(P5)), tmp_path)
+    assert len(asked(judged, "all_reduce_perf")) == 3
+    check = judged.of("allreduce")[0]
+    assert check.outcome.value == "passed" and "best of 3 runs" in check.message
+    assert len([e for e in check.evidence if e.endswith(".txt") and "stderr" not in e]) == 3
 
 
 @pytest.mark.parametrize("mutate, reason", [
@@ -118,36 +129,34 @@ def test_repeats_run_each_time_and_the_best_counts(accept, fake_tools):
     (lambda t: t.replace(b"# Out of bounds values : 0 OK", b"# Out of bounds values : 12 FAILED"),
      "errors in the output: '# Out of bounds values : 12 FAILED'"),
 ])
-def test_a_corrupt_or_failing_run_never_passes(accept, fake_tools, mutate, reason):
-    fake_tools.add_nccl(mutate(log_with_ranks(P5)), iters=1)
-    run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert check["outcome"] == "failed"
-    assert check["message"] == f"run: {reason}"
-    assert run.json["verdict"] == "rejected"
+def test_a_corrupt_or_failing_run_never_passes(tmp_path, mutate, reason):
+    judged = judge(contract("1 GB/s"), nccl(mutate(log_with_ranks(P5))), tmp_path)
+    check = judged.of("allreduce")[0]
+    assert check.outcome.value == "failed"
+    assert check.message == f"run: {reason}"
+    assert judged.verdict == "rejected"
 
 
-def test_a_log_that_ends_in_an_nccl_failure_is_not_measured(accept, fake_tools):
-    fake_tools.add("all_reduce_perf", DATA / "allreduce" / "p100pcie_8gpu_nccl1_ancient_format_failure.txt", rc=1)
-    run = accept(contract("1 GB/s", max_bytes="128 MiB"), nvml_recording("h100_sxm5_8gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert check["outcome"] == "not_measured"
-    assert "exited with code 1" in check["message"]
+def test_a_log_that_ends_in_an_nccl_failure_is_not_measured(tmp_path):
+    judged = judge(contract("1 GB/s", max_bytes="128 MiB"),
+                   nccl(DATA / "allreduce" / "p100pcie_8gpu_nccl1_ancient_format_failure.txt", returncode=1), tmp_path)
+    check = judged.of("allreduce")[0]
+    assert check.outcome.value == "not_measured"
+    assert "exited with code 1" in check.message
 
 
-def test_a_sweep_that_stops_short_of_max_bytes_is_not_a_pass(accept, fake_tools):
-    fake_tools.add_nccl(nccl_log(RTX, "rtx5090_4gpu.json", ranks=4))
-    run = accept(contract("1 GB/s", max_bytes="8 GiB", count=4, iters=None), nvml_recording("rtx5090_4gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert check["outcome"] == "failed"
-    assert check["message"] == ("run: the sweep stopped at 128 MiB, short of max_bytes 8 GiB: "
-                                "the contracted size was not measured")
+def test_a_sweep_that_stops_short_of_max_bytes_is_not_a_pass(tmp_path):
+    judged = judge(contract("1 GB/s", max_bytes="8 GiB", count=4, iters=None),
+                   nccl(nccl_log(RTX, "rtx5090_4gpu.json", ranks=4)), tmp_path, nvml="rtx5090_4gpu.json")
+    check = judged.of("allreduce")[0]
+    assert check.outcome.value == "failed"
+    assert check.message == ("run: the sweep stopped at 128 MiB, short of max_bytes 8 GiB: "
+                             "the contracted size was not measured")
 
 
-def test_a_rank_count_other_than_the_gpu_count_fails(accept, fake_tools):
-    fake_tools.add_nccl(log_with_ranks(P5, ranks=4), iters=1)
-    run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
-    assert run.checks("allreduce")[0]["message"] == (
+def test_a_rank_count_other_than_the_gpu_count_fails(tmp_path):
+    judged = judge(contract("1 GB/s"), nccl(log_with_ranks(P5, ranks=4)), tmp_path)
+    assert judged.of("allreduce")[0].message == (
         "run: ran on 4 ranks, the contract has 8 GPUs; run: at 16 GiB the row's time 62239 us gives busbw "
         "414.05 GB/s over 4 ranks, the row says 483.05: the table does not add up")
 
@@ -157,6 +166,7 @@ def test_a_missing_binary_is_not_measured(accept, fake_tools):
     check = run.checks("allreduce")[0]
     assert (check["outcome"], check["measured"]) == ("not_measured", None)
     assert check["message"] == "not measured: run: all_reduce_perf not found on PATH"
+    assert run.json["verdict"] == "rejected" and run.result.ret == 1
 
 
 def test_a_hang_past_the_timeout_is_killed_and_not_measured(accept, fake_tools):
@@ -170,25 +180,24 @@ def test_a_hang_past_the_timeout_is_killed_and_not_measured(accept, fake_tools):
     assert partial == "# nThread 1 nGpus 8 minBytes 8388608\n"  # what it printed before hanging is kept
 
 
-def test_a_busbw_above_what_the_hardware_allows_is_implausible(accept, fake_tools):
+def test_a_busbw_above_what_the_hardware_allows_is_implausible(tmp_path):
     # The real H100 log replayed on a host that NVML says has RTX 5090s on PCIe: 483 GB/s is impossible there.
-    fake_tools.add_nccl(nccl_log(P5, "rtx5090_4gpu.json", ranks=4, table_ranks=8), iters=1)  # 414 GB/s on 4 ranks
-    run = accept(contract("1 GB/s", count=4), nvml_recording("rtx5090_4gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert check["outcome"] == "failed"
+    log = nccl_log(P5, "rtx5090_4gpu.json", ranks=4, table_ranks=8)  # 414 GB/s on 4 ranks
+    judged = judge(contract("1 GB/s", count=4), nccl(log), tmp_path, nvml="rtx5090_4gpu.json")
+    check = judged.of("allreduce")[0]
+    assert check.outcome.value == "failed"
     assert ("is implausible: above 69.3 GB/s (physically impossible: GPU0's PCIe Gen5 x16 (the GeForce RTX 5090's own), "
-            "at most 63 GB/s + 10%)") in check["message"]
-    assert check["details"]["physical_cap_source"].endswith("from the model table (pytest_gpuaccept/models/gpus.json)")
+            "at most 63 GB/s + 10%)") in check.message
+    assert check.details["physical_cap_source"].endswith("from the model table (pytest_gpuaccept/models/gpus.json)")
 
 
-def test_a_real_log_replayed_unchanged_is_not_this_runs(accept, fake_tools):
+def test_a_real_log_replayed_unchanged_is_not_this_runs(tmp_path):
     """A canned copy of a real run, printed at once by a script: other PIDs, other GPUs, too fast for its table."""
-    fake_tools.add("all_reduce_perf", RTX)
-    run = accept(contract("1 GB/s", max_bytes="128 MiB", extra="  min_bytes: '8 B'\n", iters=None),
-                 nvml_recording("h100_sxm5_8gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert check["outcome"] == "failed"
-    problems = check["message"].split("; ")
+    judged = judge(contract("1 GB/s", max_bytes="128 MiB", extra="  min_bytes: '8 B'\n", iters=None),
+                   nccl(RTX, seconds=0.0), tmp_path)
+    check = judged.of("allreduce")[0]
+    assert check.outcome.value == "failed"
+    problems = check.message.split("; ")
     assert re.fullmatch(r"run: ranks ran as PID 27238, not as the process gpuaccept started \(PID \d+\): "
                         r"this output is not this run's", problems[0])
     assert problems[1] == ("run: ranks on GPUs NVML does not list here: rank 0 at 0000:01:00, rank 1 at 0000:11:00, "
@@ -199,42 +208,39 @@ def test_a_real_log_replayed_unchanged_is_not_this_runs(accept, fake_tools):
                         r"but the run took 0\.\d\d s: not a measurement", problems[2])
 
 
-def test_all_ranks_on_one_gpu_fail(accept, fake_tools, tmp_path):
+def test_all_ranks_on_one_gpu_fail(tmp_path):
     one_gpu = re.sub(rb"\[0x[0-9a-f]+\]", b"[0x18]", log_with_ranks(P5))
-    fake_tools.add_nccl(one_gpu, iters=1)
-    run = accept(contract("1 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
-    assert run.checks("allreduce")[0]["message"] == "run: ranks share a GPU: ranks 0, 1, 2, 3, 4, 5, 6, 7 all on 0000:18:00 (GPU0)"
+    judged = judge(contract("1 GB/s"), nccl(one_gpu), tmp_path)
+    assert judged.of("allreduce")[0].message == "run: ranks share a GPU: ranks 0, 1, 2, 3, 4, 5, 6, 7 all on 0000:18:00 (GPU0)"
 
 
-def test_a_busbw_edited_without_its_time_does_not_add_up(accept, fake_tools):
+def test_a_busbw_edited_without_its_time_does_not_add_up(tmp_path):
     inflated = log_with_ranks(P5).replace(b"483.05      0    62200", b"983.05      0    62200")
-    fake_tools.add_nccl(inflated, iters=1)
-    run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert check["outcome"] == "failed"
-    assert check["message"] == ("run: at 16 GiB the row's time 62239 us gives busbw 483.05 GB/s over 8 ranks, "
-                                "the row says 983.05: the table does not add up")
+    judged = judge(contract("450 GB/s"), nccl(inflated), tmp_path)
+    check = judged.of("allreduce")[0]
+    assert check.outcome.value == "failed"
+    assert check.message == ("run: at 16 GiB the row's time 62239 us gives busbw 483.05 GB/s over 8 ranks, "
+                             "the row says 983.05: the table does not add up")
 
 
-def test_a_busbw_above_the_nvlink_bound_fails_as_implausible(accept, fake_tools):
+def test_a_busbw_above_the_nvlink_bound_fails_as_implausible(tmp_path):
     # time, algbw and busbw of the 16 GiB row edited together, so that the row adds up: 981.87 GB/s
     inflated = log_with_ranks(P5).replace(b"62239  276.03  483.05", b"30620  561.07  981.87")
-    fake_tools.add_nccl(inflated, iters=1)
-    run = accept(contract("450 GB/s"), nvml_recording("h100_sxm5_8gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert check["outcome"] == "failed"
-    assert check["message"] == ("busbw 981.87 GB/s at 16 GiB is implausible: above 866.25 GB/s (physically impossible: "
-                                "GPU0's 18 NVLinks (NVML) x 25 GB/s per link (H100 SXM5 80GB), x 1.75 for reduction in the "
-                                "NVSwitch, at most 787.5 GB/s + 10%) (nccl-tests; 218% of the published 450 GB/s "
-                                "(H100 SXM5 80GB NVLink, one direction))")
+    judged = judge(contract("450 GB/s"), nccl(inflated), tmp_path)
+    check = judged.of("allreduce")[0]
+    assert check.outcome.value == "failed"
+    assert check.message == ("busbw 981.87 GB/s at 16 GiB is implausible: above 866.25 GB/s (physically impossible: "
+                             "GPU0's 18 NVLinks (NVML) x 25 GB/s per link (H100 SXM5 80GB), x 1.75 for reduction in the "
+                             "NVSwitch, at most 787.5 GB/s + 10%) (nccl-tests; 218% of the published 450 GB/s "
+                             "(H100 SXM5 80GB NVLink, one direction))")
 
 
-def test_the_torch_alternative_is_chosen_by_the_contract_and_labelled(accept, fake_tools):
-    run = accept(contract("1 GB/s", extra="  tool: torch\n"), nvml_recording("h100_sxm5_8gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert fake_tools.calls("all_reduce_perf") == []  # never nccl-tests when torch is chosen, and vice versa
-    assert check["outcome"] == "not_measured"
-    assert check["details"]["tool"] == "PyTorch distributed (NCCL backend), not nccl-tests"
+def test_the_torch_alternative_is_chosen_by_the_contract_and_labelled(tmp_path):
+    judged = judge(contract("1 GB/s", extra="  tool: torch\n"), {}, tmp_path)  # its workload: no output recorded
+    check = judged.of("allreduce")[0]
+    assert asked(judged, "all_reduce_perf") == []  # never nccl-tests when torch is chosen, and vice versa
+    assert check.outcome.value == "not_measured"
+    assert check.details["tool"] == "PyTorch distributed (NCCL backend), not nccl-tests"
 
 
 def test_the_torch_workload_output_reads_with_the_same_parser():
@@ -250,15 +256,14 @@ def test_the_torch_workload_output_reads_with_the_same_parser():
     ("v100sxm2_1node_8gpu_old_error_column.txt", "128 MiB"),
 ])
 @pytest.mark.parametrize("delta, outcome", [(-1.0, "passed"), (1.0, "failed")])
-def test_real_8_gpu_logs_judged_as_this_host_prints_them(accept, fake_tools, name, max_bytes, delta, outcome):
-    """The real log with its rank lines on this recording's GPUs and the fake's own PID; the table unchanged."""
+def test_real_8_gpu_logs_judged_as_this_host_prints_them(tmp_path, name, max_bytes, delta, outcome):
+    """The real log with its rank lines on this recording's GPUs and the run's own PID; the table unchanged."""
     expected = EXPECTED[name]["oop_busbw_at_largest"]
-    fake_tools.add_nccl(nccl_log(DATA / "allreduce" / name))
-    run = accept(contract(f"{expected + delta:.2f} GB/s", max_bytes=max_bytes, extra="  min_bytes: '8 B'\n", iters=None),
-                 nvml_recording("h100_sxm5_8gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert check["measured"] == pytest.approx(expected, abs=0.01)
-    assert check["outcome"] == outcome, check["message"]
+    judged = judge(contract(f"{expected + delta:.2f} GB/s", max_bytes=max_bytes, extra="  min_bytes: '8 B'\n", iters=None),
+                   nccl(nccl_log(DATA / "allreduce" / name)), tmp_path)
+    check = judged.of("allreduce")[0]
+    assert check.measured == pytest.approx(expected, abs=0.01)
+    assert check.outcome.value == outcome, check.message
 
 
 def test_the_real_h200_torch_rank_line_is_placed_on_its_gpu_by_bus_and_device():
