@@ -6,10 +6,12 @@ memory_bandwidth measured through nvbandwidth's device_local_copy, judged on twi
 import json
 import re
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import DATA, nvml_recording, pci_tree, staged_recording
+from judging import Output, judge
 
 from pytest_gpuaccept.contract import parse_contract
 from pytest_gpuaccept.doctor import needs
@@ -106,7 +108,7 @@ memory_bandwidth: {{{threshold}{tool}}}
 """
 
 
-def host_of(output: str, tmp_path) -> str:
+def host_of(output: str, tmp_path) -> Path:
     """The NVML recording of the host an nvbandwidth output came from: its `Device N: NAME (BUS)` lines as NVML lists
     them (the rest as the 8-GPU H100 recording has it), so that the output is this host's (clauses/plausible.py
     refuses one that lists GPUs NVML does not have here)."""
@@ -116,85 +118,96 @@ def host_of(output: str, tmp_path) -> str:
         for n, name, bus in devices:
             reading["gpus"][int(n)].update(name=name, pci_bus_id=f"{bus}.0")
         reading["cuda_devices"]["bus_ids"] = [sysfs_bus_id(g["pci_bus_id"]) for g in reading["gpus"]]
-    return staged_recording(tmp_path, "h100_sxm5_8gpu.json", change)
+    return Path(staged_recording(tmp_path, "h100_sxm5_8gpu.json", change).split("=", 1)[1])
 
 
-def _membw(accept, fake_tools, tmp_path, output, threshold, device="0x2330", tool=""):
-    fake_tools.add("nvbandwidth", output)
+def nvbandwidth_found(fake_tools) -> None:
+    """nvbandwidth on PATH, as a host that has it: memory_bandwidth without a `tool` then asks nvbandwidth (the
+    harness gives what it printed; this one is never run)."""
+    fake_tools.add("nvbandwidth")
+
+
+def _membw(tmp_path, output, threshold, device="0x2330", tool=""):
     nvml = host_of(output, tmp_path)
-    run = accept(MEMBW_CONTRACT.format(threshold=threshold, tool=tool), nvml,
-                 pci_tree(tmp_path / "sys", device, nvml.split("=", 1)[1]))
-    return {c["subject"]: c for c in run.checks("memory_bandwidth")}
+    pci_tree(tmp_path / "sys", device, nvml)
+    judged = judge(MEMBW_CONTRACT.format(threshold=threshold, tool=tool), {"nvbandwidth": Output(output)}, tmp_path,
+                   nvml=nvml, sysfs=tmp_path / "sys")
+    return {c.subject: c for c in judged.of("memory_bandwidth")}, judged.recordings.asked
 
 
-def test_a_saved_log_of_another_hosts_gpus_is_not_this_hosts_measurement(accept, fake_tools, tmp_path):
+def test_a_saved_log_of_another_hosts_gpus_is_not_this_hosts_measurement(fake_tools, tmp_path):
     """The real H20-3e output (devices at 18, 38, 49, 59, 9b, bb, ca, da) replayed where NVML lists eight H100s at
     18, 28, ... 88, as long as its copies took: the wall time is right, the GPUs are not."""
-    fake_tools.add("nvbandwidth", H20)
-    run = accept(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1 GB/s'", tool=""), nvml_recording("h100_sxm5_8gpu.json"),
-                 pci_tree(tmp_path / "sys", "0x2330"))
-    checks = run.checks("memory_bandwidth")
-    assert {c["outcome"] for c in checks} == {"failed"}
-    assert checks[0]["message"].endswith("nvbandwidth -t device_local_copy` lists Device 0: NVIDIA H20-3e at PCI "
+    nvbandwidth_found(fake_tools)
+    pci_tree(tmp_path / "sys", "0x2330")
+    judged = judge(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1 GB/s'", tool=""), {"nvbandwidth": Output(H20)},
+                   tmp_path, sysfs=tmp_path / "sys")
+    checks = judged.of("memory_bandwidth")
+    assert {c.outcome.value for c in checks} == {"failed"}
+    assert checks[0].message.endswith("nvbandwidth -t device_local_copy` lists Device 0: NVIDIA H20-3e at PCI "
                                          "00000000:18:00, where NVML has GPU0 'NVIDIA H100 80GB HBM3': not this host's output")
 
 
-def test_memory_bandwidth_by_default_is_nvbandwidth_device_local_copy_judged_on_twice_the_figure(
-        accept, fake_tools, tmp_path):
-    checks = _membw(accept, fake_tools, tmp_path, H20, "min_bandwidth: '2232 GB/s'")
-    assert fake_tools.calls("nvbandwidth") == [["nvbandwidth", "-t", "device_local_copy"]]
-    assert {s: c["measured"] for s, c in checks.items()} == {
+def test_memory_bandwidth_by_default_is_nvbandwidth_device_local_copy_judged_on_twice_the_figure(fake_tools, tmp_path):
+    nvbandwidth_found(fake_tools)
+    checks, asked = _membw(tmp_path, H20, "min_bandwidth: '2232 GB/s'")
+    assert [a for a in asked if a[0] == "nvbandwidth"] == [["nvbandwidth", "-t", "device_local_copy"]]
+    assert {s: c.measured for s, c in checks.items()} == {
         "GPU0": 2232.6, "GPU1": 2232.6, "GPU2": 2231.44, "GPU3": 2232.32, "GPU4": 2232.32, "GPU5": 2233.76,
         "GPU6": 2234.34, "GPU7": 2232.6}
-    assert [s for s, c in checks.items() if c["outcome"] != "passed"] == ["GPU2"]
-    assert checks["GPU2"]["message"] == (
+    assert [s for s, c in checks.items() if c.outcome.value != "passed"] == ["GPU2"]
+    assert checks["GPU2"].message == (
         "GPU2 device-local copy 2231.44 GB/s < 2232 GB/s (nvbandwidth device_local_copy 1115.72 GB/s copied, x 2: "
         "read + written; 67% of the published 3350 GB/s (H100 SXM5 80GB, 3350 GB/s))")
-    assert not fake_tools.calls("python")
+    assert not [a for a in asked if a[0] == "python"]
 
 
-def test_a_fraction_of_peak_through_nvbandwidth(accept, fake_tools, tmp_path):
-    checks = _membw(accept, fake_tools, tmp_path, H20, "min_fraction_of_peak: 0.7", tool=", tool: nvbandwidth")
-    assert {(c["outcome"], c["threshold"]) for c in checks.values()} == {("failed", 2345.0)}
+def test_a_fraction_of_peak_through_nvbandwidth(tmp_path):
+    checks, _ = _membw(tmp_path, H20, "min_fraction_of_peak: 0.7", tool=", tool: nvbandwidth")
+    assert {(c.outcome.value, c.threshold) for c in checks.values()} == {("failed", 2345.0)}
 
 
-def test_a_local_copy_faster_than_the_models_memory_can_go_fails(accept, fake_tools, tmp_path):
-    checks = _membw(accept, fake_tools, tmp_path, H20, "min_bandwidth: '1000 GB/s'", device="0x20b0")
-    assert {c["outcome"] for c in checks.values()} == {"failed"}
-    assert checks["GPU0"]["message"].startswith(
+def test_a_local_copy_faster_than_the_models_memory_can_go_fails(fake_tools, tmp_path):
+    nvbandwidth_found(fake_tools)
+    checks, _ = _membw(tmp_path, H20, "min_bandwidth: '1000 GB/s'", device="0x20b0")
+    assert {c.outcome.value for c in checks.values()} == {"failed"}
+    assert checks["GPU0"].message.startswith(
         "GPU0 device-local copy 2232.6 GB/s is implausible: above 1710.5 GB/s (physically impossible: the published "
         "1555 GB/s of the A100 SXM4 40GB's memory + 10%, from the model table (pytest_gpuaccept/models/gpus.json) for "
         "PCI device 0x20b0 (sysfs))")
 
 
-def test_a_waived_local_copy_fails_every_gpu_quoting_nvbandwidth(accept, fake_tools, tmp_path):
+def test_a_waived_local_copy_fails_every_gpu_quoting_nvbandwidth(fake_tools, tmp_path):
     # Constructed: the real H20-3e run with its device_local_copy announced by a bare `Waived: ` instead.
+    nvbandwidth_found(fake_tools)
     waived = H20.split("Running device_local_copy.")[0] + "Waived: \n"
-    checks = _membw(accept, fake_tools, tmp_path, waived, "min_bandwidth: '1 GB/s'")
-    assert len(checks) == 8 and {(c["outcome"], c["measured"]) for c in checks.values()} == {("failed", None)}
-    assert checks["GPU3"]["message"] == "GPU3: nvbandwidth waived device_local_copy (it printed 'Waived:')"
+    checks, _ = _membw(tmp_path, waived, "min_bandwidth: '1 GB/s'")
+    assert len(checks) == 8 and {(c.outcome.value, c.measured) for c in checks.values()} == {("failed", None)}
+    assert checks["GPU3"].message == "GPU3: nvbandwidth waived device_local_copy (it printed 'Waived:')"
 
 
-def test_a_gpu_missing_from_the_row_fails(accept, fake_tools, tmp_path):
+def test_a_gpu_missing_from_the_row_fails(fake_tools, tmp_path):
     # Constructed: what the real 1-GPU host printed, as `-t device_local_copy` alone would have printed it.
+    nvbandwidth_found(fake_tools)
     alone = RTX3050.split("Running host_to_device_memcpy_ce.")[0] + "Running device_local_copy." + \
         RTX3050.split("Running device_local_copy.")[1]
-    checks = _membw(accept, fake_tools, tmp_path, alone, "min_bandwidth: '100 GB/s'")
-    assert (checks["GPU0"]["outcome"], checks["GPU0"]["measured"]) == ("passed", 168.66)
-    assert checks["GPU1"]["outcome"] == "failed"
-    assert checks["GPU1"]["message"] == "GPU1 was not measured (nvbandwidth measured GPUs [0])"
+    checks, _ = _membw(tmp_path, alone, "min_bandwidth: '100 GB/s'")
+    assert (checks["GPU0"].outcome.value, checks["GPU0"].measured) == ("passed", 168.66)
+    assert checks["GPU1"].outcome.value == "failed"
+    assert checks["GPU1"].message == "GPU1 was not measured (nvbandwidth measured GPUs [0])"
 
 
-def test_a_cut_local_copy_is_not_measured(accept, fake_tools, tmp_path):
-    checks = _membw(accept, fake_tools, tmp_path, H20.replace("SUM device_local_copy 8930.99\n", ""),
-                    "min_bandwidth: '1 GB/s'")
-    assert {c["outcome"] for c in checks.values()} == {"not_measured"}
-    assert "device_local_copy: no SUM line after the matrix: cut" in checks["GPU0"]["message"]
+def test_a_cut_local_copy_is_not_measured(fake_tools, tmp_path):
+    nvbandwidth_found(fake_tools)
+    checks, _ = _membw(tmp_path, H20.replace("SUM device_local_copy 8930.99\n", ""), "min_bandwidth: '1 GB/s'")
+    assert {c.outcome.value for c in checks.values()} == {"not_measured"}
+    assert "device_local_copy: no SUM line after the matrix: cut" in checks["GPU0"].message
 
 
-def test_tool_torch_runs_pytorch_even_where_nvbandwidth_is_found(accept, fake_tools, tmp_path):
-    checks = _membw(accept, fake_tools, tmp_path, H20, "min_bandwidth: '1 GB/s'", tool=", tool: torch")
-    assert not fake_tools.calls("nvbandwidth") and len(checks) == 8
+def test_tool_torch_runs_pytorch_even_where_nvbandwidth_is_found(fake_tools, tmp_path):
+    nvbandwidth_found(fake_tools)
+    checks, asked = _membw(tmp_path, H20, "min_bandwidth: '1 GB/s'", tool=", tool: torch")
+    assert not [a for a in asked if a[0] == "nvbandwidth"] and len(checks) == 8
 
 
 def test_tool_nvbandwidth_without_nvbandwidth_is_not_measured(accept, fake_tools, tmp_path):
@@ -213,20 +226,19 @@ def test_doctor_asks_for_the_copier_the_run_will_use(fake_tools, tool, on_path, 
     assert [n.name for n in needs(contract) if "memory_bandwidth" in n.clauses] == [wanted]
 
 
-def test_a_waived_host_copy_fails_every_gpu_and_direction_quoting_nvbandwidth(accept, fake_tools):
+def test_a_waived_host_copy_fails_every_gpu_and_direction_quoting_nvbandwidth(tmp_path):
     # Constructed: the real RTX 2080 Ti run's header with both host testcases announced as its v0.2 waives them.
     waived = RTX2080TI.split("Waiving")[0] + ("Waiving host_to_device_memcpy_ce.\n\n"
                                              "Waiving device_to_host_memcpy_ce.\n\n")
-    fake_tools.add("nvbandwidth", waived)
-    run = accept("gpuaccept: 1\nvendor: V\ngpus: {count: 2}\nhost_bandwidth: {min_bandwidth: '1 GB/s'}\n",
-                 nvml_recording("h100_sxm5_8gpu.json"))
-    checks = run.checks("host_bandwidth")
-    assert len(checks) == 4 and {(c["outcome"], c["measured"]) for c in checks} == {("failed", None)}
-    assert checks[0]["message"] == ("nvbandwidth waived host_to_device_memcpy_ce (it printed "
+    judged = judge("gpuaccept: 1\nvendor: V\ngpus: {count: 2}\nhost_bandwidth: {min_bandwidth: '1 GB/s'}\n",
+                   {"nvbandwidth": Output(waived)}, tmp_path)
+    checks = judged.of("host_bandwidth")
+    assert len(checks) == 4 and {(c.outcome.value, c.measured) for c in checks} == {("failed", None)}
+    assert checks[0].message == ("nvbandwidth waived host_to_device_memcpy_ce (it printed "
                                     "'Waiving host_to_device_memcpy_ce.')")
 
 
-def test_a_copy_run_shorter_than_the_copies_it_reports_fails(accept, fake_tools, tmp_path):
+def test_a_copy_run_shorter_than_the_copies_it_reports_fails(tmp_path):
     # Constructed from the real CPU run of our PyTorch workload: its lines as GPU copies, every timing x 100 (and
     # the rate / 100, so that each line still agrees with itself), printed by a tool that returns at once: 2 x 5
     # timed copies that took 35 s in all cannot come from a run of a fraction of a second.
@@ -237,9 +249,9 @@ def test_a_copy_run_shorter_than_the_copies_it_reports_fails(accept, fake_tools,
         data.update(device=f"cuda:{data['gpu']}", seconds=[t * 100 for t in data["seconds"]])
         data["gbyte_s"] = round(2 * data["bytes"] / statistics.median(data["seconds"]) / 1e9, 5)
         slow.append(json.dumps(data))
-    fake_tools.add("python", "\n".join(slow) + "\n", sleep=0)
-    run = accept(f"gpuaccept: 1\nvendor: V\ntools: {{python: '{fake_tools.bin_dir / 'python'}'}}\ngpus: {{count: 2}}\n"
-                 "memory_bandwidth: {min_bandwidth: '0.1 GB/s', tool: torch}\n", nvml_recording("h100_sxm5_8gpu.json"))
-    checks = run.checks("memory_bandwidth")
-    assert {(c["outcome"], c["measured"]) for c in checks} == {("failed", None)}
-    assert "not a measurement" in checks[0]["message"] and "the timings it printed" in checks[0]["message"]
+    judged = judge(f"gpuaccept: 1\nvendor: V\ntools: {{python: '{tmp_path / 'bin' / 'python'}'}}\ngpus: {{count: 2}}\n"
+                   "memory_bandwidth: {min_bandwidth: '0.1 GB/s', tool: torch}\n",
+                   {"python": Output("\n".join(slow) + "\n", seconds=0)}, tmp_path)  # a tool that returns at once
+    checks = judged.of("memory_bandwidth")
+    assert {(c.outcome.value, c.measured) for c in checks} == {("failed", None)}
+    assert "not a measurement" in checks[0].message and "the timings it printed" in checks[0].message

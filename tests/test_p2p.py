@@ -10,6 +10,7 @@ import sys
 import pytest
 import yaml
 from conftest import DATA, nvml_recording, pci_tree
+from judging import Output, judge
 
 from pytest_gpuaccept.contract import ContractError, parse_contract
 from pytest_gpuaccept.probes import ParseError, _run
@@ -54,7 +55,8 @@ B300 = (NVB / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt").read
 
 def b300_host(tmp_path):
     """The NVML recording's GPUs as B300s (0x3182): B300 figures are more than an H100's NVLinks carry."""
-    return pci_tree(tmp_path / "sys", "0x3182")
+    pci_tree(tmp_path / "sys", "0x3182")
+    return tmp_path / "sys"
 
 
 @pytest.mark.parametrize("cut, why", [
@@ -85,31 +87,33 @@ def _checks(run, clause="p2p"):
     return {c["subject"]: c for c in run.checks(clause)}
 
 
-def test_nvbandwidth_each_ordered_pair_is_judged_on_its_own_cells(accept, fake_tools, tmp_path):
-    fake_tools.add("nvbandwidth", B300)
-    run = accept(CONTRACT.format(count=7, minimum="700 GB/s", extra="  min_bidirectional: '1500 GB/s'\n"),
-                 nvml_recording("h100_sxm5_8gpu.json"), b300_host(tmp_path))
+def _judged(judged, clause="p2p"):
+    return {c.subject: c for c in judged.of(clause)}
+
+
+def test_nvbandwidth_each_ordered_pair_is_judged_on_its_own_cells(tmp_path):
+    judged = judge(CONTRACT.format(count=7, minimum="700 GB/s", extra="  min_bidirectional: '1500 GB/s'\n"),
+                   {"nvbandwidth": Output(B300)}, tmp_path, sysfs=b300_host(tmp_path))
     result = parse_nvbandwidth(B300)
     write = result.matrices["device_to_device_memcpy_write_ce"].cells
     read = result.matrices["device_to_device_memcpy_read_ce"].cells
-    checks = _checks(run)
+    checks = _judged(judged)
     assert len(checks) == 42
     for i in range(7):
         for j in range(7):
             if i != j:  # data i -> j: GPU i writing into j, and GPU j reading from i
-                assert checks[f"GPU{i}->GPU{j}"]["measured"] == pytest.approx(min(write[i][j], read[j][i]), abs=0.01)
-    assert {c["outcome"] for c in checks.values()} == {"passed"}
-    both = _checks(run, "p2p.bidirectional")
+                assert checks[f"GPU{i}->GPU{j}"].measured == pytest.approx(min(write[i][j], read[j][i]), abs=0.01)
+    assert {c.outcome.value for c in checks.values()} == {"passed"}
+    both = _judged(judged, "p2p.bidirectional")
     total = result.matrices["device_to_device_bidirectional_memcpy_read_ce_total"].cells
     assert len(both) == 21
-    assert all(both[f"GPU{i}<->GPU{j}"]["measured"] == min(total[i][j], total[j][i]) for i in range(7) for j in range(i + 1, 7))
-    assert fake_tools.calls("nvbandwidth") == [["nvbandwidth", "-t", "device_to_device_memcpy_write_ce", "-t",
-                                                "device_to_device_memcpy_read_ce", "-t",
-                                                "device_to_device_bidirectional_memcpy_read_ce"]]
+    assert all(both[f"GPU{i}<->GPU{j}"].measured == min(total[i][j], total[j][i]) for i in range(7) for j in range(i + 1, 7))
+    assert [a for a in judged.recordings.asked if a[0] == "nvbandwidth"] == [
+        ["nvbandwidth", "-t", "device_to_device_memcpy_write_ce", "-t", "device_to_device_memcpy_read_ce", "-t",
+         "device_to_device_bidirectional_memcpy_read_ce"]]
 
 
-def test_nvbandwidth_a_threshold_just_above_the_weakest_pairs_fails_those_pairs_only(accept, fake_tools, tmp_path):
-    fake_tools.add("nvbandwidth", B300)
+def test_nvbandwidth_a_threshold_just_above_the_weakest_pairs_fails_those_pairs_only(tmp_path):
     result = parse_nvbandwidth(B300)
     write = result.matrices["device_to_device_memcpy_write_ce"].cells
     read = result.matrices["device_to_device_memcpy_read_ce"].cells
@@ -117,20 +121,20 @@ def test_nvbandwidth_a_threshold_just_above_the_weakest_pairs_fails_those_pairs_
     lowest = min(pairs.values())
     weakest = sorted(f"GPU{i}->GPU{j}" for (i, j), value in pairs.items() if value == lowest)
     assert len(weakest) == 4  # four pairs at 764.16 GB/s in the real output: the other 38 stay above
-    run = accept(CONTRACT.format(count=7, minimum=f"{lowest + 0.005:.3f} GB/s", extra=""),
-                 nvml_recording("h100_sxm5_8gpu.json"), b300_host(tmp_path))
-    failed = sorted(s for s, c in _checks(run).items() if c["outcome"] != "passed")
+    judged = judge(CONTRACT.format(count=7, minimum=f"{lowest + 0.005:.3f} GB/s", extra=""),
+                   {"nvbandwidth": Output(B300)}, tmp_path, sysfs=b300_host(tmp_path))
+    failed = sorted(s for s, c in _judged(judged).items() if c.outcome.value != "passed")
     assert failed == weakest
 
 
-def test_p2p_latency_test_a_threshold_1_gb_s_above_a_cell_fails_that_pair_only(accept, fake_tools):
-    fake_tools.add("p2pBandwidthLatencyTest", P2P / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt")
-    run = accept(CONTRACT.format(count=8, minimum="366.30 GB/s", extra="  tool: p2pBandwidthLatencyTest\n"),
-                 nvml_recording("h100_sxm5_8gpu.json"))
-    checks = _checks(run)
-    assert checks["GPU0->GPU1"]["measured"] == 365.3 and checks["GPU7->GPU6"]["measured"] == 393.08
-    assert [s for s, c in checks.items() if c["outcome"] != "passed"] == ["GPU0->GPU1"]
-    assert checks["GPU0->GPU1"]["message"] == ("GPU0->GPU1 365.3 GB/s < 366.3 GB/s "
+def test_p2p_latency_test_a_threshold_1_gb_s_above_a_cell_fails_that_pair_only(tmp_path):
+    output = Output(P2P / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt")
+    judged = judge(CONTRACT.format(count=8, minimum="366.30 GB/s", extra="  tool: p2pBandwidthLatencyTest\n"),
+                   {"p2pBandwidthLatencyTest": output}, tmp_path)
+    checks = _judged(judged)
+    assert checks["GPU0->GPU1"].measured == 365.3 and checks["GPU7->GPU6"].measured == 393.08
+    assert [s for s, c in checks.items() if c.outcome.value != "passed"] == ["GPU0->GPU1"]
+    assert checks["GPU0->GPU1"].message == ("GPU0->GPU1 365.3 GB/s < 366.3 GB/s "
                                                 "(p2pBandwidthLatencyTest P2P writes; 81% of the published "
                                                 "450 GB/s (H100 SXM5 80GB NVLink))")
 
@@ -147,23 +151,22 @@ def test_a_pair_without_peer_access_fails_and_its_host_memory_figure_is_never_ta
     assert run.json["verdict"] == "rejected"
 
 
-def test_nvbandwidth_waiving_peer_copies_fails_every_pair(accept, fake_tools):
-    fake_tools.add("nvbandwidth", NVB / "dcgm_tests_v0.5_json_verbose_1gpu_pcie3_waived_latency.json")
-    run = accept(CONTRACT.format(count=2, minimum="10 GB/s", extra=""), nvml_recording("h100_sxm5_8gpu.json"))
-    checks = _checks(run)
-    assert {c["outcome"] for c in checks.values()} == {"failed"} and len(checks) == 2
+def test_nvbandwidth_waiving_peer_copies_fails_every_pair(tmp_path):
+    output = Output(NVB / "dcgm_tests_v0.5_json_verbose_1gpu_pcie3_waived_latency.json")
+    judged = judge(CONTRACT.format(count=2, minimum="10 GB/s", extra=""), {"nvbandwidth": output}, tmp_path)
+    checks = _judged(judged)
+    assert {c.outcome.value for c in checks.values()} == {"failed"} and len(checks) == 2
     assert "nvbandwidth waived device_to_device_memcpy_write_ce, device_to_device_memcpy_read_ce: peer access is " \
-           "not possible" in checks["GPU0->GPU1"]["message"]
+           "not possible" in checks["GPU0->GPU1"].message
 
 
-def test_more_gpus_contracted_than_the_matrix_has_fail(accept, fake_tools, tmp_path):
-    fake_tools.add("nvbandwidth", B300)
-    run = accept(CONTRACT.format(count=8, minimum="700 GB/s", extra=""), nvml_recording("h100_sxm5_8gpu.json"),
-                 b300_host(tmp_path))
-    checks = _checks(run)
-    assert checks["GPU0->GPU7"]["outcome"] == "failed"
-    assert checks["GPU0->GPU7"]["message"] == "GPU0->GPU7 not in the nvbandwidth matrix: it has 7 GPUs"
-    assert checks["GPU0->GPU1"]["outcome"] == "passed"
+def test_more_gpus_contracted_than_the_matrix_has_fail(tmp_path):
+    judged = judge(CONTRACT.format(count=8, minimum="700 GB/s", extra=""), {"nvbandwidth": Output(B300)}, tmp_path,
+                   sysfs=b300_host(tmp_path))
+    checks = _judged(judged)
+    assert checks["GPU0->GPU7"].outcome.value == "failed"
+    assert checks["GPU0->GPU7"].message == "GPU0->GPU7 not in the nvbandwidth matrix: it has 7 GPUs"
+    assert checks["GPU0->GPU1"].outcome.value == "passed"
 
 
 def test_without_nvbandwidth_every_pair_is_not_measured(accept, fake_tools):
@@ -197,35 +200,35 @@ TORCH = (DATA / "torch" / "p2p_cpu_2dev_bidirectional.txt").read_text()  # a rea
 TORCH_AS_GPUS = TORCH.replace("device cpu", "device cuda", 1)  # relabelled here, not recorded on GPUs
 
 
-def _torch_run(accept, fake_tools, output: str, minimum: str = "5 GB/s"):
-    fake_tools.add("python", output)
+def _torch_run(tmp_path, output: str, minimum: str = "5 GB/s"):
     contract = CONTRACT.format(count=2, minimum=minimum, extra="  min_bidirectional: '10 GB/s'\n  tool: torch\n"
                                "  size: '64 MiB'\n  repeats: 3\n")
-    contract = contract.replace("gpus:", f'tools: {{python: "{fake_tools.bin_dir / "python"}"}}\ngpus:')
-    return accept(contract, nvml_recording("h100_sxm5_8gpu.json"))
+    contract = contract.replace("gpus:", f'tools: {{python: "{tmp_path / "bin" / "python"}"}}\ngpus:')
+    return judge(contract, {"python": Output(output)}, tmp_path)
 
 
-def test_torch_copies_are_judged_from_their_bytes_and_timings(accept, fake_tools):
-    run = _torch_run(accept, fake_tools, TORCH_AS_GPUS)
-    one_way = _checks(run)
-    assert one_way["GPU0->GPU1"]["measured"] == round(67108864 / 0.009120910000092408 / 1e9, 3)
-    assert {c["outcome"] for c in one_way.values()} == {"passed"}
-    assert _checks(run, "p2p.bidirectional")["GPU0<->GPU1"]["measured"] == round(2 * 67108864 / 0.018275563000315742 / 1e9, 3)
-    assert fake_tools.calls("python") == [["python", "-m", "pytest_gpuaccept.workloads.p2p", "--gpus", "2", "--bytes",
-                                           "67108864", "--repeats", "3", "--bidirectional"]]
+def test_torch_copies_are_judged_from_their_bytes_and_timings(tmp_path):
+    judged = _torch_run(tmp_path, TORCH_AS_GPUS)
+    one_way = _judged(judged)
+    assert one_way["GPU0->GPU1"].measured == round(67108864 / 0.009120910000092408 / 1e9, 3)
+    assert {c.outcome.value for c in one_way.values()} == {"passed"}
+    assert _judged(judged, "p2p.bidirectional")["GPU0<->GPU1"].measured == round(2 * 67108864 / 0.018275563000315742 / 1e9, 3)
+    assert [a for a in judged.recordings.asked if a[0] == "python"] == [
+        ["python", "-m", "pytest_gpuaccept.workloads.p2p", "--gpus", "2", "--bytes", "67108864", "--repeats", "3",
+         "--bidirectional"]]
 
 
-def test_torch_a_pair_without_peer_access_fails_and_a_cpu_run_is_not_a_gpu_figure(accept, fake_tools):
+def test_torch_a_pair_without_peer_access_fails_and_a_cpu_run_is_not_a_gpu_figure(tmp_path):
     no_peer = TORCH_AS_GPUS.replace('{"src": 1, "dst": 0, "peer": true', '{"src": 1, "dst": 0, "peer": false', 1)
-    run = _torch_run(accept, fake_tools, no_peer)
-    check = _checks(run)["GPU1->GPU0"]
-    assert (check["outcome"], check["measured"]) == ("failed", None) and "no peer access" in check["message"]
-    assert _checks(run, "p2p.bidirectional")["GPU0<->GPU1"]["outcome"] == "failed"
+    judged = _torch_run(tmp_path, no_peer)
+    check = _judged(judged)["GPU1->GPU0"]
+    assert (check.outcome.value, check.measured) == ("failed", None) and "no peer access" in check.message
+    assert _judged(judged, "p2p.bidirectional")["GPU0<->GPU1"].outcome.value == "failed"
 
 
-def test_torch_copies_between_cpu_tensors_are_never_a_gpu_figure(accept, fake_tools):
-    run = _torch_run(accept, fake_tools, TORCH)
-    assert {c["message"] for c in run.checks("p2p")} == {"not measured: the copies ran on the cpu, not between GPUs"}
+def test_torch_copies_between_cpu_tensors_are_never_a_gpu_figure(tmp_path):
+    judged = _torch_run(tmp_path, TORCH)
+    assert {c.message for c in judged.of("p2p")} == {"not measured: the copies ran on the cpu, not between GPUs"}
 
 
 def test_the_torch_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import DATA, nccl_log, pci_tree
+from judging import Output, judge
 
 from pytest_gpuaccept.clauses.allreduce import not_this_run, unplaced_ranks
 from pytest_gpuaccept.clauses.utilisation import kernel_pci as _kernel_pci
@@ -208,17 +209,17 @@ def test_the_azure_host_whose_ranks_share_a_gpu_is_rejected(accept, fake_tools, 
     assert run.json["verdict"] == "rejected"
 
 
-def test_old_bus_only_lines_on_the_azure_host_are_not_measured(accept, fake_tools, azure_host):
-    nvml, sysfs, path = azure_host
-    fake_tools.add_nccl(azure_log(path, lambda r: "0x00"), iters=1)
-    run = accept(contract(), nvml, sysfs)
-    check = run.checks("allreduce")[0]
-    assert check["outcome"] == "not_measured"
-    assert check["message"].startswith("not measured: run: where ranks 0, 1, 2, 3, 4, 5, 6, 7 ran is unknown: "
+def test_old_bus_only_lines_on_the_azure_host_are_not_measured(azure_host, tmp_path):
+    _nvml, sysfs, path = azure_host
+    judged = judge(contract(), {"all_reduce_perf": Output(azure_log(path, lambda r: "0x00"))}, tmp_path, nvml=path,
+                   sysfs=Path(sysfs.split("=", 1)[1]))
+    check = judged.of("allreduce")[0]
+    assert check.outcome.value == "not_measured"
+    assert check.message.startswith("not measured: run: where ranks 0, 1, 2, 3, 4, 5, 6, 7 ran is unknown: "
                                        "rank 0's line names "
                                        "PCI bus 0x00 alone")
-    assert "share" not in check["message"]
-    assert run.json["verdict"] != "accepted"
+    assert "share" not in check.message
+    assert judged.verdict != "accepted"
 
 
 def test_a_rank_whose_line_gives_no_address_is_not_placed():

@@ -5,8 +5,10 @@ The clause touched only clauses/gpus.py, the NVML probe's reading (one field) an
 
 import sys
 import types
+from pathlib import Path
 
 from conftest import nvml_recording, staged_recording
+from judging import judge
 
 from pytest_gpuaccept.probes import nvml
 
@@ -32,19 +34,19 @@ def test_persistence_mode_off_on_one_gpu_fails_that_gpu(accept, fake_tools, tmp_
     assert run.json["verdict"] == "rejected"
 
 
-def test_an_old_recording_without_the_mode_is_not_measured(accept, fake_tools):
-    run = accept(CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))  # recorded before the mode was read
-    checks = run.checks("gpus.persistence_mode")
-    assert len(checks) == 8 and {c["outcome"] for c in checks} == {"not_measured"}
-    assert "persistence mode is not in this NVML reading" in checks[0]["message"]
-    assert run.json["verdict"] == "rejected"
+def test_an_old_recording_without_the_mode_is_not_measured(tmp_path):
+    judged = judge(CONTRACT, {}, tmp_path, nvml="h100_sxm5_8gpu.json")  # recorded before the mode was read
+    checks = judged.of("gpus.persistence_mode")
+    assert len(checks) == 8 and {c.outcome.value for c in checks} == {"not_measured"}
+    assert "persistence mode is not in this NVML reading" in checks[0].message
+    assert judged.verdict == "rejected"
 
 
-def test_without_count_one_check_over_every_gpu(accept, fake_tools, tmp_path):
-    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  persistence_mode: true\n",
-                 staged_recording(tmp_path, "h100_sxm5_8gpu.json", _modes({})))
-    [check] = run.checks("gpus.persistence_mode")
-    assert (check["subject"], check["outcome"], check["measured"]) == ("GPUs", "passed", "on")
+def test_without_count_one_check_over_every_gpu(tmp_path):
+    staged = Path(staged_recording(tmp_path, "h100_sxm5_8gpu.json", _modes({})).split("=", 1)[1])
+    judged = judge("gpuaccept: 1\nvendor: V\ngpus:\n  persistence_mode: true\n", {}, tmp_path, nvml=staged)
+    [check] = judged.of("gpus.persistence_mode")
+    assert (check.subject, check.outcome.value, check.measured) == ("GPUs", "passed", "on")
 
 
 def test_false_or_absent_asks_for_nothing(accept, fake_tools):
