@@ -16,10 +16,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from builders import GEMM_CPU_RUN, as_gpus, compute_run, pcie_links, recording, series
 from conftest import DATA, pci_tree, staged_recording
-from test_compute import RECORDED, _run, as_gpus
-from test_plausibility import pcie_links
-from test_utilisation import recording, series
 
 from pytest_gpuaccept.clauses import sources
 from pytest_gpuaccept.verdict import Check, Outcome
@@ -154,8 +152,8 @@ def test_every_bandwidth_check_of_an_honest_hgx_carries_its_cap_and_its_source(a
 
 def test_a_gemm_above_the_models_dense_peak_is_physically_impossible(accept, fake_tools, tmp_path):
     """The recorded GEMM windows with 100,000 times the products: thousands of tf32 TFLOPS on an H100 SXM5 (494.5)."""
-    inflated = re.sub(r'"matmuls": (\d+)', lambda m: f'"matmuls": {int(m.group(1)) * 100000}', as_gpus(RECORDED, "tf32"))
-    run = _run(accept, fake_tools, tmp_path, inflated, "tf32", "min_tflops: 100")
+    inflated = re.sub(r'"matmuls": (\d+)', lambda m: f'"matmuls": {int(m.group(1)) * 100000}', as_gpus(GEMM_CPU_RUN, "tf32"))
+    run = compute_run(accept, fake_tools, tmp_path, inflated, "tf32", "min_tflops: 100")
     failing = rejected_by(run, "compute")
     assert len(failing) == 2
     assert re.fullmatch(r"GPU0 burst tf32 \d+\.\d TFLOPS is implausible: above 543\.95 TFLOPS \(physically impossible: the "
