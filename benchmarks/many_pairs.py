@@ -30,9 +30,9 @@ TESTS = REPO / "tests"
 DATA = TESTS / "data"
 sys.path.insert(0, str(TESTS))
 
+from builders import h100_status  # noqa: E402
 from conftest import pci_tree  # noqa: E402
 from fleet_fakes import login_run, stand_in_cluster  # noqa: E402
-from test_nvlink_health import h100_status  # noqa: E402
 
 CONTRACT = """\
 gpuaccept: 1

@@ -36,10 +36,8 @@ TESTS = REPO / "tests"
 DATA = TESTS / "data"
 sys.path.insert(0, str(TESTS))
 
+from builders import h100_errors, h100_status, pcie_links, sysfs_tree  # noqa: E402
 from conftest import nccl_log, pci_tree  # noqa: E402
-from test_network_acceptance import sysfs_tree  # noqa: E402
-from test_nvlink_health import h100_errors, h100_status  # noqa: E402
-from test_plausibility import pcie_links  # noqa: E402
 
 from pytest_gpuaccept import schedule  # noqa: E402
 from pytest_gpuaccept.clauses.plausible import nvbandwidth_work  # noqa: E402

@@ -1,8 +1,8 @@
 """Contract warnings at load: never failures, always shown (terminal header, report, results)."""
 
 import pytest
+from builders import p5_log
 from conftest import nvml_recording
-from test_bundle import p5_log
 
 from pytest_gpuaccept.clauses.advice import advise
 from pytest_gpuaccept.contract import parse_contract

@@ -7,38 +7,18 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA, nccl_log, nvml_recording
+from builders import BUNDLE_CONTRACT, p5_log
+from conftest import DATA, nvml_recording
 
 from pytest_gpuaccept.__main__ import main as cli
 from pytest_gpuaccept.evidence import files_under
-
-CONTRACT = """\
-gpuaccept: 1
-vendor: "Example GPU Cloud"
-gpus:
-  count: 8
-  model: "H100"
-  memory: "80 GB"
-nvlink:
-  every_pair: true
-  min_links: 18
-allreduce:
-  min_busbw: "450 GB/s"
-  max_bytes: "16 GiB"
-  args: ["-n", "1"]               # one timed iteration per size: the replayed log takes 0.3 s, not 5
-"""
-
-
-def p5_log() -> bytes:
-    """The real P5 table, printed table-only: its 8 rank lines added on the H100 recording's GPUs (nccl_log)."""
-    return nccl_log(DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt")
 
 
 @pytest.fixture
 def live(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     fake_tools.add_nccl(p5_log(), iters=1)
-    run = accept(CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    run = accept(BUNDLE_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
     assert run.json["verdict"] == "accepted"
     return run
 
@@ -87,7 +67,7 @@ def test_replaying_a_bundle_gives_the_same_checks_without_touching_hardware(live
     shutil.copy(live.path / "vendor.yaml", bundle)
     calls_before = len(fake_tools.calls())
     shutil.rmtree(fake_tools.bin_dir)  # no tool left: a replay must not need one
-    replayed = accept(CONTRACT, f"--gpuaccept-replay={bundle}", f"--html={tmp_path / 'replay' / 'report.html'}",
+    replayed = accept(BUNDLE_CONTRACT, f"--gpuaccept-replay={bundle}", f"--html={tmp_path / 'replay' / 'report.html'}",
                       f"--gpuaccept-json={tmp_path / 'replay' / 'results.json'}")
     result = json.loads((tmp_path / "replay" / "results.json").read_text())
     assert result["checks"] == live.json["checks"]
@@ -100,7 +80,7 @@ def test_replaying_a_bundle_gives_the_same_checks_without_touching_hardware(live
 def test_a_stricter_contract_judges_the_same_bundle_differently(live, accept, tmp_path):
     bundle = tmp_path / "bundle"
     shutil.copytree(live.path, bundle)
-    replayed = accept(CONTRACT.replace("450 GB/s", "490 GB/s"), f"--gpuaccept-replay={bundle}",
+    replayed = accept(BUNDLE_CONTRACT.replace("450 GB/s", "490 GB/s"), f"--gpuaccept-replay={bundle}",
                       f"--html={tmp_path / 'r' / 'report.html'}", f"--gpuaccept-json={tmp_path / 'r' / 'results.json'}")
     result = json.loads((tmp_path / "r" / "results.json").read_text())
     allreduce = [c for c in result["checks"] if c["clause"] == "allreduce"][0]
@@ -113,7 +93,7 @@ def test_a_bundle_that_does_not_verify_is_refused_for_replay(live, accept, tmp_p
     shutil.copytree(live.path, bundle)
     log = next((bundle / "gpuaccept-evidence").glob("all_reduce_perf*.run1.txt"))
     log.write_bytes(log.read_bytes().replace(b"483.05", b"583.05"))
-    replayed = accept(CONTRACT, f"--gpuaccept-replay={bundle}", f"--html={tmp_path / 'r' / 'report.html'}")
+    replayed = accept(BUNDLE_CONTRACT, f"--gpuaccept-replay={bundle}", f"--html={tmp_path / 'r' / 'report.html'}")
     assert replayed.result.ret == 4
     replayed.result.stderr.fnmatch_lines(["*does not verify*", "changed: all_reduce_perf*.run1.txt"])
 
@@ -121,7 +101,7 @@ def test_a_bundle_that_does_not_verify_is_refused_for_replay(live, accept, tmp_p
 def test_a_contract_asking_what_the_bundle_lacks_is_not_measured(live, accept, tmp_path):
     bundle = tmp_path / "bundle"
     shutil.copytree(live.path, bundle)
-    accept(CONTRACT + "nics:\n  interfaces: [eth0]\n  min_speed: '10 Gb/s'\n", f"--gpuaccept-replay={bundle}",
+    accept(BUNDLE_CONTRACT + "nics:\n  interfaces: [eth0]\n  min_speed: '10 Gb/s'\n", f"--gpuaccept-replay={bundle}",
                       f"--html={tmp_path / 'r' / 'report.html'}", f"--gpuaccept-json={tmp_path / 'r' / 'results.json'}")
     result = json.loads((tmp_path / "r" / "results.json").read_text())
     nics = [c for c in result["checks"] if c["clause"] == "nics"]

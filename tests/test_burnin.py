@@ -21,6 +21,7 @@ import types
 from pathlib import Path
 
 import pytest
+from builders import BURNIN_HEADER, HW_SLOWDOWN, SW_POWER_CAP, stream_lines
 from conftest import DATA, pci_tree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -30,44 +31,6 @@ from pytest_gpuaccept.clauses.burnin import SECTION, progress_line
 from pytest_gpuaccept.probes import kernel_log, nvml
 from pytest_gpuaccept.probes.nvml_stream import GpuResult, Watch
 from pytest_gpuaccept.units import parse_duration
-
-HEADER = {"stream": "gpuaccept-burnin", "counters_every_s": 10.0, "fields": list(nvml.SAMPLE_FIELDS),
-          "nvlink_error_kinds": list(nvml.NVLINK_ERRORS)}
-HW_SLOWDOWN, SW_POWER_CAP = 0x8, 0x4
-
-
-def stream_lines(minutes: float, interval: float = 1.0, gpus: int = 8, throttle=(), xids=(), ecc=(), end: bool = True,
-                 lost=(), hot=()):
-    """The records of a burn-in of `minutes`, one JSON line each: every GPU 99 % busy at 1980 MHz and 71 C from
-    t=2 s (idle before: the start-up), with `throttle` spans (gpu, start, end), `xids` (gpu, t, xid), `ecc`
-    errors (gpu, t: the volatile uncorrected count becomes 1 then), GPUs `lost` (gpu, t: no answer from then) and
-    `hot` ones (gpu, t: 88 C from then)."""
-    yield json.dumps({**HEADER, "interval_s": interval,
-                      "gpus": [{"index": i, "slowdown_temp_c": 87, "nvlinks": list(range(18))} for i in range(gpus)]})
-    steps = int(minutes * 60 / interval)
-    for n in range(steps):
-        t = round(n * interval, 3)
-        for gpu, at, xid in xids:
-            if at <= t < at + interval:
-                yield json.dumps({"t_s": t, "gpu": gpu, "xid": xid})
-        if n % max(1, int(10 / interval)) == 0:
-            for i in range(gpus):
-                uncorrected = int(any(g == i and t >= at for g, at in ecc))
-                yield json.dumps({"t_s": t, "gpu": i, "ecc": [0, uncorrected], "remapped_rows": [0, 0, 0, 0],
-                                  "nvlink_errors": [0, 0, 0, 0, 0]})
-        for i in range(gpus):
-            gone = [at for g, at in lost if g == i and t >= at]
-            if gone and t == gone[0]:
-                yield json.dumps({"t_s": t, "gpu": i, "lost": "NVMLError_GpuIsLost: GPU is lost"})
-            if gone:
-                continue
-            busy = t >= 2.0
-            bad = HW_SLOWDOWN if any(g == i and start <= t < stop for g, start, stop in throttle) else 0
-            temp = 88 if any(g == i and t >= at for g, at in hot) else 71 if busy else 35
-            yield json.dumps([i, t, 99 if busy else 0, 1980 if busy else 345, 690.5 if busy else 70.0, temp,
-                              (SW_POWER_CAP if busy else 0x1) | bad, 5, 16, 700.0])
-    if end:
-        yield json.dumps({"end": True, "t_s": round(steps * interval, 3)})
 
 
 def recording(tmp_path: Path, stream: Path | str) -> str:
@@ -277,7 +240,7 @@ def test_the_live_sampler_hands_on_each_record_and_keeps_none(monkeypatch):
 
 def test_the_watch_ends_a_span_still_going_at_the_last_sample_and_counts_past_its_keep():
     watch = Watch(60.0)
-    watch.add({**HEADER, "interval_s": 1.0, "gpus": [{"index": 0, "slowdown_temp_c": None, "nvlinks": []}]})
+    watch.add({**BURNIN_HEADER, "interval_s": 1.0, "gpus": [{"index": 0, "slowdown_temp_c": None, "nvlinks": []}]})
     for t in range(1200):  # a second of HW slowdown every ten, and the last 30 s throttled
         bad = HW_SLOWDOWN if t % 10 == 0 or t >= 1170 else 0
         watch.add([0, float(t), 99, 1980, 690.5, 70 + t // 300, SW_POWER_CAP | bad, 5, 16, 700.0])

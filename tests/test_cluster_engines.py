@@ -5,7 +5,6 @@ report and one results file judge the cluster."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -15,14 +14,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import DATA, pci_tree
+from builders import node_recordings
+from conftest import pci_tree
 from fleet_fakes import write_fleet_bin
 from netns_cluster import Cluster, missing_tools
 
 from pytest_gpuaccept.cluster.engine import Mpirun, Slurm, launch
 from pytest_gpuaccept.probes._run import ToolRunner
 
-RECORDING = DATA / "nvml" / "h100_sxm5_8gpu.json"
 LINKS = '  links: {iperf3: {min_throughput: "100 Mb/s", interfaces: [eth0], duration: "1 s"}}\n'
 LINE_RATE = "200mbit"
 CONTRACT = """\
@@ -64,22 +63,6 @@ def sysfs(tmp_path_factory):
     root = tmp_path_factory.mktemp("sys")
     pci_tree(root)
     return root
-
-
-def node_recordings(folder: Path, names: list[str], same: dict[str, str] | None = None) -> Path:
-    """The H100 recording for the login node, and beside it one per node (`h100.<node>.json`, which the login node
-    hands that node) with GPU UUIDs of its own: UUIDs are unique across a cluster, in a simulated run too.
-    `same`: a node that gets another node's recording (two nodes with one set of GPUs)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    base = folder / "h100.json"
-    shutil.copy(RECORDING, base)
-    data = json.loads(RECORDING.read_text())
-    for name in names:
-        own = copy.deepcopy(data)
-        for gpu in own["gpus"]:
-            gpu["uuid"] = gpu["uuid"].replace("GPU-h100-", f"GPU-{(same or {}).get(name, name)}-")
-        (folder / f"h100.{name}.json").write_text(json.dumps(own))
-    return base
 
 
 @pytest.fixture(scope="module")

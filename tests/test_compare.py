@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DATA, nvml_recording, staged_recording
-from test_host_bandwidth import pci_tree
+from conftest import DATA, nvml_recording, pci_tree, staged_recording
 
 from pytest_gpuaccept.compare import compare, compare_check
 

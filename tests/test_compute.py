@@ -9,30 +9,21 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA
-from test_host_bandwidth import pci_tree
-from test_utilisation import recording
+from builders import GEMM_CPU_RUN, as_gpus, compute_run, recording
 
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.gemm import parse_gemm
 
-RECORDED = (DATA / "torch" / "gemm_cpu_2proc_fp32_n256.txt").read_text()  # a real CPU run, 2 processes, 3 s
-
-
-def as_gpus(text: str, dtype: str = "fp32") -> str:
-    """The recorded run relabelled as if it had run on GPUs (built here: the recording says device cpu)."""
-    return text.replace("device cpu", "device cuda", 1).replace("dtype fp32", f"dtype {dtype}", 1)
-
 
 def _expected(gpu: int) -> tuple[float, float]:
     """(burst, sustained) of one GPU, worked out here from the recorded windows: 2 n^3 flops a matmul."""
-    lines = [json.loads(line) for line in RECORDED.splitlines()[1:]]
+    lines = [json.loads(line) for line in GEMM_CPU_RUN.splitlines()[1:]]
     windows = [(w["t_s"], 2 * 256**3 * w["matmuls"] / w["seconds"] / 1e12) for w in lines if "t_s" in w and w["gpu"] == gpu]
     return max(v for _t, v in windows), statistics.median([v for t, v in windows if t > 1.5])
 
 
 def test_the_recorded_run_reads_back_per_gpu():
-    result = parse_gemm(RECORDED)
+    result = parse_gemm(GEMM_CPU_RUN)
     assert (result.device, result.dtype, result.n, result.duration_s) == ("cpu", "fp32", 256, 3.0)
     for gpu in (0, 1):
         run = result.runs[gpu]
@@ -43,26 +34,11 @@ def test_the_recorded_run_reads_back_per_gpu():
 
 def test_a_window_of_another_size_than_the_header_is_refused():
     with pytest.raises(ParseError):
-        parse_gemm(RECORDED.replace('"n": 256}', '"n": 8192}', 1))
-
-
-CONTRACT = """\
-gpuaccept: 1
-vendor: V
-tools: {{python: "{python}"}}
-gpus: {{count: 2}}
-compute: {{dtype: {dtype}, {threshold}, duration: "3 s", n: 256}}
-"""
-
-
-def _run(accept, fake_tools, tmp_path, output, dtype="fp32", threshold="min_tflops: 0.001", device="0x2330"):
-    fake_tools.add("python", output)
-    return accept(CONTRACT.format(python=fake_tools.bin_dir / "python", dtype=dtype, threshold=threshold),
-                  recording(tmp_path, gpus=2), pci_tree(tmp_path / "sys", device, "h100_sxm5_4gpu.json"))
+        parse_gemm(GEMM_CPU_RUN.replace('"n": 256}', '"n": 8192}', 1))
 
 
 def test_each_gpu_is_judged_on_its_sustained_figure_with_burst_and_samples_beside(accept, fake_tools, tmp_path):
-    run = _run(accept, fake_tools, tmp_path, as_gpus(RECORDED))
+    run = compute_run(accept, fake_tools, tmp_path, as_gpus(GEMM_CPU_RUN))
     checks = {c["subject"]: c for c in run.checks("compute")}
     for gpu in (0, 1):
         burst, sustained = _expected(gpu)
@@ -75,30 +51,30 @@ def test_each_gpu_is_judged_on_its_sustained_figure_with_burst_and_samples_besid
 
 
 def test_a_fraction_of_the_published_tf32_figure_of_an_h100_sxm5(accept, fake_tools, tmp_path):
-    run = _run(accept, fake_tools, tmp_path, as_gpus(RECORDED, "tf32"), "tf32", "min_fraction_of_peak: 0.7")
+    run = compute_run(accept, fake_tools, tmp_path, as_gpus(GEMM_CPU_RUN, "tf32"), "tf32", "min_fraction_of_peak: 0.7")
     check = run.checks("compute")[0]
     assert (check["outcome"], check["required"]) == ("failed", ">= 346.15")
     assert "of the published 494.5 (H100 SXM5 80GB)" in check["message"]
 
 
 def test_a_dtype_the_model_has_no_figure_for_is_not_measured(accept, fake_tools, tmp_path):
-    run = _run(accept, fake_tools, tmp_path, as_gpus(RECORDED), "fp32", "min_fraction_of_peak: 0.7")
+    run = compute_run(accept, fake_tools, tmp_path, as_gpus(GEMM_CPU_RUN), "fp32", "min_fraction_of_peak: 0.7")
     assert run.checks("compute")[0]["message"] == (
         "not measured: H100 SXM5 80GB has no published fp32 figure: no figure to take 0.7 of")
 
 
 def test_a_run_on_the_cpu_is_never_a_gpu_figure(accept, fake_tools, tmp_path):
-    run = _run(accept, fake_tools, tmp_path, RECORDED)
+    run = compute_run(accept, fake_tools, tmp_path, GEMM_CPU_RUN)
     assert {c["message"] for c in run.checks("compute")} == {
         "not measured: the GEMM ran on the cpu, not on the GPUs: not a GPU figure"}
 
 
 def test_a_gpu_that_stopped_early_or_computed_garbage_fails(accept, fake_tools, tmp_path):
-    lines = as_gpus(RECORDED).splitlines()
+    lines = as_gpus(GEMM_CPU_RUN).splitlines()
     early = [line for line in lines if not (('"gpu": 1' in line) and ('"t_s": 2' in line or '"t_s": 3' in line
                                                                       or '"done"' in line))]
     garbage = "\n".join(early).replace('"gpu": 0, "done": true, "finite": true', '"gpu": 0, "done": true, "finite": false')
-    run = _run(accept, fake_tools, tmp_path, garbage + "\n")
+    run = compute_run(accept, fake_tools, tmp_path, garbage + "\n")
     checks = {c["subject"]: c for c in run.checks("compute")}
     assert checks["GPU0"]["outcome"] == "failed" and "is not finite" in checks["GPU0"]["message"]
     assert checks["GPU1"]["outcome"] == "failed" and checks["GPU1"]["message"].startswith("GPU1 stopped after 1.")

@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import IB_UP, recording
 from conftest import DATA, pci_port, pci_tree, routed_nic, staged_recording, virtual_net
-from test_network_acceptance import IB_UP
-from test_utilisation import recording
 
 from pytest_gpuaccept.clauses.utilisation import XID as XID_CLAUSE
 from pytest_gpuaccept.contract import parse_contract

@@ -5,9 +5,8 @@ measured."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from builders import dcgm4_document
 from conftest import DATA, nvml_recording, pci_tree
 
 from pytest_gpuaccept.clauses.dcgm import Dcgm, level_tests
@@ -210,19 +209,6 @@ def test_a_test_beyond_the_level_that_fails_fails_the_gpus_software_check(accept
     assert checks["GPU0/software"]["message"] == ("DCGM software on GPU0: Pass, but DCGM also ran Targeted Stress fail: "
                                                   "GPU 0 GPU 0 relative stress level\t3184")
     assert checks["GPU0/memory"]["outcome"] == "passed"
-
-
-def dcgm4_document(serials: list[str], status: str = "Pass", warnings: str = "") -> str:
-    """Constructed, not recorded: a DCGM 4 level-1 document in the shape of the real GB10 one (same keys, DCGM 4.2.3),
-    for as many GPUs as `serials`, each with DCGM's serial of it and the H100 SXM5's device ID."""
-    results = [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": i, "status": status,
-                **({"warnings": json.loads(warnings)} if warnings else {})} for i in range(len(serials))]
-    return json.dumps({
-        "DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [
-            {"name": "software", "results": results, "test_summary": {"status": status}}]}]},
-        "entity_groups": [{"entities": [{"device_id": "2330", "entity_id": i, "serial_num": s} for i, s in enumerate(serials)],
-                           "entity_group": "GPU", "entity_group_id": 1}],
-        "metadata": {"Driver Version Detected": "560.35.03", "version": "4.2.3"}}, indent="\t")
 
 
 def test_dcgms_serials_equal_to_nvmls_pass_and_a_different_one_fails(accept, fake_tools):

@@ -7,44 +7,23 @@ a clause whose checks could not be matched to what the contract asked would leav
 import json
 from pathlib import Path
 
-from conftest import DATA, nccl_log, routed_nic
-from test_burnin import stream_lines
-from test_compute import as_gpus
-from test_dcgm import dcgm4_document
-from test_host_bandwidth import pci_tree
-from test_network_acceptance import IB_UP, sysfs_tree
-from test_nvlink_health import h100_errors, h100_status
-from test_utilisation import recording
+from builders import (
+    CLUSTER_CLAUSES,
+    COUNT_CLAUSES,
+    EVERY_CLAUSE_CONTRACT,
+    IB_UP,
+    as_gpus,
+    dcgm4_document,
+    h100_errors,
+    h100_status,
+    recording,
+    stream_lines,
+    sysfs_tree,
+)
+from conftest import DATA, nccl_log, pci_tree, routed_nic
 
 from pytest_gpuaccept.clauses.registry import ALL_CLAUSES, expected_checks
 from pytest_gpuaccept.contract import parse_contract
-
-WITH_COUNT = {"nics.count", "rdma.count"}
-# The cluster section's clauses are judged on a cluster's login node, and there only (test_cluster_slurm.py).
-CLUSTER = {"cluster.nodes", "cluster.allreduce", "cluster.pairs", "cluster.links", "cluster.nvlink_domain.fabric",
-           "cluster.nvlink_domain.imex", "cluster.nvlink_domain.min_busbw"}
-CONTRACT = """\
-gpuaccept: 1
-vendor: "Example GPU Cloud"
-reference: "SLA-1"
-gpus: {count: 4, model: "H100", memory: "80 GB", driver: ">=550", cuda: ">=12.4", form_factor: sxm,
-       persistence_mode: true}
-nvlink: {every_pair: true, min_links: 6, links_per_gpu: 18, link_speed: "26.5 GB/s", errors_stable: true}
-tools: {python: "/usr/bin/python3"}
-p2p: {min_bandwidth: "120 GB/s", min_bidirectional: "240 GB/s"}
-memory_bandwidth: {min_bandwidth: "10 GB/s", tool: torch}
-compute: {dtype: fp32, min_tflops: 0.0001, duration: "3 s", n: 256}
-host_bandwidth: {min_bandwidth: "50 GB/s"}
-allreduce: {min_busbw: "35 GB/s", min_bytes: "8 B", max_bytes: "128 MiB"}
-nics: {interfaces: ["ens*"], min_speed: "25 Gb/s"}
-rdma: {devices: ["mlx5_*"], min_fraction_of_line_rate: 0.9}
-iperf3: {server: 10.0.0.2, min_throughput: "1.5 Gb/s", streams: 1, duration: "1 s"}
-utilisation: {min_percent: 80, duration: "1.5 s", warmup: "1 s", workload: ["train-job"]}
-health: {ecc: true, row_remapping: true, throttle: true, pcie_gen: 5, pcie_width: 16, power_limit: default,
-         max_remapped_rows: 0, xid: true, clocks: true}
-burnin: {duration: "2 min", workload: ["burn-job"], min_percent: 90}
-dcgm: {level: 1}
-"""
 
 
 def nv6_nvbandwidth() -> str:
@@ -91,7 +70,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
     routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
     fake_tools.add("train-job", "training\n", hang=30)
-    fake_tools.add("dcgmi", dcgm4_document([f"165232200000{i}" for i in range(4)]))  # constructed: test_dcgm.py
+    fake_tools.add("dcgmi", dcgm4_document([f"165232200000{i}" for i in range(4)]))  # constructed: builders.py
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     pci_tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json")  # the GPUs' PCI functions: H100 SXM5
     health = {i: {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_limit_enforced_w": 700.0,
@@ -100,17 +79,17 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     reading = json.loads(Path(nvml.split("=", 1)[1]).read_text())
     for gpu in reading["gpus"]:
         gpu["persistence_mode"] = 1  # as record-nvml reads it now (the recording predates the field)
-    (tmp_path / "burnin.jsonl").write_text("\n".join(stream_lines(2, gpus=4)) + "\n")  # constructed: test_burnin.py
+    (tmp_path / "burnin.jsonl").write_text("\n".join(stream_lines(2, gpus=4)) + "\n")  # constructed: builders.py
     reading["burnin"] = {"stream": str(tmp_path / "burnin.jsonl")}
     fake_tools.add("burn-job", "burning\n", hang=30)
     Path(nvml.split("=", 1)[1]).write_text(json.dumps(reading))
-    run = accept(CONTRACT.replace("/usr/bin/python3", str(fake_tools.bin_dir / "python")), nvml, sysfs)
+    run = accept(EVERY_CLAUSE_CONTRACT.replace("/usr/bin/python3", str(fake_tools.bin_dir / "python")), nvml, sysfs)
     failing = [(c["clause"], c["subject"], c["message"]) for c in run.checks() if c["outcome"] != "passed"]
     assert failing == []
     # nics.count and rdma.count replace nics and rdma when a count is given: the one pair no contract has both of.
-    assert {c["clause"] for c in run.checks()} == set(ALL_CLAUSES) - WITH_COUNT - CLUSTER
+    assert {c["clause"] for c in run.checks()} == set(ALL_CLAUSES) - COUNT_CLAUSES - CLUSTER_CLAUSES
     assert run.json["verdict"] == "accepted" and run.json["complete"] is True
-    assert run.json["not_in_contract"] == [c for c in ALL_CLAUSES if c in WITH_COUNT | CLUSTER]
+    assert run.json["not_in_contract"] == [c for c in ALL_CLAUSES if c in COUNT_CLAUSES | CLUSTER_CLAUSES]
     assert run.result.ret == 0
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and eight health clauses per GPU: every check once.
@@ -118,4 +97,4 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     # host 4 x 2; persistence_mode per GPU; dcgm's level-1 software test per GPU; seven burn-in clauses per GPU.
     assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 9 + 4 + 4 + 4 * 7
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
-    assert len(run.checks()) == len(expected_checks(parse_contract(CONTRACT), lambda: names))
+    assert len(run.checks()) == len(expected_checks(parse_contract(EVERY_CLAUSE_CONTRACT), lambda: names))

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import keypair
 from conftest import DATA
-from test_integrity import _keypair
 
 from pytest_gpuaccept.__main__ import main as cli
 from pytest_gpuaccept.bundle import system_ssh_keygen
@@ -58,7 +58,7 @@ def _manifest_sha(bundle: Path) -> str:
 
 def _signer(folder: Path, who: str) -> tuple[Path, str, str]:
     """A new key: (private key, its allowed_signers line, its fingerprint as ssh-keygen names it)."""
-    key, line = _keypair(folder, who)
+    key, line = keypair(folder, who)
     fingerprint = subprocess.run(["ssh-keygen", "-l", "-f", str(folder / f"{who}.pub")], capture_output=True, text=True,
                                  check=True, timeout=30).stdout.split()[1]
     return key, line, fingerprint

@@ -3,8 +3,8 @@ reach is the contract's mistake, a dual-port card cabled on port 2 is measured o
 port gets its queue pairs, and with `count` the storage and management ports do not fail the clause."""
 
 import pytest
+from builders import IB_UP, RDMA_CONTRACT, sysfs_tree
 from conftest import DATA, pci_port
-from test_network_acceptance import IB_UP, RDMA, sysfs_tree
 
 from pytest_gpuaccept.contract import ContractError, parse_contract
 from pytest_gpuaccept.probes.sysfs import list_names
@@ -56,7 +56,7 @@ def test_a_dual_port_card_cabled_on_port_2_is_measured_on_port_2(accept, fake_to
     port2.mkdir()
     for name, value in IB_UP.items():
         (port2 / name).write_text(value + "\n")
-    run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
     check = run.checks("rdma")[0]
     assert check["outcome"] == "passed" and check["details"]["port"] == 2
     assert all(call[call.index("-i") + 1] == "2" for call in fake_tools.calls("ib_write_bw"))
@@ -64,7 +64,7 @@ def test_a_dual_port_card_cabled_on_port_2_is_measured_on_port_2(accept, fake_to
 
 def test_rdma_qps_runs_that_many_queue_pairs_and_says_so(accept, fake_tools, tmp_path):
     fake_tools.add("ib_write_bw", BW_90)
-    run = accept(RDMA.format(devices="[mlx5_0]", extra="  qps: 4\n"), sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP}))
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra="  qps: 4\n"), sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP}))
     check = run.checks("rdma")[0]
     assert all(call[call.index("-q") + 1] == "4" for call in fake_tools.calls("ib_write_bw"))
     assert check["message"].endswith("(90.5% of 100 Gb/s line rate, port 1 rate in sysfs, 4 queue pairs)")
@@ -75,7 +75,7 @@ def test_rdma_qps_runs_that_many_queue_pairs_and_says_so(accept, fake_tools, tmp
 def test_with_count_down_ports_are_listed_but_do_not_fail(accept, fake_tools, tmp_path):
     fake_tools.add("ib_write_bw", BW_90)
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": IB_UP, "mlx5_2": IB_DOWN})
-    run = accept(RDMA.format(devices="['mlx5_*']", extra="  count: 2\n"), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="['mlx5_*']", extra="  count: 2\n"), sysfs)
     assert run.checks("rdma") == []
     check = run.checks("rdma.count")[0]
     assert (check["subject"], check["outcome"], check["measured"], check["unit"]) == ("host", "passed", 2, "devices")
@@ -87,7 +87,7 @@ def test_with_count_down_ports_are_listed_but_do_not_fail(accept, fake_tools, tm
 def test_with_count_too_few_passing_fails(accept, fake_tools, tmp_path):
     fake_tools.add("ib_write_bw", BW_90)
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_2": IB_DOWN})
-    run = accept(RDMA.format(devices="['mlx5_*']", extra="  count: 2\n"), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="['mlx5_*']", extra="  count: 2\n"), sysfs)
     check = run.checks("rdma.count")[0]
     assert (check["outcome"], check["measured"], check["required"]) == ("failed", 1, ">= 2")
 

@@ -15,8 +15,8 @@ import types
 from pathlib import Path
 
 import pytest
+from builders import recording
 from conftest import DATA, pci_tree, staged_recording
-from test_utilisation import recording
 
 from pytest_gpuaccept.clauses import utilisation as health_clauses
 from pytest_gpuaccept.contract import parse_contract

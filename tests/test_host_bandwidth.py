@@ -7,9 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from builders import h100_status, p5_log
 from conftest import DATA, nvml_recording, pci_tree
-from test_bundle import p5_log
-from test_nvlink_health import h100_status
 
 from pytest_gpuaccept.models import by_device_id
 from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth

@@ -4,7 +4,6 @@ that judge nothing, foreign code, and a bundle that protects the report people s
 import importlib.metadata
 import json
 import shutil
-import subprocess
 import sys
 import sysconfig
 import time
@@ -12,9 +11,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from builders import BUNDLE_CONTRACT, keypair, p5_log
 from conftest import DATA, nvml_recording
-from test_bundle import CONTRACT as ACCEPTED_CONTRACT
-from test_bundle import p5_log
 
 import pytest_gpuaccept.verdict as verdict
 from pytest_gpuaccept import charts
@@ -25,7 +23,7 @@ from pytest_gpuaccept.integrity import replaced_code
 from pytest_gpuaccept.probes._run import ToolRunner
 from pytest_gpuaccept.report.collect import name_version
 
-SOLD = ACCEPTED_CONTRACT  # what the vendor sold: 8x H100 80 GB, NV18 between every pair, 450 GB/s busbw
+SOLD = BUNDLE_CONTRACT  # what the vendor sold: 8x H100 80 GB, NV18 between every pair, 450 GB/s busbw
 
 
 @pytest.fixture
@@ -33,7 +31,7 @@ def accepted(accept, fake_tools):
     """An honest H100 box, accepted: the bundle the later tests attack."""
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     fake_tools.add_nccl(p5_log(), iters=1)
-    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    run = accept(BUNDLE_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
     assert run.json["verdict"] == "accepted"
     return run
 
@@ -113,7 +111,7 @@ def test_a_simulated_run_says_so_in_results_banner_last_line_and_junit(accepted)
 def test_junit_carries_verdict_mode_and_contract_digest(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     fake_tools.add_nccl(p5_log(), iters=1)
-    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "--junitxml=junit.xml")
+    run = accept(BUNDLE_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "--junitxml=junit.xml")
     xml = (run.path / "junit.xml").read_text()
     assert '<property name="gpuaccept_mode" value="simulated" />' in xml
     assert '<property name="gpuaccept_verdict" value="accepted" />' in xml
@@ -130,7 +128,7 @@ def test_junit_carries_verdict_mode_and_contract_digest(accept, fake_tools):
 def test_a_replay_shows_the_recorded_host_and_time(accepted, accept, tmp_path):
     bundle = tmp_path / "elsewhere"
     shutil.copytree(accepted.path, bundle, ignore=shutil.ignore_patterns("fakebin"))
-    replay = accept(ACCEPTED_CONTRACT, f"--gpuaccept-replay={bundle}", f"--html={tmp_path / 'r' / 'report.html'}",
+    replay = accept(BUNDLE_CONTRACT, f"--gpuaccept-replay={bundle}", f"--html={tmp_path / 'r' / 'report.html'}",
                     f"--gpuaccept-json={tmp_path / 'r' / 'results.json'}")
     results = json.loads((tmp_path / "r" / "results.json").read_text())
     assert results["mode"] == "replay"
@@ -152,7 +150,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("mode", ["--collect-only", "--fixtures", "--markers", "--help", "--version"])
 def test_modes_that_judge_nothing_leave_the_bundle_byte_for_byte(accepted, accept, mode):
     before = _snapshot(accepted.path)
-    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), mode)
+    run = accept(BUNDLE_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), mode)
     assert _snapshot(accepted.path) == {**before, "vendor.yaml": before["vendor.yaml"]}
     assert not any("gpuaccept verdict" in line or "gpuaccept: ACCEPTED" in line for line in run.result.outlines)
     if mode == "--collect-only":
@@ -162,7 +160,7 @@ def test_modes_that_judge_nothing_leave_the_bundle_byte_for_byte(accepted, accep
 def test_a_run_interrupted_in_collection_leaves_no_stale_accepted(accepted, accept, pytester):
     suite = pytester.mkdir("interrupted")
     (suite / "test_stop.py").write_text("raise KeyboardInterrupt\n")
-    run = accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), str(suite), subprocess=True)
+    run = accept(BUNDLE_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), str(suite), subprocess=True)
     results = accepted.path / "gpuaccept-results.json"
     assert not results.exists() or json.loads(results.read_text())["verdict"] == "rejected"
     assert run.result.ret != 0
@@ -196,7 +194,7 @@ def _with_vendor_plugin(accept, pytester, fake_tools, source: str):
     fake_tools.add_nccl(p5_log(), iters=1)
     pytester.makepyfile(vendorplugin=source)
     pytester.syspathinsert()
-    return accept(ACCEPTED_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "-p", "vendorplugin", subprocess=True)
+    return accept(BUNDLE_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"), "-p", "vendorplugin", subprocess=True)
 
 
 def test_a_plugin_that_replaces_a_judge_is_named_and_rejects_the_run(accept, pytester, fake_tools):
@@ -339,18 +337,11 @@ def test_a_deleted_report_fails_verify_naming_it(accepted, tmp_path, capsys):
     assert "FAIL missing: gpuaccept-report.html" in capsys.readouterr().out
 
 
-def _keypair(folder: Path, who: str) -> tuple[Path, str]:
-    key = folder / who
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", who, "-f", str(key)], check=True, timeout=30)
-    kind, blob, _comment = (folder / f"{who}.pub").read_text().split()
-    return key, f"{who}@example.com {kind} {blob}\n"
-
-
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="OpenSSH's ssh-keygen is needed (.ci/run installs it)")
 def test_buyer_and_vendor_sign_and_any_later_change_fails(accepted, tmp_path, capsys):
     bundle = _copy(accepted, tmp_path)
-    buyer, buyer_line = _keypair(tmp_path, "buyer")
-    vendor, vendor_line = _keypair(tmp_path, "vendor")
+    buyer, buyer_line = keypair(tmp_path, "buyer")
+    vendor, vendor_line = keypair(tmp_path, "vendor")
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(buyer_line + vendor_line)
     assert cli(["sign", str(bundle), "--key", str(buyer)]) == 0
@@ -369,8 +360,8 @@ def test_buyer_and_vendor_sign_and_any_later_change_fails(accepted, tmp_path, ca
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="OpenSSH's ssh-keygen is needed (.ci/run installs it)")
 def test_a_signature_by_a_key_not_allowed_fails(accepted, tmp_path, capsys):
     bundle = _copy(accepted, tmp_path)
-    stranger, _line = _keypair(tmp_path, "stranger")
-    _buyer, buyer_line = _keypair(tmp_path, "buyer")
+    stranger, _line = keypair(tmp_path, "stranger")
+    _buyer, buyer_line = keypair(tmp_path, "buyer")
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(buyer_line)
     assert cli(["sign", str(bundle), "--key", str(stranger)]) == 0

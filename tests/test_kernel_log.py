@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import recording
 from conftest import DATA, pci_tree
-from test_utilisation import recording
 
 from pytest_gpuaccept.clauses.utilisation import XID as XID_CLAUSE
 from pytest_gpuaccept.contract import parse_contract
@@ -179,7 +179,7 @@ JOURNAL_HINT = ("Hint: You are currently not seeing messages from other users an
 @pytest.fixture
 def live(monkeypatch, tmp_path, fake_tools):
     """A live-mode host: NVML is the 4-GPU H100 recording with GPU0 moved to `bus`, its samples the steady series
-    of test_utilisation, the boot clock 3600 s at the load's start and 3700 s at its end."""
+    of builders.py (series), the boot clock 3600 s at the load's start and 3700 s at its end."""
     fake_tools.add("train-job", "training\n", hang=30)
 
     def host(bus: str) -> str:

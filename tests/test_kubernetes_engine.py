@@ -15,10 +15,10 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+from builders import node_recordings
 from conftest import DATA, ctrl_c_as_at_a_terminal, pci_tree
 from kubectl_standin import StandIn, cordon, gpu_node, non_gpu_node, set_ready, write_image
 from netns_cluster import Cluster, missing_tools
-from test_cluster_engines import node_recordings
 
 from pytest_gpuaccept.clauses import cluster
 from pytest_gpuaccept.cluster.kubernetes import GPU, HOST_SYS, LABEL, Kubernetes, KubernetesKeys, node_state, parse_nodes, pod_manifest

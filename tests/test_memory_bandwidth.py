@@ -6,8 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA, nvml_recording
-from test_host_bandwidth import pci_tree
+from conftest import DATA, nvml_recording, pci_tree
 
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.membw import parse_membw

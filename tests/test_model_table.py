@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
+from builders import GEMM_CPU_RUN, as_gpus, compute_run
 from conftest import DATA, pci_tree, staged_recording
-from test_compute import RECORDED, _run, as_gpus
 
 from pytest_gpuaccept.clauses.gpus import judge_identity
 from pytest_gpuaccept.models import TABLE_FILE, all_models, answers_to, by_device_id, matching, names, not_in_table, pciids
@@ -292,8 +292,8 @@ def test_an_l40_that_nvml_calls_an_l40s_fails_on_its_name(accept, tmp_path, inst
 
 def test_a_fraction_of_peak_on_an_unknown_device_id_is_not_measured_naming_it(accept, fake_tools, tmp_path):
     """compute's min_fraction_of_peak needs the table's figure: not measured, saying which ID to add."""
-    run = _run(accept, fake_tools, tmp_path, as_gpus(RECORDED, "bf16"), "bf16", "min_fraction_of_peak: 0.7",
-               device=f"0x{UNKNOWN}")
+    run = compute_run(accept, fake_tools, tmp_path, as_gpus(GEMM_CPU_RUN, "bf16"), "bf16", "min_fraction_of_peak: 0.7",
+                      device=f"0x{UNKNOWN}")
     assert {c["message"] for c in run.checks("compute")} == {
         f"not measured: GPU{i}'s device ID 0x232c is not in the model table (pytest_gpuaccept/models/gpus.json): "
         "add it: no figure to take 0.7 of" for i in (0, 1)}

@@ -4,12 +4,19 @@ was left, before; each is now a failure that names what happened."""
 
 import json
 
+from builders import (
+    IB_UP,
+    LOAD_CONTRACT,
+    NVLINK_HEALTH_CONTRACT,
+    RDMA_CONTRACT,
+    UTILISATION_FIELDS,
+    h100_errors,
+    h100_status,
+    recording,
+    series,
+    sysfs_tree,
+)
 from conftest import DATA, nvml_recording
-from test_network_acceptance import IB_UP, RDMA, sysfs_tree
-from test_nvlink_health import CONTRACT as NVLINK_CONTRACT
-from test_nvlink_health import h100_errors, h100_status
-from test_utilisation import CONTRACT as LOAD_CONTRACT
-from test_utilisation import FIELDS, recording, series
 
 
 def _errors_change_under_load(fake_tools, after: str) -> None:
@@ -31,7 +38,7 @@ def test_a_link_missing_after_the_load_fails_naming_it(accept, fake_tools):
         if not (gpu == 4 and line.strip().startswith("Link 7:")):
             kept.append(line)
     _errors_change_under_load(fake_tools, "\n".join(kept))
-    run = accept(NVLINK_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    run = accept(NVLINK_HEALTH_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
     errors = {c["subject"]: c for c in run.checks("nvlink.errors")}
     assert errors["GPU4"]["outcome"] == "failed"
     assert errors["GPU4"]["message"] == ("the error counters cannot be compared across the load: link 7 was in "
@@ -41,7 +48,7 @@ def test_a_link_missing_after_the_load_fails_naming_it(accept, fake_tools):
 
 def test_a_counter_that_went_down_is_a_reset_not_a_clean_link(accept, fake_tools):
     _errors_change_under_load(fake_tools, h100_errors(8))  # GPU1 link 3 CRC 9 -> 0
-    run = accept(NVLINK_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    run = accept(NVLINK_HEALTH_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
     errors = {c["subject"]: c for c in run.checks("nvlink.errors")}
     assert errors["GPU1"]["outcome"] == "failed"
     assert "link 3 CRC Errors went down 9 -> 0 (counters reset during the load)" in errors["GPU1"]["message"]
@@ -50,7 +57,7 @@ def test_a_counter_that_went_down_is_a_reset_not_a_clean_link(accept, fake_tools
 
 def _load_recording(tmp_path, gpus: dict) -> str:
     base = json.loads((DATA / "nvml" / "h100_sxm5_4gpu.json").read_text())
-    base["utilisation"] = {"interval_s": 0.2, "fields": FIELDS, "gpus": [
+    base["utilisation"] = {"interval_s": 0.2, "fields": UTILISATION_FIELDS, "gpus": [
         {"index": i, "health": {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0]}, **gpus.get(i, {})}
         for i in range(4)]}
     for gpu in base["utilisation"]["gpus"]:
@@ -85,7 +92,7 @@ def test_a_gpu_with_far_fewer_samples_is_not_judged_on_what_is_left(accept, fake
 def test_a_400g_port_trained_at_200_fails_even_when_ib_write_bw_reaches_90_percent_of_200(accept, fake_tools, tmp_path):
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
     half = {**IB_UP, "rate": "200 Gb/sec (2X NDR)"}
-    run = accept(RDMA.format(devices="[mlx5_0]", extra="  line_rate: '400 Gb/s'\n"), sysfs_tree(tmp_path / "sys", {"mlx5_0": half}))
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra="  line_rate: '400 Gb/s'\n"), sysfs_tree(tmp_path / "sys", {"mlx5_0": half}))
     check = run.checks("rdma")[0]
     assert (check["outcome"], check["measured"]) == ("failed", 0)
     assert check["message"] == ("mlx5_0 port 1 is active at 200 Gb/s, below the contract's line rate 400 Gb/s "

@@ -11,7 +11,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import DATA, pci_port, routed_nic
+from builders import IB_UP, RDMA_CONTRACT, sysfs_tree
+from conftest import DATA, routed_nic
 
 BASE_PORT = 15201
 
@@ -166,28 +167,14 @@ def test_an_iperf3_error_is_not_measured_with_its_own_text(accept, fake_tools, t
 
 # ------------------------------------------------------------------ RDMA
 
-def sysfs_tree(root, devices: dict[str, dict[str, str]]) -> str:
-    """A sysfs tree with the files the kernel provides for each RDMA port (state, phys_state, rate, link_layer),
-    each device a function of its own PCI device (0000:1N:00.0, mlx5_core) as on a real host."""
-    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
-    for n, (device, files) in enumerate(devices.items()):
-        port = pci_port(root, "infiniband", device, f"0000:{0x18 + 16 * n:02x}:00.0") / "ports" / "1"
-        port.mkdir(parents=True)
-        for name, value in files.items():
-            (port / name).write_text(value + "\n")
-    return f"--gpuaccept-sysfs={root}"
-
-
-IB_UP = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "100 Gb/sec (4X EDR)", "link_layer": "InfiniBand"}
 ROCE_200 = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "200 Gb/sec (4X HDR)", "link_layer": "Ethernet"}
-RDMA = "gpuaccept: 1\nvendor: V\nrdma:\n  devices: {devices}\n  min_fraction_of_line_rate: 0.9\n{extra}"
 
 
 def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(accept, fake_tools, tmp_path):
     """In a tree without the port's counters (a container's), the figure stands on ib_write_bw's word, and says so."""
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
-    run = accept(RDMA.format(devices="['mlx5_*']", extra=""), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="['mlx5_*']", extra=""), sysfs)
     check = run.checks("rdma")[0]
     assert check["subject"] == "mlx5_0" and check["outcome"] == "passed"
     assert run.json["verdict"] == "accepted" and run.result.ret == 0
@@ -204,7 +191,7 @@ def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(accept, fake_too
 def test_a_bandwidth_above_line_rate_is_implausible(accept, fake_tools, tmp_path):
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "oci_roce_mlx5_5_4qp_report_gbits_rdmacm.txt")
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_5": IB_UP})
-    run = accept(RDMA.format(devices="[mlx5_5]", extra="  line_rate: '50 Gb/s'\n"), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_5]", extra="  line_rate: '50 Gb/s'\n"), sysfs)
     check = run.checks("rdma")[0]
     assert check["outcome"] == "failed" and check["measured"] == 98.01
     assert "is implausible: above 50 Gb/s (the line rate, from the contract)" in check["message"]
@@ -213,7 +200,7 @@ def test_a_bandwidth_above_line_rate_is_implausible(accept, fake_tools, tmp_path
 def test_roce_below_the_fraction_fails_and_uses_the_contract_line_rate_and_peer(accept, fake_tools, tmp_path):
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "roce_mlx5_0_a_sweep_gbits_52G_k8s_pod.txt")
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": ROCE_200})
-    run = accept(RDMA.format(devices="[mlx5_0]", extra="  peer: 10.0.0.2\n  message_size: '1 MiB'\n"), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra="  peer: 10.0.0.2\n  message_size: '1 MiB'\n"), sysfs)
     check = run.checks("rdma")[0]
     assert (check["outcome"], check["measured"]) == ("failed", 52.52)
     assert check["message"] == ("mlx5_0 ib_write_bw BW average 52.52 Gb/s (sources: ib_write_bw only) < 180 Gb/s "
@@ -227,7 +214,7 @@ def test_a_failed_connection_is_not_measured_with_the_tools_words(accept, fake_t
     fake_tools.add("ib_write_bw", " Couldn't connect to localhost:18515\nUnable to open file descriptor for socket connection\n", rc=1,
                    sleep=0)
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
-    run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
     check = run.checks("rdma")[0]
     assert check["outcome"] == "not_measured"
     assert "exited with code 1" in check["message"]
@@ -235,7 +222,7 @@ def test_a_failed_connection_is_not_measured_with_the_tools_words(accept, fake_t
 
 def test_a_missing_ib_write_bw_is_not_measured(accept, fake_tools, tmp_path):
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
-    run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
     assert run.checks("rdma")[0]["message"] == "not measured: ib_write_bw not found on PATH"
 
 
@@ -243,7 +230,7 @@ def test_a_port_that_is_down_fails_and_a_missing_device_fails(accept, fake_tools
     fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
     down = {**IB_UP, "state": "1: DOWN", "phys_state": "3: Disabled"}
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": down})
-    run = accept(RDMA.format(devices="[mlx5_0, mlx5_1, mlx5_9]", extra=""), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0, mlx5_1, mlx5_9]", extra=""), sysfs)
     checks = {c["subject"]: c for c in run.checks("rdma")}
     assert checks["mlx5_0"]["outcome"] == "passed"
     assert (checks["mlx5_1"]["outcome"], checks["mlx5_1"]["measured"]) == ("failed", 0)

@@ -19,8 +19,8 @@ import textwrap
 import time
 
 import pytest
+from builders import IB_UP, RDMA_CONTRACT, counting_port, sysfs_tree
 from conftest import DATA, pci_port, routed_nic
-from test_network_acceptance import IB_UP, RDMA, sysfs_tree
 
 from pytest_gpuaccept.clauses.network import Rated, _kernel_speed, rate_check
 from pytest_gpuaccept.probes.counters import SATURATED_32, Counted, counted
@@ -66,15 +66,6 @@ def test_ethtool_saying_400g_where_the_kernel_says_100g_is_rejected_naming_both(
 
 # ---------------------------------------------------------------- rdma: ib_write_bw beside the port's counters
 
-def counting_port(root, device: str, words: int = 1000):
-    """ports/1/counters of `device` (port_xmit_data, port_rcv_data: 4-byte words) under a sysfs_tree."""
-    folder = root / "class" / "infiniband" / device / "ports" / "1" / "counters"
-    folder.mkdir(parents=True)
-    for name in ("port_xmit_data", "port_rcv_data"):
-        (folder / name).write_text(f"{words}\n")
-    return folder
-
-
 def moves(folder, gbit_s: float) -> str:
     """What a client (its last argument a host, not a number) does to the port's counters: `gbit_s` for as long as its
     process has lived (since the kernel started it: an interpreter slow to start on a busy machine counts too)."""
@@ -93,7 +84,7 @@ def test_an_honest_ib_write_bw_is_confirmed_by_the_ports_own_counters(accept, fa
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     folder = counting_port(tmp_path / "sys", "mlx5_0")
     fake_tools.add("ib_write_bw", BW_90, then=moves(folder, 90.6))
-    run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
     check = run.checks("rdma")[0]
     assert check["outcome"] == "passed" and run.json["verdict"] == "accepted", check["message"]
     assert re.fullmatch(r"mlx5_0 ib_write_bw BW average 90\.5 Gb/s \(port_xmit_data: \d+(\.\d+)? Gb/s over \d+\.\d\d s\) "
@@ -110,7 +101,7 @@ def test_a_canned_ib_write_bw_answering_at_once_is_not_a_measurement(accept, fak
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     counting_port(tmp_path / "sys", "mlx5_0")
     fake_tools.add("ib_write_bw", BW_90, sleep=0.2)
-    run = accept(RDMA.format(devices="[mlx5_0]", extra=""), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
     check = run.checks("rdma")[0]
     assert (check["clause"], check["outcome"], check["measured"]) == ("rdma", "failed", None)
     assert re.fullmatch(r"mlx5_0: not a measurement: ib_write_bw was asked to run 5 s and returned after [0-3]\.\d\d s "
@@ -126,7 +117,7 @@ def test_ib_write_bw_figures_the_ports_counters_refute_are_rejected(accept, fake
     slow = counting_port(tmp_path / "sys", "mlx5_1")
     fake_tools.add("ib_write_bw", BW_90, when="mlx5_1 ", then=moves(slow, 40.0))
     fake_tools.add("ib_write_bw", BW_90)
-    run = accept(RDMA.format(devices="[mlx5_0, mlx5_1]", extra=""), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0, mlx5_1]", extra=""), sysfs)
     checks = {c["subject"]: c for c in run.checks("rdma")}
     assert run.json["verdict"] == "rejected"
     idle = checks["mlx5_0"]

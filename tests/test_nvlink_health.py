@@ -1,15 +1,11 @@
 """NVLink health: `nvidia-smi nvlink -s` link state and speed, `nvlink -e` counters across the load."""
 
-import re
-
 import pytest
+from builders import NVLINK_HEALTH_CONTRACT, STATUS_H100, h100_errors, h100_status
 from conftest import DATA, nvml_recording, staged_recording
 
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.nvidia_smi import parse_nvlink_errors, parse_nvlink_status
-
-STATUS_H100 = (DATA / "nvlink" / "h100_status_i0_18links.txt").read_text()
-ERRORS_H100 = (DATA / "nvlink" / "h100_errorcounters_e_elided_masked_uuid.txt").read_text()
 
 
 def test_a_real_h100_status_reads_18_links_at_26_562():
@@ -34,53 +30,10 @@ def test_elided_or_foreign_output_is_refused_quoting_the_line(name, parse, line)
     assert str(info.value).endswith(repr(line))
 
 
-def h100_status(gpus: int, inactive: set[tuple[int, int]] = frozenset(), slow: set[tuple[int, int]] = frozenset()) -> str:
-    """The real GPU0 block of `nvlink -s`, repeated for each GPU (a live 8-GPU run prints one block per GPU)."""
-    head, *links = STATUS_H100.splitlines()
-    out = []
-    for gpu in range(gpus):
-        out.append(head.replace("GPU 0:", f"GPU {gpu}:"))
-        for n, line in enumerate(links):
-            if (gpu, n) in inactive:
-                line = re.sub(r"[\d.]+ GB/s", "<inactive>", line)
-            elif (gpu, n) in slow:
-                line = line.replace("26.562", "13.281")
-            out.append(line)
-    return "\n".join(out) + "\n"
-
-
-def h100_errors(gpus: int, crc: dict[tuple[int, int], int] | None = None) -> str:
-    """The real counter lines of `nvlink -e` with the author's "[...]" expanded to all 18 links."""
-    head = ERRORS_H100.splitlines()[0]
-    out = []
-    for gpu in range(gpus):
-        out.append(head.replace("GPU 0:", f"GPU {gpu}:"))
-        for n in range(18):
-            out += [f"         Link {n}: Replay Errors: 0", f"         Link {n}: Recovery Errors: 0",
-                    f"         Link {n}: CRC Errors: {(crc or {}).get((gpu, n), 0)}", ""]
-    return "\n".join(out)
-
-
 def test_the_counters_parse_per_link():
     errors = parse_nvlink_errors(h100_errors(2, {(1, 4): 7}))
     assert errors.counters[1][4] == {"Replay Errors": 0, "Recovery Errors": 0, "CRC Errors": 7}
     assert errors.total(1) == 7 and errors.total(0) == 0
-
-
-CONTRACT = """\
-gpuaccept: 1
-vendor: V
-gpus:
-  count: 8
-nvlink:
-  every_pair: true
-  min_links: 18
-  links_per_gpu: 18
-  link_speed: "26.5 GB/s"
-  errors_stable: true
-allreduce:
-  min_busbw: "1 GB/s"
-"""
 
 
 def test_healthy_links_pass_and_counters_that_grow_under_load_fail(accept, fake_tools, tmp_path):
@@ -97,7 +50,7 @@ def test_healthy_links_pass_and_counters_that_grow_under_load_fail(accept, fake_
     def link_5_of_gpu3_down(reading):  # NVML sees what `nvlink -s` sees: one host, two sources that agree
         reading["gpus"][3]["nvlinks"][5]["active"] = False
 
-    run = accept(CONTRACT, staged_recording(tmp_path, "h100_sxm5_8gpu.json", link_5_of_gpu3_down))
+    run = accept(NVLINK_HEALTH_CONTRACT, staged_recording(tmp_path, "h100_sxm5_8gpu.json", link_5_of_gpu3_down))
     links = {c["subject"]: c for c in run.checks("nvlink.links")}
     assert links["GPU0"]["outcome"] == "passed" and links["GPU0"]["measured"] == 18
     assert links["GPU0"]["message"] == "18 links active at 26.562 GB/s"
@@ -131,6 +84,6 @@ def test_a_shadowed_nvidia_smi_showing_a_dead_link_active_fails_against_nvml(acc
 
 
 def test_without_nvidia_smi_link_health_is_not_measured(accept, fake_tools):
-    run = accept(CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    run = accept(NVLINK_HEALTH_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
     assert {c["outcome"] for c in run.checks("nvlink.links") + run.checks("nvlink.errors")} == {"not_measured"}
     assert len(run.checks("nvlink.links")) == 8 and len(run.checks("nvlink.errors")) == 8

@@ -5,9 +5,9 @@ The tool outputs are real (tests/data, with their sources in SOURCES.md). The PC
 constructed here, in the test's code: the kernel writes `32.0 GT/s PCIe` and `16` into current_link_speed and
 current_link_width of a Gen5 x16 function, and `8.0 GT/s PCIe` for Gen3."""
 
-import json
 
 import pytest
+from builders import pcie_links
 from conftest import DATA, nccl_log, nvml_recording, pci_tree
 
 from pytest_gpuaccept import models
@@ -20,7 +20,6 @@ from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
 from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
 from pytest_gpuaccept.probes.nvidia_smi import parse_topo
 from pytest_gpuaccept.probes.p2p_latency import parse_p2p_latency
-from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 P2P_H100 = DATA / "p2pBandwidthLatencyTest" / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt"
 NVB_H100 = DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt"
@@ -28,15 +27,6 @@ B300 = DATA / "nvbandwidth" / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_
 PCIE_TOPO = DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt"  # NODE / SYS between every pair: no NVLink
 P5 = DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt"
 DCGM = DATA / "nvbandwidth" / "dcgm_tests_v0.5_json_verbose_1gpu_pcie3_waived_latency.json"
-
-
-def pcie_links(root, speed="32.0 GT/s PCIe", width="16", recording="h100_sxm5_8gpu.json"):
-    """Constructed: the link files of every GPU function pci_tree wrote (the kernel's own wording)."""
-    for gpu in json.loads((DATA / "nvml" / recording).read_text())["gpus"]:
-        folder = root / "bus" / "pci" / "devices" / sysfs_bus_id(gpu["pci_bus_id"])
-        for name, value in (("current_link_speed", speed), ("max_link_speed", speed), ("current_link_width", width),
-                            ("max_link_width", width)):
-            (folder / name).write_text(value + "\n")
 
 
 def p2p_contract(count, tool="nvbandwidth", extra=""):

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from builders import BUNDLE_CONTRACT, p5_log
 from conftest import DATA, nvml_recording
-from test_bundle import CONTRACT, p5_log
 
 from pytest_gpuaccept.probes import provenance
 from pytest_gpuaccept.probes.provenance import flags, read_provenance
@@ -59,7 +59,7 @@ def test_a_package_file_changed_since_install_is_flagged(fake_tools, tmp_path, m
 def test_the_report_shows_the_provenance_of_every_tool_run(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     fake_tools.add_nccl(p5_log(), iters=1)
-    run = accept(CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
+    run = accept(BUNDLE_CONTRACT, nvml_recording("h100_sxm5_8gpu.json"))
     tools = {t["tool"]: t for t in run.json["tools"]}
     assert set(tools) == {"nvidia-smi", "all_reduce_perf"}
     smi = tools["nvidia-smi"]
@@ -78,7 +78,7 @@ def test_a_pinned_tool_whose_file_differs_is_not_run(accept, fake_tools):
     fake_tools.add_nccl(p5_log(), iters=1)
     real = hashlib.sha256((fake_tools.bin_dir / "nvidia-smi").read_bytes()).hexdigest()
     pins = f"tools:\n  sha256:\n    nvidia-smi: {real}\n    all_reduce_perf: '{'0' * 64}'\n"
-    run = accept(CONTRACT + pins, nvml_recording("h100_sxm5_8gpu.json"))
+    run = accept(BUNDLE_CONTRACT + pins, nvml_recording("h100_sxm5_8gpu.json"))
     check = run.checks("allreduce")[0]
     assert check["outcome"] == "not_measured"
     assert check["message"] == (f"not measured: run: all_reduce_perf at {fake_tools.bin_dir / 'all_reduce_perf'} has SHA-256 "
@@ -89,7 +89,7 @@ def test_a_pinned_tool_whose_file_differs_is_not_run(accept, fake_tools):
 
 
 def test_a_pin_that_is_not_a_sha256_is_a_usage_error(accept, fake_tools):
-    run = accept(CONTRACT + f"tools:\n  sha256:\n    nvidia-smi: abc\n    iperf3: {'1' * 64}\n",
+    run = accept(BUNDLE_CONTRACT + f"tools:\n  sha256:\n    nvidia-smi: abc\n    iperf3: {'1' * 64}\n",
                  nvml_recording("h100_sxm5_8gpu.json"))
     assert run.result.ret == 4
     run.result.stderr.fnmatch_lines(["*:16: tools.sha256.nvidia-smi: expected a SHA-256 as 64 hex digits, got 'abc'*",

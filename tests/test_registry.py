@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_every_clause import CLUSTER, CONTRACT, WITH_COUNT
+from builders import CLUSTER_CLAUSES, COUNT_CLAUSES, EVERY_CLAUSE_CONTRACT
 
 from pytest_gpuaccept import suite
 from pytest_gpuaccept.clauses import registry
@@ -19,7 +19,7 @@ from pytest_gpuaccept.subjects import Host, Subject
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "pytest_gpuaccept"
-EVERY_CLAUSE = parse_contract(CONTRACT)
+EVERY_CLAUSE = parse_contract(EVERY_CLAUSE_CONTRACT)
 HOST_NAMES = {"net": ["ens6f0", "lo"], "infiniband": ["mlx5_0"]}
 
 
@@ -75,22 +75,22 @@ def test_every_clause_has_one_suite_test_and_every_suite_test_one_clause():
 def test_plan_covers_every_clause_of_a_full_contract():
     expected = registry.expected_checks(EVERY_CLAUSE, lambda: HOST_NAMES)
     assert [c.key for c in registry.present_clauses(EVERY_CLAUSE)] == [
-        c for c in registry.ALL_CLAUSES if c not in WITH_COUNT | CLUSTER]
-    assert {clause for clause, _subject in expected} == set(registry.ALL_CLAUSES) - WITH_COUNT - CLUSTER
-    assert registry.not_in_contract(EVERY_CLAUSE) == [c for c in registry.ALL_CLAUSES if c in WITH_COUNT | CLUSTER]
-    assert CLUSTER == {c.key for c in registry.clauses_of("cluster")}
-    with_counts = parse_contract(CONTRACT.replace('min_speed: "25 Gb/s"}', 'min_speed: "25 Gb/s", count: 1}')
+        c for c in registry.ALL_CLAUSES if c not in COUNT_CLAUSES | CLUSTER_CLAUSES]
+    assert {clause for clause, _subject in expected} == set(registry.ALL_CLAUSES) - COUNT_CLAUSES - CLUSTER_CLAUSES
+    assert registry.not_in_contract(EVERY_CLAUSE) == [c for c in registry.ALL_CLAUSES if c in COUNT_CLAUSES | CLUSTER_CLAUSES]
+    assert CLUSTER_CLAUSES == {c.key for c in registry.clauses_of("cluster")}
+    with_counts = parse_contract(EVERY_CLAUSE_CONTRACT.replace('min_speed: "25 Gb/s"}', 'min_speed: "25 Gb/s", count: 1}')
                                  .replace("min_fraction_of_line_rate: 0.9}", "min_fraction_of_line_rate: 0.9, count: 1}"))
-    assert set(registry.not_in_contract(with_counts)) == {"nics", "rdma"} | CLUSTER
+    assert set(registry.not_in_contract(with_counts)) == {"nics", "rdma"} | CLUSTER_CLAUSES
 
 
 def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on_each_node():
-    cluster = parse_contract(CONTRACT + "cluster:\n  engine: slurm\n  nodes: ['gpu[01-04]']\n"
+    cluster = parse_contract(EVERY_CLAUSE_CONTRACT + "cluster:\n  engine: slurm\n  nodes: ['gpu[01-04]']\n"
                                         "  pairs: {min_busbw: '360 GB/s'}\n")
     assert [c.key for c in registry.present_clauses(cluster)] == ["cluster.nodes", "cluster.pairs"]
     on_a_node = replace(cluster, node="gpu02")
     assert [c.key for c in registry.present_clauses(on_a_node)] == [
-        c for c in registry.ALL_CLAUSES if c not in WITH_COUNT | CLUSTER]
+        c for c in registry.ALL_CLAUSES if c not in COUNT_CLAUSES | CLUSTER_CLAUSES]
     assert registry.not_in_contract(cluster) == ["nics.count", "rdma.count", "cluster.allreduce", "cluster.links",
                                                  "cluster.nvlink_domain.fabric", "cluster.nvlink_domain.imex",
                                                  "cluster.nvlink_domain.min_busbw"]
@@ -101,7 +101,7 @@ def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on
     assert [str(s) for s in pairs] == ["gpu01+gpu02", "gpu01+gpu03", "gpu02+gpu03"]
 
 
-@pytest.mark.parametrize("clause", [c for c in registry.CLAUSES if c.key not in CLUSTER], ids=lambda c: c.key)
+@pytest.mark.parametrize("clause", [c for c in registry.CLAUSES if c.key not in CLUSTER_CLAUSES], ids=lambda c: c.key)
 def test_any_subject_can_be_put_on_a_node_without_its_clause_knowing(clause):
     node = Host("gpu03")
     for subject in clause.subjects(EVERY_CLAUSE, lambda: HOST_NAMES):

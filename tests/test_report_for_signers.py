@@ -11,9 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from builders import UTILISATION_FIELDS, h100_errors, h100_status, series
 from conftest import DATA, nccl_log, pci_tree
-from test_nvlink_health import h100_errors, h100_status
-from test_utilisation import FIELDS, series
 
 from pytest_gpuaccept.report import compact_report
 from pytest_gpuaccept.report.pairs import grouped
@@ -35,7 +34,7 @@ def rejected_8gpu(accept, fake_tools, tmp_path):
     fake_tools.add_nccl(nccl_log(DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt"), iters=1)
     fake_tools.add("train-job", "training\n", hang=120)
     reading = json.loads(H100_8GPU.read_text())
-    reading["utilisation"] = {"interval_s": 0.2, "fields": FIELDS, "gpus": [
+    reading["utilisation"] = {"interval_s": 0.2, "fields": UTILISATION_FIELDS, "gpus": [
         {"index": i, "samples": series(seconds=3.0), "xid": {"events": []},
          "health": {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "retired_pages_pending": None,
                     "power_limit_enforced_w": 700.0, "power_limit_default_w": 700.0}} for i in range(8)]}

@@ -11,9 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from builders import IB_UP, RDMA_CONTRACT, counting_port, sysfs_tree
 from conftest import DATA
-from test_network_acceptance import IB_UP, RDMA, sysfs_tree
-from test_network_second_sources import counting_port
 
 from pytest_gpuaccept import schedule
 from pytest_gpuaccept.clauses import together
@@ -128,7 +127,7 @@ def test_rdma_devices_on_distinct_ports_run_at_once_unless_told_otherwise(accept
         counting_port(tmp_path / "sys", device)
     fake_tools.add("ib_write_bw", BW_90, then=moving(tmp_path / "sys", 92.0))
     extra = "" if concurrent else "  concurrent: false\n"
-    run = accept(RDMA.format(devices="['mlx5_*']", extra=extra), sysfs)
+    run = accept(RDMA_CONTRACT.format(devices="['mlx5_*']", extra=extra), sysfs)
     assert [c["outcome"] for c in run.checks("rdma")] == ["passed", "passed"], [c["message"] for c in run.checks("rdma")]
     spans = sorted((start, end) for tool, start, end in fake_tools.intervals() if tool == "ib_write_bw")
     assert len(spans) == 4

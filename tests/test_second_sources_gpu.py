@@ -16,12 +16,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from builders import COMPUTE_CONTRACT, GEMM_CPU_RUN, as_gpus, pcie_links, recording, series
 from conftest import DATA, pci_tree, staged_recording
 from judging import Output, judge
-from test_compute import CONTRACT as COMPUTE
-from test_compute import RECORDED, as_gpus
-from test_plausibility import pcie_links
-from test_utilisation import recording, series
 
 from pytest_gpuaccept.clauses import sources
 from pytest_gpuaccept.verdict import Check, Outcome
@@ -161,8 +158,9 @@ def test_every_bandwidth_check_of_an_honest_hgx_carries_its_cap_and_its_source(t
 
 def test_a_gemm_above_the_models_dense_peak_is_physically_impossible(tmp_path):
     """The recorded GEMM windows with 100,000 times the products: thousands of tf32 TFLOPS on an H100 SXM5 (494.5)."""
-    inflated = re.sub(r'"matmuls": (\d+)', lambda m: f'"matmuls": {int(m.group(1)) * 100000}', as_gpus(RECORDED, "tf32"))
-    contract = COMPUTE.format(python=tmp_path / "bin" / "python", dtype="tf32", threshold="min_tflops: 100")
+    inflated = re.sub(r'"matmuls": (\d+)', lambda m: f'"matmuls": {int(m.group(1)) * 100000}',
+                      as_gpus(GEMM_CPU_RUN, "tf32"))
+    contract = COMPUTE_CONTRACT.format(python=tmp_path / "bin" / "python", dtype="tf32", threshold="min_tflops: 100")
     judged = judge(contract, {"python": Output(inflated)}, tmp_path, nvml=nvml_of(recording(tmp_path, gpus=2)),
                    sysfs=tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json"))
     failing = rejected_by(judged, "compute")

@@ -10,6 +10,7 @@ import re
 import time
 
 import pytest
+from builders import LOAD_CONTRACT, UTILISATION_FIELDS, recording, series
 from conftest import DATA
 
 from pytest_gpuaccept import charts
@@ -17,53 +18,6 @@ from pytest_gpuaccept.probes import nvml
 from pytest_gpuaccept.probes._run import Command, ToolRunner
 from pytest_gpuaccept.report.details import measurements
 from pytest_gpuaccept.verdict import Check
-
-FIELDS = ["t_s", "util_percent", "sm_clock_mhz", "power_w", "temp_c", "throttle_reasons", "pcie_gen", "pcie_width"]
-
-
-def series(seconds: float = 12.0, util=lambda t: 0 if t < 0.6 else 99, reasons=lambda t: 0x4 if t >= 0.6 else 0x1,
-           pcie=lambda t: (5, 16) if t >= 0.6 else (1, 16)) -> list[list]:
-    rows = []
-    for n in range(int(seconds / 0.2)):
-        t = round(n * 0.2, 3)
-        busy = util(t) > 50
-        rows.append([t, util(t), 1980 if busy else 345, 690.5 if busy else 72.0, 71 if busy else 34, reasons(t), *pcie(t)])
-    return rows
-
-
-def recording(tmp_path, gpus: int = 4, overrides: dict | None = None, health: dict | None = None,
-              xid: dict | None = None) -> str:
-    """The 4-GPU recording with samples as record-nvml writes them: series, health, and Xid events (none)."""
-    base = json.loads((DATA / "nvml" / "h100_sxm5_4gpu.json").read_text())
-    overrides = overrides or {}
-    base["utilisation"] = {"interval_s": 0.2, "fields": FIELDS, "gpus": [
-        {"index": i, "samples": overrides.get(i, series()),
-         "health": (health or {}).get(i, {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0],
-                                          "retired_pages_pending": None}),
-         "xid": (xid or {}).get(i, {"events": []})}
-        for i in range(gpus)]}
-    path = tmp_path / "nvml-recording.json"
-    path.write_text(json.dumps(base))
-    return f"--gpuaccept-nvml={path}"
-
-
-CONTRACT = """\
-gpuaccept: 1
-vendor: V
-gpus:
-  count: 4
-utilisation:
-  min_percent: 80
-  duration: "1.5 s"
-  warmup: "1 s"
-  workload: ["train-job", "--config", "small.yaml"]
-health:
-  ecc: true
-  row_remapping: true
-  throttle: true
-  pcie_gen: 5
-  pcie_width: 16
-"""
 
 
 @pytest.fixture
@@ -73,7 +27,7 @@ def workload(fake_tools):
 
 
 def test_a_steady_run_passes_every_gpu(accept, workload, tmp_path):
-    run = accept(CONTRACT, recording(tmp_path))
+    run = accept(LOAD_CONTRACT, recording(tmp_path))
     util = run.checks("utilisation")
     assert [(c["subject"], c["outcome"], c["measured"], c["unit"]) for c in util] == [
         (f"GPU{i}", "passed", 99, "%") for i in range(4)]
@@ -89,7 +43,7 @@ def test_a_steady_run_passes_every_gpu(accept, workload, tmp_path):
 
 def test_a_dip_after_warmup_fails_naming_the_gpu_time_and_value(accept, workload, tmp_path):
     dip = series(util=lambda t: 0 if t < 0.6 else (42 if 7.3 < t < 7.5 else 99))
-    run = accept(CONTRACT, recording(tmp_path, overrides={2: dip}))
+    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={2: dip}))
     check = {c["subject"]: c for c in run.checks("utilisation")}["GPU2"]
     assert (check["outcome"], check["measured"]) == ("failed", 42)
     assert check["message"].startswith("GPU2 dropped to 42 % at t=7.4 s (below 80 %); mean ")
@@ -99,7 +53,7 @@ def test_a_dip_after_warmup_fails_naming_the_gpu_time_and_value(accept, workload
 def test_the_warm_up_ends_at_the_first_busy_sample_so_a_dip_after_it_counts(accept, workload, tmp_path):
     """Busy at t=0.6 s, then a dip at 0.8 s: inside the contract's 1 s warmup, but after the measured warm-up."""
     dip = series(util=lambda t: 0 if t < 0.6 else (30 if 0.7 < t < 0.9 else 99))
-    run = accept(CONTRACT, recording(tmp_path, overrides={3: dip}))
+    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={3: dip}))
     check = {c["subject"]: c for c in run.checks("utilisation")}["GPU3"]
     assert (check["outcome"], check["measured"]) == ("failed", 30)
     assert check["message"].startswith("GPU3 dropped to 30 % at t=0.8 s (below 80 %); mean ")
@@ -108,7 +62,7 @@ def test_the_warm_up_ends_at_the_first_busy_sample_so_a_dip_after_it_counts(acce
 def test_the_loads_own_first_step_is_kept_beside_the_first_busy_sample(accept, fake_tools, tmp_path):
     """The builtin load's real output on a CPU (tests/data/torch), printed by a fake workload: no PyTorch here."""
     fake_tools.add("train-job", DATA / "torch" / "train_cpu_2proc_first_step.txt", hang=30)
-    run = accept(CONTRACT, recording(tmp_path))
+    run = accept(LOAD_CONTRACT, recording(tmp_path))
     startup = {c["subject"]: c["details"]["startup"] for c in run.checks("utilisation")}
     assert startup == {"GPU0": {"first_busy_s": 0.6, "first_step_s": 84.11}, "GPU1": {"first_busy_s": 0.6, "first_step_s": 72.51},
                        "GPU2": {"first_busy_s": 0.6}, "GPU3": {"first_busy_s": 0.6}}
@@ -116,13 +70,13 @@ def test_the_loads_own_first_step_is_kept_beside_the_first_busy_sample(accept, f
 
 def test_a_dip_inside_warmup_does_not_count(accept, workload, tmp_path):
     dip = series(util=lambda t: 0 if t < 0.6 else (10 if t < 0.9 else 99))
-    run = accept(CONTRACT, recording(tmp_path, overrides={1: dip}))
+    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={1: dip}))
     assert {c["outcome"] for c in run.checks("utilisation")} == {"passed"}
 
 
 def test_throttle_reasons_fail_and_appear_in_the_report(accept, workload, tmp_path):
     hot = series(reasons=lambda t: (0x4 | 0x40) if 8.0 <= t < 9.0 else (0x4 if t >= 0.6 else 0x1))
-    run = accept(CONTRACT, recording(tmp_path, overrides={3: hot}))
+    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={3: hot}))
     checks = {c["subject"]: c for c in run.checks("health.throttle")}
     assert checks["GPU3"]["outcome"] == "failed"
     assert checks["GPU3"]["message"] == ("5 of 60 samples throttled, first at t=8.0 s: hw_thermal_slowdown; "
@@ -134,7 +88,7 @@ def test_throttle_reasons_fail_and_appear_in_the_report(accept, workload, tmp_pa
 def test_pending_row_remapping_and_ecc_errors_fail(accept, workload, tmp_path):
     bad = {1: {"ecc_volatile_uncorrected": 3, "remapped_rows": [1, 0, 1, 0], "retired_pages_pending": None},
            2: {"ecc_volatile_uncorrected": None, "remapped_rows": None, "retired_pages_pending": None}}
-    run = accept(CONTRACT, recording(tmp_path, health=bad))
+    run = accept(LOAD_CONTRACT, recording(tmp_path, health=bad))
     ecc = {c["subject"]: c for c in run.checks("health.ecc")}
     remap = {c["subject"]: c for c in run.checks("health.row_remapping")}
     assert (ecc["GPU1"]["outcome"], ecc["GPU1"]["measured"]) == ("failed", 3)
@@ -145,7 +99,7 @@ def test_pending_row_remapping_and_ecc_errors_fail(accept, workload, tmp_path):
 
 def test_a_pcie_link_below_the_contract_under_load_fails(accept, workload, tmp_path):
     narrow = series(pcie=lambda t: (5, 8) if t >= 0.6 else (1, 8))
-    run = accept(CONTRACT, recording(tmp_path, overrides={0: narrow}))
+    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={0: narrow}))
     check = run.checks("health.pcie")[0]
     assert check["outcome"] == "failed"
     assert check["message"] == "PCIe gen 5 x8 under load (lowest of 55 samples): x8 < x16"
@@ -153,7 +107,7 @@ def test_a_pcie_link_below_the_contract_under_load_fails(accept, workload, tmp_p
 
 def test_a_workload_crash_is_not_passed_and_shows_its_output(accept, fake_tools, tmp_path):
     fake_tools.add("train-job", "", rc=1, stderr="RuntimeError: CUDA error: an illegal memory access was encountered\n")
-    run = accept(CONTRACT, recording(tmp_path))
+    run = accept(LOAD_CONTRACT, recording(tmp_path))
     util = run.checks("utilisation")[0]
     assert util["outcome"] == "failed"
     assert "exited with code 1" in util["message"]
@@ -162,14 +116,14 @@ def test_a_workload_crash_is_not_passed_and_shows_its_output(accept, fake_tools,
 
 
 def test_a_host_with_fewer_gpus_fails_the_missing_ones(accept, workload, tmp_path):
-    run = accept(CONTRACT, recording(tmp_path, gpus=3))
+    run = accept(LOAD_CONTRACT, recording(tmp_path, gpus=3))
     missing = {c["subject"]: c for c in run.checks("utilisation")}["GPU3"]
     assert missing["outcome"] == "not_measured"
     assert missing["message"] == "not measured: GPU3 not sampled: the host has 3 GPUs"
 
 
 def test_without_a_driver_every_utilisation_and_health_check_is_not_measured(accept, workload):
-    run = accept(CONTRACT)  # no recording: the real NVML, and this machine has no driver
+    run = accept(LOAD_CONTRACT)  # no recording: the real NVML, and this machine has no driver
     checks = [c for c in run.checks() if c["clause"] == "utilisation" or c["clause"].startswith("health.")]
     assert len(checks) == 4 * 5
     assert {c["outcome"] for c in checks} == {"not_measured"}
@@ -180,7 +134,7 @@ def test_without_a_driver_every_utilisation_and_health_check_is_not_measured(acc
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="this machine has PyTorch")
 def test_without_pytorch_the_builtin_workload_is_not_measured_with_the_install_hint(accept, tmp_path):
-    run = accept(CONTRACT.replace('workload: ["train-job", "--config", "small.yaml"]', "workload: builtin"),
+    run = accept(LOAD_CONTRACT.replace('workload: ["train-job", "--config", "small.yaml"]', "workload: builtin"),
                  recording(tmp_path))
     checks = [c for c in run.checks() if c["clause"] == "utilisation" or c["clause"].startswith("health.")]
     assert {c["outcome"] for c in checks} == {"not_measured"}
@@ -188,7 +142,7 @@ def test_without_pytorch_the_builtin_workload_is_not_measured_with_the_install_h
 
 
 def test_the_report_draws_the_timeline_with_threshold_and_warmup(accept, workload, tmp_path):
-    run = accept(CONTRACT, recording(tmp_path))
+    run = accept(LOAD_CONTRACT, recording(tmp_path))
     page = run.html
     assert "<svg" in page and "threshold 80 %" in page and "warmup 1 s" in page
 
@@ -196,7 +150,7 @@ def test_the_report_draws_the_timeline_with_threshold_and_warmup(accept, workloa
 def test_each_sample_is_kept_once_the_checks_name_where(accept, workload, tmp_path):
     """The timeline of a check is where its GPU's samples are, in the sealed samples file: not a copy of every
     sample in the results and in each JUnit testcase (a megabyte for a ten-minute 8-GPU load)."""
-    run = accept(CONTRACT, recording(tmp_path), "--junitxml=junit.xml")
+    run = accept(LOAD_CONTRACT, recording(tmp_path), "--junitxml=junit.xml")
     timelines = {c["subject"]: c["details"]["timeline"] for c in run.checks("utilisation")}
     assert timelines["GPU1"] == {"samples": "nvml-samples.json", "gpu": 1, "threshold": 80.0, "warmup_s": 1.0}
     assert '"rows"' not in (run.path / "gpuaccept-results.json").read_text()
@@ -221,7 +175,7 @@ def test_a_sample_row_is_read_by_the_recording_format_s_field_names():
 def test_the_samples_sampled_during_the_window_are_kept_as_evidence_once(tmp_path):
     """What `during` returns (the NVML samples) is sealed as evidence once, after the window, under its name."""
     runner = ToolRunner(tmp_path / "evidence")
-    samples = {"interval_s": 0.2, "fields": FIELDS, "gpus": [{"index": 0, "samples": series(1.0)}]}
+    samples = {"interval_s": 0.2, "fields": UTILISATION_FIELDS, "gpus": [{"index": 0, "samples": series(1.0)}]}
     written = []
     write_json = runner.evidence.write_json
     runner.evidence.write_json = lambda name, data: (written.append(name), write_json(name, data))[1]

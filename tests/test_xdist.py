@@ -2,8 +2,8 @@
 
 import json
 
+from builders import recording
 from conftest import DATA, nccl_log
-from test_utilisation import recording
 
 CONTRACT = """\
 gpuaccept: 1
