@@ -49,13 +49,15 @@ def took(argv: list[str], text: str) -> float:
 
 @dataclass
 class Output:
-    """What one tool printed, as recorded: its stdout (text, bytes or a file of tests/data), exit code, stderr, and
-    how long it ran (by default, as long as the work it prints takes: conftest.claimed_seconds)."""
+    """What one tool printed, as recorded: its stdout (text, bytes or a file of tests/data), exit code, stderr, how
+    long it ran (by default, as long as the work it prints takes: took()), and what it changed on the host while it
+    ran (`then`: a port's counters in the session's sysfs tree, moved as the tool's bytes would move them)."""
 
     stdout: str | bytes | Path
     returncode: int = 0
     stderr: str = ""
     seconds: float | None = None
+    then: Callable[[], None] | None = None
 
     def data(self) -> bytes:
         if isinstance(self.stdout, Path):
@@ -93,6 +95,8 @@ class Recordings:
         output = self._output(argv)
         if output is None:
             raise KeyError(f"no recorded output of `{' '.join(argv)}`")
+        if output.then is not None:
+            output.then()
         stdout = output.data().replace(b"@PID@", str(PID).encode())  # the rank lines' PID: the run's own
         seconds = output.seconds if output.seconds is not None else took(argv, stdout.decode(errors="replace"))
         record = {"argv": argv, "returncode": output.returncode, "duration_s": round(seconds + 0.05, 3),
