@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from .bundle import CONTRACT_COPY, SshKeygen, check_signatures, system_ssh_keygen, verify
+from .bundle import CONTRACT_COPY, Signature, SshKeygen, check_signatures, system_ssh_keygen, verify
 from .bundle_files import BundleFiles, Refused, read_file
 from .outputs import Unwritable, output_folder
 from .rejudge import RECOMPUTED, Rejudged, rejudge, replay_args, run_isolated
@@ -121,25 +121,36 @@ def run_verify(folder: Path, report: Path | None, allowed_signers: Path | None, 
     print(contract_line)
     print(_host(recomputed.results if recomputed else None))
     print(_verdict(recomputed))
+    _problems(problems, result.manifest_sha256)
+    _signatures(folder, opened, allowed_signers, [] if problems else checked, keygen)
+    return 1 if problems else 0
+
+
+def _problems(problems: list[str], manifest_sha256: str) -> None:
+    """The digests' line, then each problem (at most MAX_PROBLEMS, then how many more)."""
     if problems:
-        print(f"bundle does NOT verify ({len(problems)} problems); manifest SHA-256 {result.manifest_sha256 or 'none'}")
+        print(f"bundle does NOT verify ({len(problems)} problems); manifest SHA-256 {manifest_sha256 or 'none'}")
     else:
-        print(f"OK: every file matches the manifest; manifest SHA-256 {result.manifest_sha256}")
+        print(f"OK: every file matches the manifest; manifest SHA-256 {manifest_sha256}")
     for problem in problems[:MAX_PROBLEMS]:
         print(f"FAIL {shown(problem, 1000)}")
     if len(problems) > MAX_PROBLEMS:
         print(f"... and {len(problems) - MAX_PROBLEMS} more problems, not shown")
-    if not problems:
-        for signature in checked:  # a good signature over a bundle that does not verify vouches for nothing
-            print(f"signed by: {shown(signature.signer, 200)} with {shown(signature.key, 200) or 'a key'} in "
-                  f"{shown(allowed_signers)} ({_relative(signature.file, folder)} verified)")
+
+
+def _signatures(folder: Path, opened: BundleFiles | None, allowed_signers: Path | None, good: list[Signature],
+                keygen: SshKeygen | None) -> None:
+    """Who signed (only over a bundle that verifies: a good signature over one that does not vouches for nothing),
+    or that the signatures were not checked, and with which ssh-keygen."""
+    for signature in good:
+        print(f"signed by: {shown(signature.signer, 200)} with {shown(signature.key, 200) or 'a key'} in "
+              f"{shown(allowed_signers)} ({_relative(signature.file, folder)} verified)")
     if allowed_signers is None and opened is not None and opened.signatures:
         names = ", ".join(_relative(opened.evidence / name, folder) for name in opened.signatures)
         print(f"signatures NOT checked: {names} (who signed is not known; to check: "
               f"python -I -m pytest_gpuaccept verify {shown(folder)} --allowed-signers FILE)")
     if allowed_signers is not None:
         print(f"signatures checked with ssh-keygen: {keygen or system_ssh_keygen()}")
-    return 1 if problems else 0
 
 
 def run_replay(folder: Path, contract: Path | None, out: Path) -> int:
