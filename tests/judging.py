@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import pytest
 from conftest import ASKED_FOR, DATA, claimed_seconds, pci_tree
 
 from pytest_gpuaccept.bundle_files import Refused
 from pytest_gpuaccept.clauses import registry
 from pytest_gpuaccept.clauses.cluster import listing_for
 from pytest_gpuaccept.contract import Contract, parse_contract
+from pytest_gpuaccept.probes import counters
 from pytest_gpuaccept.probes._run import ToolRunner
 from pytest_gpuaccept.probes.nccl_tests import asked_iters, parse_all_reduce
 from pytest_gpuaccept.state import State
@@ -109,6 +111,25 @@ class Recordings:
 
     def chunks(self, name: str) -> Iterator[bytes]:
         raise Refused(f"{name}: no recorded stream")
+
+
+class Clock:
+    """The plugin's clocks (probes/counters.clocks) as the recorded runs move them: each run a counter reading is taken
+    around advances them by as long as its record says it took, as a real run would (in process, nothing takes that
+    long). Give a run `then=clock.runs(seconds, moves)`; a run whose clock and record disagree is how a test stages
+    a tool that lied about its time."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        monkeypatch.setattr(counters, "clocks", lambda: {"monotonic_s": self.now, "boottime_s": self.now})
+
+    def runs(self, seconds: float, then: Callable[[], None] | None = None) -> Callable[[], None]:
+        """A run's `then`: the clocks move by `seconds` and the 0.05 s the harness adds to each record."""
+        def ran() -> None:
+            self.now += seconds + 0.05
+            if then is not None:
+                then()
+        return ran
 
 
 @dataclass

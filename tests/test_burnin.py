@@ -4,6 +4,10 @@ The streams are built here, in the format `nvml.stream_gpus` writes (docs/nvml-r
 constructed, not captured on a GPU (no GPU machine was lent to this work). A header, a row per GPU every
 `interval` seconds, the error counters every 10 s, and the events a test stages: a throttle span, an Xid, an ECC
 error. The recording that names the stream is the real-shaped 8-GPU H100 one of tests/data/nvml.
+
+The clauses are judged in process from the stream (tests/judging.py); a whole pytest run stays where the run itself
+is the point: a rejected run and a short stream's (complete), an interrupted one, a bundle judged again, a live
+burn-in with its sampler and kernel log.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 import pytest
 from builders import BURNIN_HEADER, HW_SLOWDOWN, SW_POWER_CAP, stream_lines
 from conftest import DATA, pci_tree
+from judging import Output, judge
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from burnin_memory import run as burn  # noqa: E402
@@ -59,6 +64,13 @@ def write_stream(tmp_path: Path, lines) -> Path:
     return path
 
 
+def judged_burnin(tmp_path: Path, lines, text: str | None = None, burn_job: str | Path = "step 1\n"):
+    """The contract (contract() unless `text`) judged in process on the recording naming the stream of `lines`, the
+    burn-job printing `burn_job`."""
+    nvml = Path(recording(tmp_path, write_stream(tmp_path, lines)).split("=", 1)[1])
+    return judge(contract() if text is None else text, {"burn-job": Output(burn_job)}, tmp_path, nvml=nvml)
+
+
 def test_an_hour_of_eight_gpus_fails_each_staged_fault_with_its_time(accept, burn_job, tmp_path):
     stream = write_stream(tmp_path, stream_lines(60, throttle=[(2, 300, 312)], xids=[(5, 2400, 79)], ecc=[(3, 1200)]))
     run = accept(contract(), recording(tmp_path, stream))
@@ -75,10 +87,9 @@ def test_an_hour_of_eight_gpus_fails_each_staged_fault_with_its_time(accept, bur
     assert util[0]["details"]["startup"] == {"first_busy_s": 2.0}
 
 
-def test_a_gpu_that_stops_answering_and_one_at_its_slowdown_temperature_fail_with_their_times(accept, burn_job, tmp_path):
-    stream = write_stream(tmp_path, stream_lines(60, lost=[(6, 1800)], hot=[(7, 3000)]))
-    run = accept(contract(), recording(tmp_path, stream))
-    failed = {(c["clause"], c["subject"]): c["message"] for c in run.checks() if c["outcome"] != "passed"}
+def test_a_gpu_that_stops_answering_and_one_at_its_slowdown_temperature_fail_with_their_times(tmp_path):
+    judged = judged_burnin(tmp_path, stream_lines(60, lost=[(6, 1800)], hot=[(7, 3000)]))
+    failed = {(c.clause, c.subject): c.message for c in judged.checks if c.outcome.value != "passed"}
     lost = "GPU6 stopped answering NVML at t=1800.0 s (30.0 min) of the burn-in (NVMLError_GpuIsLost: GPU is lost): " \
            "lost, not judged on what came before"
     assert failed == {**{(clause, "GPU6"): lost for clause in ("burnin.utilisation", "burnin.clocks", "burnin.throttle",
@@ -87,11 +98,11 @@ def test_a_gpu_that_stops_answering_and_one_at_its_slowdown_temperature_fail_wit
                                                       "slowdown threshold of 87 C (hottest 88 C)"}
 
 
-def test_a_clean_hour_is_accepted(accept, burn_job, tmp_path):
-    run = accept(contract(), recording(tmp_path, write_stream(tmp_path, stream_lines(60))))
-    assert run.json["verdict"] == "accepted", [c["message"] for c in run.checks() if c["outcome"] != "passed"]
-    assert {c["clause"] for c in run.checks()} >= {"burnin.utilisation", "burnin.clocks", "burnin.throttle",
-                                                    "burnin.temperature", "burnin.ecc", "burnin.nvlink", "burnin.xid"}
+def test_a_clean_hour_is_accepted(tmp_path):
+    judged = judged_burnin(tmp_path, stream_lines(60))
+    assert judged.verdict == "accepted", [c.message for c in judged.checks if c.outcome.value != "passed"]
+    assert {c.clause for c in judged.checks} >= {"burnin.utilisation", "burnin.clocks", "burnin.throttle",
+                                                  "burnin.temperature", "burnin.ecc", "burnin.nvlink", "burnin.xid"}
 
 
 def _start(tmp_path: Path, contract_text: str, stream: Path) -> tuple[subprocess.Popen, Path]:
@@ -256,14 +267,21 @@ def test_the_watch_ends_a_span_still_going_at_the_last_sample_and_counts_past_it
     (False, "not measured: the NVML stream stopped at t=1199.0 s (20.0 min) without its end; nothing failed in the "
             "20.0 min it saw (GPU0: "),
 ])
-def test_a_stream_shorter_than_the_duration_is_never_passed(accept, burn_job, tmp_path, end, why):
+def test_a_stream_shorter_than_the_duration_is_never_passed(tmp_path, end, why):
+    judged = judged_burnin(tmp_path, stream_lines(20, throttle=[(2, 300, 312)], end=end))
+    burnin = [c for c in judged.checks if c.clause.startswith("burnin.")]
+    failed = [(c.clause, c.subject) for c in burnin if c.outcome.value == "failed"]
+    assert failed == [("burnin.throttle", "GPU2")]  # what it saw still fails, with its time
+    assert {c.outcome.value for c in burnin if c.outcome.value != "failed"} == {"not_measured"}
+    assert judged.of("burnin.utilisation")[0].message.startswith(why)
+    assert judged.verdict == "rejected"
+
+
+@pytest.mark.parametrize("end", [True, False])
+def test_a_stream_shorter_than_the_duration_is_still_a_complete_run(accept, burn_job, tmp_path, end):
+    """A whole run: a stream that ends early (with its end record or without) is judged, not an interrupted run."""
     stream = write_stream(tmp_path, stream_lines(20, throttle=[(2, 300, 312)], end=end))
     run = accept(contract(), recording(tmp_path, stream))
-    burnin = [c for c in run.checks() if c["clause"].startswith("burnin.")]
-    failed = [(c["clause"], c["subject"]) for c in burnin if c["outcome"] == "failed"]
-    assert failed == [("burnin.throttle", "GPU2")]  # what it saw still fails, with its time
-    assert {c["outcome"] for c in burnin if c["outcome"] != "failed"} == {"not_measured"}
-    assert run.checks("burnin.utilisation")[0]["message"].startswith(why)
     assert run.json["verdict"] == "rejected" and run.json["complete"] is True
 
 
@@ -293,12 +311,11 @@ def test_the_progress_line_says_how_far_and_what_failed_so_far():
                                              "5 s: GPU2 1; Xid: GPU5 1; counters grown: GPU3 ecc")
 
 
-def test_the_builtin_loads_own_start_up_is_kept_beside_nvmls(accept, fake_tools, tmp_path):
+def test_the_builtin_loads_own_start_up_is_kept_beside_nvmls(tmp_path):
     """The real output of the builtin load on this CPU (tests/data/torch; no PyTorch in the test environment, so a fake
     workload prints it): each rank's first step, in seconds since launch, beside NVML's first busy sample."""
-    fake_tools.add("burn-job", DATA / "torch" / "train_cpu_2proc_first_step.txt", hang=600)
-    run = accept(contract(), recording(tmp_path, write_stream(tmp_path, stream_lines(60))))
-    startup = {c["subject"]: c["details"]["startup"] for c in run.checks("burnin.utilisation")}
+    judged = judged_burnin(tmp_path, stream_lines(60), burn_job=DATA / "torch" / "train_cpu_2proc_first_step.txt")
+    startup = {c.subject: c.details["startup"] for c in judged.of("burnin.utilisation")}
     assert startup["GPU0"] == {"first_busy_s": 2.0, "first_step_s": 84.11}
     assert startup["GPU1"] == {"first_busy_s": 2.0, "first_step_s": 72.51}
     assert startup["GPU2"] == {"first_busy_s": 2.0}
@@ -334,3 +351,4 @@ def test_a_live_burn_in_streams_to_the_evidence_and_reads_its_own_kernel_log(acc
     assert json.loads(records[0])["stream"] == "gpuaccept-burnin" and json.loads(records[-1])["end"] is True
     assert (evidence / "dmesg_after_burnin.json").is_file()
     assert {c["outcome"] for c in run.checks("burnin.utilisation")} == {"passed"}
+

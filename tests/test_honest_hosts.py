@@ -1,16 +1,28 @@
 """Honest hosts must not be rejected: bonding_masters is not an interface, a max_bytes the sweep cannot
 reach is the contract's mistake, a dual-port card cabled on port 2 is measured on port 2, a bonded
-port gets its queue pairs, and with `count` the storage and management ports do not fail the clause."""
+port gets its queue pairs, and with `count` the storage and management ports do not fail the clause.
+
+A clause's judgement is judged in process (tests/judging.py), the plugin's clocks moved by each replayed run as long
+as it took; whole runs stay for the exit code, the report, and one accepted and one rejected host."""
 
 import pytest
 from builders import IB_UP, RDMA_CONTRACT, sysfs_tree
 from conftest import DATA, pci_port
+from judging import Clock, Output, judge
 
 from pytest_gpuaccept.contract import ContractError, parse_contract
 from pytest_gpuaccept.probes.sysfs import list_names
 
 IB_DOWN = {"state": "1: DOWN", "phys_state": "3: Disabled", "rate": "10 Gb/sec (4X SDR)", "link_layer": "InfiniBand"}
 BW_90 = DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt"  # 90.495 Gb/s
+
+
+def ib_write_bw(monkeypatch: pytest.MonkeyPatch) -> dict[str, Output]:
+    """ib_write_bw printing BW_90 on every device: a server running the 5 s asked, and a client started 1 s after it
+    (CLIENT_AFTER_S) running as long."""
+    clock = Clock(monkeypatch)
+    return {"ib_write_bw": Output(BW_90, then=clock.runs(5.0)),
+            "ib_write_bw localhost": Output(BW_90, seconds=6.0, then=clock.runs(6.0))}
 
 
 def test_bonding_masters_is_a_file_not_an_interface(tmp_path):
@@ -49,17 +61,18 @@ def test_the_usage_error_exits_4_before_any_tool_runs(accept, fake_tools):
     assert run.result.ret == 4 and fake_tools.calls() == []
 
 
-def test_a_dual_port_card_cabled_on_port_2_is_measured_on_port_2(accept, fake_tools, tmp_path):
-    fake_tools.add("ib_write_bw", BW_90)
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_DOWN})
+def test_a_dual_port_card_cabled_on_port_2_is_measured_on_port_2(tmp_path, monkeypatch):
+    sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_DOWN})
     port2 = tmp_path / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "2"
     port2.mkdir()
     for name, value in IB_UP.items():
         (port2 / name).write_text(value + "\n")
-    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
-    check = run.checks("rdma")[0]
-    assert check["outcome"] == "passed" and check["details"]["port"] == 2
-    assert all(call[call.index("-i") + 1] == "2" for call in fake_tools.calls("ib_write_bw"))
+    judged = judge(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), ib_write_bw(monkeypatch), tmp_path,
+                   sysfs=tmp_path / "sys")
+    check = judged.of("rdma")[0]
+    assert check.outcome.value == "passed" and check.details["port"] == 2
+    calls = [call for call in judged.recordings.asked if call[0] == "ib_write_bw"]
+    assert calls and all(call[call.index("-i") + 1] == "2" for call in calls)
 
 
 def test_rdma_qps_runs_that_many_queue_pairs_and_says_so(accept, fake_tools, tmp_path):
@@ -72,19 +85,20 @@ def test_rdma_qps_runs_that_many_queue_pairs_and_says_so(accept, fake_tools, tmp
     assert "qps: 4" in run.html
 
 
-def test_with_count_down_ports_are_listed_but_do_not_fail(accept, fake_tools, tmp_path):
-    fake_tools.add("ib_write_bw", BW_90)
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": IB_UP, "mlx5_2": IB_DOWN})
-    run = accept(RDMA_CONTRACT.format(devices="['mlx5_*']", extra="  count: 2\n"), sysfs)
-    assert run.checks("rdma") == []
-    check = run.checks("rdma.count")[0]
-    assert (check["subject"], check["outcome"], check["measured"], check["unit"]) == ("host", "passed", 2, "devices")
-    assert check["message"].startswith("2 of 3 matching devices pass (mlx5_0, mlx5_1), at least 2 required; "
-                                       "not passing: mlx5_2: mlx5_2 port 1 is not Active/LinkUp")
-    assert run.json["verdict"] == "accepted"
+def test_with_count_down_ports_are_listed_but_do_not_fail(tmp_path, monkeypatch):
+    sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": IB_UP, "mlx5_2": IB_DOWN})
+    judged = judge(RDMA_CONTRACT.format(devices="['mlx5_*']", extra="  count: 2\n"), ib_write_bw(monkeypatch), tmp_path,
+                   sysfs=tmp_path / "sys")
+    assert judged.of("rdma") == []
+    check = judged.of("rdma.count")[0]
+    assert (check.subject, check.outcome.value, check.measured, check.unit) == ("host", "passed", 2, "devices")
+    assert check.message.startswith("2 of 3 matching devices pass (mlx5_0, mlx5_1), at least 2 required; "
+                                    "not passing: mlx5_2: mlx5_2 port 1 is not Active/LinkUp")
+    assert judged.verdict == "accepted"
 
 
 def test_with_count_too_few_passing_fails(accept, fake_tools, tmp_path):
+    """A whole run, rejected."""
     fake_tools.add("ib_write_bw", BW_90)
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_2": IB_DOWN})
     run = accept(RDMA_CONTRACT.format(devices="['mlx5_*']", extra="  count: 2\n"), sysfs)
@@ -92,14 +106,14 @@ def test_with_count_too_few_passing_fails(accept, fake_tools, tmp_path):
     assert (check["outcome"], check["measured"], check["required"]) == ("failed", 1, ">= 2")
 
 
-def test_nics_count_judges_each_interface_as_nics_would(accept, fake_tools, tmp_path):
-    fake_tools.add("ethtool", DATA / "ethtool" / "i40e_unknown_speed_link_down_unsupported_sfp.txt", when="eno1")
-    fake_tools.add("ethtool", DATA / "ethtool" / "ice_25g_dac_link_partner.txt")
+def test_nics_count_judges_each_interface_as_nics_would(tmp_path):
+    outputs = {"ethtool eno1": Output(DATA / "ethtool" / "i40e_unknown_speed_link_down_unsupported_sfp.txt"),
+               "ethtool": Output(DATA / "ethtool" / "ice_25g_dac_link_partner.txt")}
     sysfs_tree(tmp_path / "sys", {})
     for n, name in enumerate(("eno1", "ens1", "ens2")):
         pci_port(tmp_path / "sys", "net", name, f"0000:3{n}:00.0", driver="ice")
-    run = accept("gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['e*']\n  min_speed: '25 Gb/s'\n  count: 2\n",
-                 f"--gpuaccept-sysfs={tmp_path / 'sys'}")
-    check = run.checks("nics.count")[0]
-    assert (check["outcome"], check["measured"], check["unit"]) == ("passed", 2, "interfaces")
-    assert "eno1: eno1: no link (Link detected: no)" in check["message"]
+    judged = judge("gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['e*']\n  min_speed: '25 Gb/s'\n  count: 2\n", outputs,
+                   tmp_path, sysfs=tmp_path / "sys")
+    check = judged.of("nics.count")[0]
+    assert (check.outcome.value, check.measured, check.unit) == ("passed", 2, "interfaces")
+    assert "eno1: eno1: no link (Link detected: no)" in check.message

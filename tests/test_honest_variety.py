@@ -4,7 +4,10 @@ figure. Each honest one is accepted; what cannot be measured says why; ECC off n
 
 The `nvidia-smi -q` outputs in tests/data/smiq are real (tests/data/SOURCES.md). The plugin reads NVML, not
 `nvidia-smi -q`; `smi_q` below reads, from such an output, the figures a person reads (and NVML gives the
-plugin: N/A is None, never 0), so that the judges are fed what real cards report."""
+plugin: N/A is None, never 0), so that the judges are fed what real cards report.
+
+Whole hosts are judged in process from their recordings (tests/judging.py); a whole pytest run stays for one
+accepted host (the vGPU guest, its exit code) and one rejected (a slice held to the contract's count)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 from builders import recording
 from conftest import DATA, pci_tree, staged_recording
+from judging import Output, judge
 
 from pytest_gpuaccept.clauses import utilisation as health_clauses
 from pytest_gpuaccept.contract import parse_contract
@@ -263,16 +267,16 @@ def test_nvml_health_records_the_limit_constraints_and_ecc_mode(monkeypatch):
     assert (health["ecc_mode_current"], health["power_limit_min_w"], health["power_limit_max_w"]) == (None, None, None)
 
 
-def test_ecc_off_in_an_nvml_recording_rejects_the_host(accept, fake_tools, tmp_path):
-    fake_tools.add("train-job", "training\n", hang=30)
+def test_ecc_off_in_an_nvml_recording_rejects_the_host(tmp_path):
     off = {"ecc_mode_current": 0, "ecc_mode_pending": 0, "ecc_volatile_uncorrected": None, "remapped_rows": None,
            "retired_pages_pending": None}
     contract = ("gpuaccept: 1\nvendor: V\ngpus: {count: 4}\nutilisation: {min_percent: 80, duration: '1.5 s', "
                 "warmup: '1 s', workload: ['train-job']}\nhealth: {ecc: true}\n")
-    run = accept(contract, recording(tmp_path, health={2: off}))
-    ecc = {c["subject"]: c for c in run.checks("health.ecc")}
-    assert ecc["GPU2"]["outcome"] == "failed" and ecc["GPU2"]["message"].startswith("ECC is disabled on GPU2")
-    assert ecc["GPU0"]["outcome"] == "passed" and run.json["verdict"] != "accepted"
+    judged = judge(contract, {"train-job": Output("training\n", seconds=1.5)}, tmp_path,
+                   nvml=nvml_of(recording(tmp_path, health={2: off})))
+    ecc = {c.subject: c for c in judged.of("health.ecc")}
+    assert ecc["GPU2"].outcome.value == "failed" and ecc["GPU2"].message.startswith("ECC is disabled on GPU2")
+    assert ecc["GPU0"].outcome.value == "passed" and judged.verdict != "accepted"
 
 
 # ---------------------------------------------------------------- a slice of a node, a VGA-class card, a vGPU guest
@@ -288,35 +292,44 @@ def _slice(reading: dict) -> None:
     reading["cuda_devices"].update(count=4, bus_ids=buses, visible_devices=None)
 
 
-def test_an_honest_4_of_8_slice_is_accepted_naming_the_others(accept, tmp_path):
-    run = accept(SLICE.format(count=4), staged_recording(tmp_path, "h100_sxm5_8gpu.json", _slice),
-                 pci_tree(tmp_path / "sys", recording="h100_sxm5_8gpu.json"))  # the host's sysfs: all eight
-    count = run.checks("gpus.count")[0]
-    assert (count["outcome"], count["measured"]) == ("passed", 4)
-    assert count["message"] == ("4 GPUs found, contract says 4; the PCI bus in sysfs also lists 4 NVIDIA GPU function(s) "
-                                f"NVML does not ({', '.join(HIDDEN)}): GPUs of this machine given to others (a slice), "
-                                "information, not judged")
-    assert {c["outcome"] for c in run.checks("gpus.identity")} == {"passed"}
-    assert run.json["verdict"] == "accepted", [(c["clause"], c["message"]) for c in run.checks()]
+def nvml_of(flag: str) -> Path:
+    """The recording a `--gpuaccept-nvml=` option names, as the file the harness reads."""
+    return Path(flag.split("=", 1)[1])
+
+
+def test_an_honest_4_of_8_slice_is_accepted_naming_the_others(tmp_path):
+    pci_tree(tmp_path / "sys", recording="h100_sxm5_8gpu.json")  # the host's sysfs: all eight
+    judged = judge(SLICE.format(count=4), {}, tmp_path, nvml=nvml_of(staged_recording(tmp_path, "h100_sxm5_8gpu.json", _slice)),
+                   sysfs=tmp_path / "sys")
+    count = judged.of("gpus.count")[0]
+    assert (count.outcome.value, count.measured) == ("passed", 4)
+    assert count.message == ("4 GPUs found, contract says 4; the PCI bus in sysfs also lists 4 NVIDIA GPU function(s) "
+                             f"NVML does not ({', '.join(HIDDEN)}): GPUs of this machine given to others (a slice), "
+                             "information, not judged")
+    assert {c.outcome.value for c in judged.of("gpus.identity")} == {"passed"}
+    assert judged.verdict == "accepted", [(c.clause, c.message) for c in judged.checks]
 
 
 def test_a_slice_is_still_held_to_the_contracts_count(accept, tmp_path):
+    """A whole run, rejected."""
     run = accept(SLICE.format(count=8), staged_recording(tmp_path, "h100_sxm5_8gpu.json", _slice),
                  pci_tree(tmp_path / "sys", recording="h100_sxm5_8gpu.json"))
     count = run.checks("gpus.count")[0]
     assert (count["outcome"], count["measured"]) == ("failed", 4)
     assert count["message"].startswith("4 GPUs found, contract says 8; the PCI bus in sysfs also lists 4")
+    assert run.json["verdict"] == "rejected"
 
 
-def test_nvml_and_cuda_disagreeing_on_the_count_fails(accept, tmp_path):
+def test_nvml_and_cuda_disagreeing_on_the_count_fails(tmp_path):
     def fewer(reading):
         _slice(reading)
         reading["cuda_devices"].update(count=3, bus_ids=reading["cuda_devices"]["bus_ids"][:3],
                                        visible_devices="0,1,2")
-    run = accept(SLICE.format(count=4), staged_recording(tmp_path, "h100_sxm5_8gpu.json", fewer),
-                 pci_tree(tmp_path / "sys", recording="h100_sxm5_8gpu.json"))
-    assert run.checks("gpus.count")[0]["message"] == ("4 GPUs found, contract says 4; but NVML lists 4 and CUDA in this "
-                                                      "run sees 3 (CUDA_VISIBLE_DEVICES='0,1,2')")
+    pci_tree(tmp_path / "sys", recording="h100_sxm5_8gpu.json")
+    judged = judge(SLICE.format(count=4), {}, tmp_path, nvml=nvml_of(staged_recording(tmp_path, "h100_sxm5_8gpu.json", fewer)),
+                   sysfs=tmp_path / "sys")
+    assert judged.of("gpus.count")[0].message == ("4 GPUs found, contract says 4; but NVML lists 4 and CUDA in this "
+                                                  "run sees 3 (CUDA_VISIBLE_DEVICES='0,1,2')")
 
 
 @pytest.mark.parametrize("pci_class, gpu", [("0x030000", True), ("0x030200", True), ("0x068000", False),
@@ -341,10 +354,11 @@ def test_vga_class_gpus_are_listed_from_sysfs(tmp_path):
     assert len(reading["nvidia_gpus"]) == 4  # the four GPUs; the NVSwitches (bridges) are not
 
 
-def test_a_host_of_vga_class_gpus_is_accepted(accept, tmp_path):
-    run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 4\n  model: H100\n",
-                 f"--gpuaccept-nvml={DATA / 'nvml' / 'h100_sxm5_4gpu.json'}", _vga(tmp_path / "sys", "h100_sxm5_4gpu.json"))
-    assert run.json["verdict"] == "accepted", [(c["clause"], c["message"]) for c in run.checks()]
+def test_a_host_of_vga_class_gpus_is_accepted(tmp_path):
+    _vga(tmp_path / "sys", "h100_sxm5_4gpu.json")
+    judged = judge("gpuaccept: 1\nvendor: V\ngpus:\n  count: 4\n  model: H100\n", {}, tmp_path,
+                   nvml="h100_sxm5_4gpu.json", sysfs=tmp_path / "sys")
+    assert judged.verdict == "accepted", [(c.clause, c.message) for c in judged.checks]
 
 
 def _vgpu_guest(tmp_path: Path) -> tuple[str, str]:
@@ -368,6 +382,7 @@ def _vgpu_guest(tmp_path: Path) -> tuple[str, str]:
 
 
 def test_a_vgpu_guest_is_counted_identified_and_accepted(accept, tmp_path):
+    """A whole run, accepted."""
     run = accept("gpuaccept: 1\nvendor: V\ngpus:\n  count: 1\n  memory: 8 GB\n", *_vgpu_guest(tmp_path))
     assert run.result.ret in (0, 1), run.result.stdout.str()[-2000:]
     checks = {c["clause"]: c for c in run.checks()}

@@ -1,18 +1,21 @@
-"""nics, iperf3 and rdma end to end.
+"""nics, iperf3 and rdma.
 
-Real `ethtool` and real `iperf3` over a veth pair into a network namespace this test owns (root needed:
-CI runs as root); RDMA through a sysfs tree in a temporary folder and a fake `ib_write_bw` replaying
-real perftest outputs.
+End to end: real `ethtool` and real `iperf3` over a veth pair into a network namespace this test owns (root
+needed: CI runs as root). Judged in process (tests/judging.py): iperf3 and RDMA from real outputs replayed, through
+a sysfs tree in a temporary folder, the plugin's clocks moved by each run as long as the run took.
 """
 
+import json
 import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from builders import IB_UP, RDMA_CONTRACT, sysfs_tree
-from conftest import DATA, routed_nic
+from conftest import DATA, pci_port
+from judging import Clock, Output, judge
 
 BASE_PORT = 15201
 
@@ -134,35 +137,68 @@ def test_an_iperf3_server_on_an_address_of_this_host_is_refused(accept, veth):
                                 "measure the loopback, not a NIC")
 
 
-def test_a_truncated_iperf3_json_is_not_measured(accept, fake_tools, tmp_path):
-    fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
-    sysfs = routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_TRUNCATED_invalid.json")
-    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n  duration: '1 s'\n",
-                 sysfs)
-    check = run.checks("iperf3")[0]
-    assert (check["outcome"], check["measured"]) == ("not_measured", None)
-    assert "JSON cut or invalid at line 70 column 26" in check["message"]
-    assert fake_tools.calls("iperf3")[1] == ["iperf3", "-c", "10.0.0.2", "-p", "5201", "-J", "-t", "1", "-P", "8"]
+# ------------------------------------------------------------------ iperf3 and RDMA, judged in process
 
 
-def test_old_iperf3_runs_one_client_per_stream_on_consecutive_ports(accept, fake_tools, tmp_path):
-    fake_tools.add("iperf3", "iperf 3.9 (cJSON 1.7.13)\n", when="--version")
-    sysfs = routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
-    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '7 Gb/s'\n  streams: 4\n"
-                 "  duration: '1 s'\n", sysfs)
-    ports = sorted(call[4] for call in fake_tools.calls("iperf3")[1:])
+def routed(root, dev: str = "ens6f0", server: str = "10.0.0.2") -> tuple[Path, Output]:
+    """conftest.routed_nic's host for the harness: the route to `server` leaves through `dev`, a PCI port with byte
+    counters; its tx_bytes, and the `ip route get` that says so."""
+    entry = pci_port(root, "net", dev, "0000:9a:00.0")
+    (entry / "statistics").mkdir()
+    for counter in ("rx_bytes", "tx_bytes"):
+        (entry / "statistics" / counter).write_text("1000\n")
+    route = json.dumps([{"dst": server, "gateway": "10.0.0.1", "dev": dev, "prefsrc": "10.0.0.9", "flags": [], "uid": 0,
+                         "cache": []}])
+    return entry / "statistics" / "tx_bytes", Output(route)
+
+
+def sends(tx: Path, counted: int = 10**11):
+    """What routed_nic's iperf3 does to the port: `counted` more bytes sent."""
+    def moved() -> None:
+        tx.write_text(str(int(tx.read_text()) + counted))
+    return moved
+
+
+def iperf3_outputs(tmp_path, clock: Clock, version: str, client: Output) -> tuple[dict[str, Output], Path]:
+    tx, route = routed(tmp_path / "sys")
+    client.then = clock.runs(1.0, sends(tx))
+    return {"iperf3 --version": Output(version), "ip route": route, "iperf3": client}, tmp_path / "sys"
+
+
+def asked(judged, tool: str) -> list[list[str]]:
+    return [argv for argv in judged.recordings.asked if argv[0] == tool]
+
+
+def test_a_truncated_iperf3_json_is_not_measured(tmp_path, monkeypatch):
+    outputs, sysfs = iperf3_outputs(tmp_path, Clock(monkeypatch), "iperf 3.17 (cJSON 1.7.15)\n",
+                                    Output(DATA / "iperf3" / "json_3.9_TRUNCATED_invalid.json"))
+    judged = judge("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n  duration: '1 s'\n",
+                   outputs, tmp_path, sysfs=sysfs)
+    check = judged.of("iperf3")[0]
+    assert (check.outcome.value, check.measured) == ("not_measured", None)
+    assert "JSON cut or invalid at line 70 column 26" in check.message
+    assert asked(judged, "iperf3")[1] == ["iperf3", "-c", "10.0.0.2", "-p", "5201", "-J", "-t", "1", "-P", "8"]
+
+
+def test_old_iperf3_runs_one_client_per_stream_on_consecutive_ports(tmp_path, monkeypatch):
+    outputs, sysfs = iperf3_outputs(tmp_path, Clock(monkeypatch), "iperf 3.9 (cJSON 1.7.13)\n",
+                                    Output(DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json"))
+    judged = judge("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '7 Gb/s'\n  streams: 4\n"
+                   "  duration: '1 s'\n", outputs, tmp_path, sysfs=sysfs)
+    ports = sorted(call[4] for call in asked(judged, "iperf3")[1:])
     assert ports == ["5201", "5202", "5203", "5204"]
-    check = run.checks("iperf3")[0]
-    assert check["measured"] == pytest.approx(4 * 1.8228, abs=0.001)
-    assert "iperf3 3.9 is single-threaded: 4 client processes on ports 5201-5204, summed" in check["message"]
+    check = judged.of("iperf3")[0]
+    assert check.measured == pytest.approx(4 * 1.8228, abs=0.001)
+    assert "iperf3 3.9 is single-threaded: 4 client processes on ports 5201-5204, summed" in check.message
 
 
-def test_an_iperf3_error_is_not_measured_with_its_own_text(accept, fake_tools, tmp_path):
-    fake_tools.add("iperf3", "iperf 3.17\n", when="--version")
-    sysfs = routed_nic(fake_tools, tmp_path / "sys")
-    fake_tools.add("iperf3", DATA / "iperf3" / "text_error_control_socket_closed.txt", rc=1, sleep=0)
-    run = accept("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n", sysfs)
-    assert "control socket has closed unexpectedly" in run.checks("iperf3")[0]["message"]
+def test_an_iperf3_error_is_not_measured_with_its_own_text(tmp_path, monkeypatch):
+    outputs, sysfs = iperf3_outputs(tmp_path, Clock(monkeypatch), "iperf 3.17\n",
+                                    Output(DATA / "iperf3" / "text_error_control_socket_closed.txt", returncode=1,
+                                           seconds=0))
+    judged = judge("gpuaccept: 1\nvendor: V\niperf3:\n  server: 10.0.0.2\n  min_throughput: '1 Gb/s'\n", outputs,
+                   tmp_path, sysfs=sysfs)
+    assert "control socket has closed unexpectedly" in judged.of("iperf3")[0].message
 
 
 # ------------------------------------------------------------------ RDMA
@@ -170,70 +206,84 @@ def test_an_iperf3_error_is_not_measured_with_its_own_text(accept, fake_tools, t
 ROCE_200 = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "200 Gb/sec (4X HDR)", "link_layer": "Ethernet"}
 
 
-def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(accept, fake_tools, tmp_path):
+def ib_write_bw(clock: Clock, output: Path | str, peer: bool = False, **kwargs) -> dict[str, Output]:
+    """ib_write_bw replaying `output`: without a peer, a server and a client started 1 s after it (CLIENT_AFTER_S),
+    each running the 5 s asked; with one, the client alone."""
+    if peer:
+        return {"ib_write_bw": Output(output, then=clock.runs(5.0), **kwargs)}
+    return {"ib_write_bw": Output(output, then=clock.runs(5.0), **kwargs),
+            "ib_write_bw localhost": Output(output, seconds=6.0, then=clock.runs(6.0), **kwargs)}
+
+
+def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(tmp_path, monkeypatch):
     """In a tree without the port's counters (a container's), the figure stands on ib_write_bw's word, and says so."""
-    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
-    run = accept(RDMA_CONTRACT.format(devices="['mlx5_*']", extra=""), sysfs)
-    check = run.checks("rdma")[0]
-    assert check["subject"] == "mlx5_0" and check["outcome"] == "passed"
-    assert run.json["verdict"] == "accepted" and run.result.ret == 0
-    assert check["measured"] == pytest.approx(90.495, abs=0.01)
-    assert check["message"] == ("mlx5_0 ib_write_bw BW average 90.5 Gb/s (sources: ib_write_bw only) >= 90 Gb/s "
-                                "(90.5% of 100 Gb/s line rate, port 1 rate in sysfs)")
-    assert check["details"]["sources"] == ["ib_write_bw"] and "port_xmit_data could not be read" in \
-        check["details"]["unconfirmed"]
-    server, client = fake_tools.calls("ib_write_bw")
+    sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
+    judged = judge(RDMA_CONTRACT.format(devices="['mlx5_*']", extra=""),
+                   ib_write_bw(Clock(monkeypatch), DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt"),
+                   tmp_path, sysfs=tmp_path / "sys")
+    check = judged.of("rdma")[0]
+    assert check.subject == "mlx5_0" and check.outcome.value == "passed"
+    assert judged.verdict == "accepted"
+    assert check.measured == pytest.approx(90.495, abs=0.01)
+    assert check.message == ("mlx5_0 ib_write_bw BW average 90.5 Gb/s (sources: ib_write_bw only) >= 90 Gb/s "
+                             "(90.5% of 100 Gb/s line rate, port 1 rate in sysfs)")
+    assert check.details["sources"] == ["ib_write_bw"] and "port_xmit_data could not be read" in \
+        check.details["unconfirmed"]
+    server, client = asked(judged, "ib_write_bw")
     assert server == ["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-s", "65536", "-p", "18515", "--report_gbits", "-F", "-D", "5"]
     assert client == server + ["localhost"]
 
 
-def test_a_bandwidth_above_line_rate_is_implausible(accept, fake_tools, tmp_path):
-    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "oci_roce_mlx5_5_4qp_report_gbits_rdmacm.txt")
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_5": IB_UP})
-    run = accept(RDMA_CONTRACT.format(devices="[mlx5_5]", extra="  line_rate: '50 Gb/s'\n"), sysfs)
-    check = run.checks("rdma")[0]
-    assert check["outcome"] == "failed" and check["measured"] == 98.01
-    assert "is implausible: above 50 Gb/s (the line rate, from the contract)" in check["message"]
+def test_a_bandwidth_above_line_rate_is_implausible(tmp_path, monkeypatch):
+    sysfs_tree(tmp_path / "sys", {"mlx5_5": IB_UP})
+    judged = judge(RDMA_CONTRACT.format(devices="[mlx5_5]", extra="  line_rate: '50 Gb/s'\n"),
+                   ib_write_bw(Clock(monkeypatch), DATA / "ibwritebw" / "oci_roce_mlx5_5_4qp_report_gbits_rdmacm.txt"),
+                   tmp_path, sysfs=tmp_path / "sys")
+    check = judged.of("rdma")[0]
+    assert check.outcome.value == "failed" and check.measured == 98.01
+    assert "is implausible: above 50 Gb/s (the line rate, from the contract)" in check.message
 
 
-def test_roce_below_the_fraction_fails_and_uses_the_contract_line_rate_and_peer(accept, fake_tools, tmp_path):
-    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "roce_mlx5_0_a_sweep_gbits_52G_k8s_pod.txt")
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": ROCE_200})
-    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra="  peer: 10.0.0.2\n  message_size: '1 MiB'\n"), sysfs)
-    check = run.checks("rdma")[0]
-    assert (check["outcome"], check["measured"]) == ("failed", 52.52)
-    assert check["message"] == ("mlx5_0 ib_write_bw BW average 52.52 Gb/s (sources: ib_write_bw only) < 180 Gb/s "
-                                "(26.3% of 200 Gb/s line rate, port 1 rate in sysfs)")
-    assert fake_tools.calls("ib_write_bw") == [
+def test_roce_below_the_fraction_fails_and_uses_the_contract_line_rate_and_peer(tmp_path, monkeypatch):
+    sysfs_tree(tmp_path / "sys", {"mlx5_0": ROCE_200})
+    judged = judge(RDMA_CONTRACT.format(devices="[mlx5_0]", extra="  peer: 10.0.0.2\n  message_size: '1 MiB'\n"),
+                   ib_write_bw(Clock(monkeypatch), DATA / "ibwritebw" / "roce_mlx5_0_a_sweep_gbits_52G_k8s_pod.txt", peer=True),
+                   tmp_path, sysfs=tmp_path / "sys")
+    check = judged.of("rdma")[0]
+    assert (check.outcome.value, check.measured) == ("failed", 52.52)
+    assert check.message == ("mlx5_0 ib_write_bw BW average 52.52 Gb/s (sources: ib_write_bw only) < 180 Gb/s "
+                             "(26.3% of 200 Gb/s line rate, port 1 rate in sysfs)")
+    assert asked(judged, "ib_write_bw") == [
         ["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-s", "1048576", "-p", "18515", "--report_gbits", "-F", "-D", "5",
          "10.0.0.2"]]
 
 
-def test_a_failed_connection_is_not_measured_with_the_tools_words(accept, fake_tools, tmp_path):
-    fake_tools.add("ib_write_bw", " Couldn't connect to localhost:18515\nUnable to open file descriptor for socket connection\n", rc=1,
-                   sleep=0)
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
-    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
-    check = run.checks("rdma")[0]
-    assert check["outcome"] == "not_measured"
-    assert "exited with code 1" in check["message"]
+def test_a_failed_connection_is_not_measured_with_the_tools_words(tmp_path, monkeypatch):
+    sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
+    failed = " Couldn't connect to localhost:18515\nUnable to open file descriptor for socket connection\n"
+    judged = judge(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""),
+                   {"ib_write_bw": Output(failed, returncode=1, seconds=0)}, tmp_path, sysfs=tmp_path / "sys")
+    check = judged.of("rdma")[0]
+    assert check.outcome.value == "not_measured"
+    assert "exited with code 1" in check.message
 
 
 def test_a_missing_ib_write_bw_is_not_measured(accept, fake_tools, tmp_path):
+    """A whole run: "not found on PATH" is the runner's own look on PATH, which a replayed session never makes."""
     sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
     assert run.checks("rdma")[0]["message"] == "not measured: ib_write_bw not found on PATH"
 
 
-def test_a_port_that_is_down_fails_and_a_missing_device_fails(accept, fake_tools, tmp_path):
-    fake_tools.add("ib_write_bw", DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt")
+def test_a_port_that_is_down_fails_and_a_missing_device_fails(tmp_path, monkeypatch):
     down = {**IB_UP, "state": "1: DOWN", "phys_state": "3: Disabled"}
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": down})
-    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0, mlx5_1, mlx5_9]", extra=""), sysfs)
-    checks = {c["subject"]: c for c in run.checks("rdma")}
-    assert checks["mlx5_0"]["outcome"] == "passed"
-    assert (checks["mlx5_1"]["outcome"], checks["mlx5_1"]["measured"]) == ("failed", 0)
-    assert checks["mlx5_1"]["message"] == "mlx5_1 port 1 is not Active/LinkUp: 1: DOWN / 3: Disabled"
-    assert checks["mlx5_9"]["message"] == "no RDMA device matches 'mlx5_9' (host has: mlx5_0, mlx5_1)"
-    assert len(fake_tools.calls("ib_write_bw")) == 2  # only mlx5_0 was measured
+    sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": down})
+    judged = judge(RDMA_CONTRACT.format(devices="[mlx5_0, mlx5_1, mlx5_9]", extra=""),
+                   ib_write_bw(Clock(monkeypatch), DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.txt"),
+                   tmp_path, sysfs=tmp_path / "sys")
+    checks = {c.subject: c for c in judged.of("rdma")}
+    assert checks["mlx5_0"].outcome.value == "passed"
+    assert (checks["mlx5_1"].outcome.value, checks["mlx5_1"].measured) == ("failed", 0)
+    assert checks["mlx5_1"].message == "mlx5_1 port 1 is not Active/LinkUp: 1: DOWN / 3: Disabled"
+    assert checks["mlx5_9"].message == "no RDMA device matches 'mlx5_9' (host has: mlx5_0, mlx5_1)"
+    assert len(asked(judged, "ib_write_bw")) == 2  # only mlx5_0 was measured

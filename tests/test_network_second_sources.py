@@ -5,22 +5,25 @@ the honest host beside it is ACCEPTED, saying which sources confirmed it.
 
 The iperf3 hosts are live: the real iperf3 over a veth into a network namespace this test owns, shaped with tc
 to 200 Mbit/s (root needed: CI runs as root), one of them through a wrapper that runs six times longer than
-asked and rewrites its JSON.
+asked and rewrites its JSON. The other hosts are judged in process (tests/judging.py) from real outputs replayed,
+the plugin's clocks moved by each run as long as the run took.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from builders import IB_UP, RDMA_CONTRACT, counting_port, sysfs_tree
-from conftest import DATA, pci_port, routed_nic
+from conftest import DATA, pci_port
+from judging import Clock, Output, judge
 
 from pytest_gpuaccept.clauses.network import Rated, _kernel_speed, rate_check
 from pytest_gpuaccept.probes.counters import SATURATED_32, Counted, counted
@@ -31,104 +34,113 @@ BW_90 = DATA / "ibwritebw" / "ib_write_bw_a_sweep_IB_cpufreq_warnings_indented.t
 
 # ---------------------------------------------------------------- nics: ethtool beside the kernel's speed
 
-def test_ethtool_saying_400g_where_the_kernel_says_100g_is_rejected_naming_both(accept, fake_tools, tmp_path):
+
+# ---------------------------------------------------------------- nics: ethtool beside the kernel's speed
+
+def test_ethtool_saying_400g_where_the_kernel_says_100g_is_rejected_naming_both(tmp_path):
     """The vendor's ethtool prints 400G; the kernel, asked by sysfs the same question of the same driver, says 100G.
     Beside it, honest ports: one the kernel agrees on, one without a speed file (ethtool alone, said so), and one
     the kernel knows no speed for (SPEED_UNKNOWN)."""
     root = tmp_path / "sys"
     speeds = {"ens1": "400000", "ens2": "25000", "ens3": "25000", "ens4": "25000"}
     kernel = {"ens1": "100000", "ens2": "25000", "ens4": "-1"}  # ens3: no speed file
+    outputs = {}
     for n, (name, speed) in enumerate(speeds.items()):
-        fake_tools.add("ethtool", ICE_25G.replace("ens6f0", name).replace("25000Mb/s", f"{speed}Mb/s"), when=name)
+        outputs[f"ethtool {name}"] = Output(ICE_25G.replace("ens6f0", name).replace("25000Mb/s", f"{speed}Mb/s"))
         entry = pci_port(root, "net", name, f"0000:3{n}:00.0", driver="ice")
         if name in kernel:
             (entry / "speed").write_text(kernel[name] + "\n")
-    run = accept("gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['ens*']\n  min_speed: '25 Gb/s'\n", f"--gpuaccept-sysfs={root}")
-    checks = {c["subject"]: c for c in run.checks("nics")}
-    assert run.json["verdict"] == "rejected"
-    assert (checks["ens1"]["outcome"], checks["ens1"]["measured"]) == ("failed", 100)
-    assert checks["ens1"]["message"] == ("ens1: ethtool says 400 Gb/s (400000Mb/s), the kernel's /sys/class/net/ens1/speed "
-                                         "says 100 Gb/s (100000Mb/s): they disagree (measured at the lower; a link speed "
-                                         "two sources disagree on is not as sold)")
-    assert checks["ens1"]["details"]["sources"] == ["ethtool", "sysfs speed"]
-    assert "sysfs-net-ens1-speed.json" in checks["ens1"]["evidence"]
-    assert (checks["ens2"]["outcome"], checks["ens2"]["message"]) == (
+    judged = judge("gpuaccept: 1\nvendor: V\nnics:\n  interfaces: ['ens*']\n  min_speed: '25 Gb/s'\n", outputs, tmp_path,
+                   sysfs=root)
+    checks = {c.subject: c for c in judged.of("nics")}
+    assert judged.verdict == "rejected"
+    assert (checks["ens1"].outcome.value, checks["ens1"].measured) == ("failed", 100)
+    assert checks["ens1"].message == ("ens1: ethtool says 400 Gb/s (400000Mb/s), the kernel's /sys/class/net/ens1/speed "
+                                      "says 100 Gb/s (100000Mb/s): they disagree (measured at the lower; a link speed "
+                                      "two sources disagree on is not as sold)")
+    assert checks["ens1"].details["sources"] == ["ethtool", "sysfs speed"]
+    assert "sysfs-net-ens1-speed.json" in checks["ens1"].evidence
+    assert (checks["ens2"].outcome.value, checks["ens2"].message) == (
         "passed", "ens2 speed 25 Gb/s >= 25 Gb/s (PCI 0000:31:00.0, driver ice)")
-    assert checks["ens2"]["details"]["sources"] == ["ethtool", "sysfs speed"]
-    assert (checks["ens3"]["outcome"], checks["ens3"]["message"]) == (
+    assert checks["ens2"].details["sources"] == ["ethtool", "sysfs speed"]
+    assert (checks["ens3"].outcome.value, checks["ens3"].message) == (
         "passed", "ens3 speed 25 Gb/s (sources: ethtool only) >= 25 Gb/s (PCI 0000:32:00.0, driver ice)")
-    assert checks["ens3"]["details"]["sources"] == ["ethtool"]
-    assert checks["ens3"]["details"]["unconfirmed"] == "no /sys/class/net/ens3/speed to read (ENOENT)"
-    assert (checks["ens4"]["outcome"], checks["ens4"]["measured"]) == ("failed", None)
-    assert checks["ens4"]["message"] == ("ens4: ethtool says 25 Gb/s (25000Mb/s), the kernel's /sys/class/net/ens4/speed "
-                                         "says -1 (SPEED_UNKNOWN): they disagree")
+    assert checks["ens3"].details["sources"] == ["ethtool"]
+    assert checks["ens3"].details["unconfirmed"] == "no /sys/class/net/ens3/speed to read (ENOENT)"
+    assert (checks["ens4"].outcome.value, checks["ens4"].measured) == ("failed", None)
+    assert checks["ens4"].message == ("ens4: ethtool says 25 Gb/s (25000Mb/s), the kernel's /sys/class/net/ens4/speed "
+                                      "says -1 (SPEED_UNKNOWN): they disagree")
 
 
 # ---------------------------------------------------------------- rdma: ib_write_bw beside the port's counters
 
-def moves(folder, gbit_s: float) -> str:
-    """What a client (its last argument a host, not a number) does to the port's counters: `gbit_s` for as long as its
-    process has lived (since the kernel started it: an interpreter slow to start on a busy machine counts too)."""
-    return textwrap.dedent(f"""\
-        if not sys.argv[-1].isdigit():
-            born = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-            lived = float(open("/proc/uptime").read().split()[0]) - born
-            for name in ("port_xmit_data", "port_rcv_data"):
-                path = {str(folder)!r} + "/" + name
-                value = int(open(path).read())
-                open(path, "w").write(str(value + int({gbit_s} * 1e9 * lived / 8 / 4)))
-        """)
+def moves(folder: Path, gbit_s: float, seconds: float):
+    """What a client does to the port's counters: `gbit_s` for the `seconds` it ran."""
+    def moved() -> None:
+        for name in ("port_xmit_data", "port_rcv_data"):
+            path = folder / name
+            path.write_text(str(int(path.read_text()) + int(gbit_s * 1e9 * seconds / 8 / 4)))
+    return moved
 
 
-def test_an_honest_ib_write_bw_is_confirmed_by_the_ports_own_counters(accept, fake_tools, tmp_path):
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
+def ib_write_bw(clock: Clock, device: str = "", printed_after: float = 5.0, moved=None) -> dict[str, Output]:
+    """ib_write_bw on `device` (every device: ""), printing BW_90 after `printed_after` s: a server, and a client
+    started 1 s after it (CLIENT_AFTER_S), which does `moved` to the port's counters over the `printed_after` s it
+    ran."""
+    server, client = f"ib_write_bw {device}".strip(), f"ib_write_bw {device} localhost".replace("  ", " ")
+    return {server: Output(BW_90, seconds=printed_after, then=clock.runs(printed_after)),
+            client: Output(BW_90, seconds=1.0 + printed_after, then=clock.runs(1.0 + printed_after, moved))}
+
+
+def test_an_honest_ib_write_bw_is_confirmed_by_the_ports_own_counters(tmp_path, monkeypatch):
+    sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     folder = counting_port(tmp_path / "sys", "mlx5_0")
-    fake_tools.add("ib_write_bw", BW_90, then=moves(folder, 90.6))
-    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
-    check = run.checks("rdma")[0]
-    assert check["outcome"] == "passed" and run.json["verdict"] == "accepted", check["message"]
+    judged = judge(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""),
+                   ib_write_bw(Clock(monkeypatch), moved=moves(folder, 90.6, 5.05)), tmp_path, sysfs=tmp_path / "sys")
+    check = judged.of("rdma")[0]
+    assert check.outcome.value == "passed" and judged.verdict == "accepted", check.message
     assert re.fullmatch(r"mlx5_0 ib_write_bw BW average 90\.5 Gb/s \(port_xmit_data: \d+(\.\d+)? Gb/s over \d+\.\d\d s\) "
-                        r">= 90 Gb/s \(90\.5% of 100 Gb/s line rate, port 1 rate in sysfs\)", check["message"]), check["message"]
-    assert check["details"]["sources"] == ["ib_write_bw", "port_xmit_data"]
-    assert check["details"]["counted_bytes"] >= int(90.6e9 * 5 / 8 / 4) * 4  # 5 s at 90.6 Gb/s, at least
-    assert check["details"]["asked_s"] == 5 and check["details"]["wall_s"] >= 5.0
+                        r">= 90 Gb/s \(90\.5% of 100 Gb/s line rate, port 1 rate in sysfs\)", check.message), check.message
+    assert check.details["sources"] == ["ib_write_bw", "port_xmit_data"]
+    assert check.details["counted_bytes"] >= int(90.6e9 * 5 / 8 / 4) * 4  # 5 s at 90.6 Gb/s, at least
+    assert check.details["asked_s"] == 5 and check.details["wall_s"] >= 5.0
     assert {"sysfs-infiniband-mlx5_0-1-counters-before.json",
-            "sysfs-infiniband-mlx5_0-1-counters-after.json"} <= set(check["evidence"])
+            "sysfs-infiniband-mlx5_0-1-counters-after.json"} <= set(check.evidence)
 
 
-def test_a_canned_ib_write_bw_answering_at_once_is_not_a_measurement(accept, fake_tools, tmp_path):
+def test_a_canned_ib_write_bw_answering_at_once_is_not_a_measurement(tmp_path, monkeypatch):
     """Asked to run 5 s (-D 5), it prints a saved figure in 0.2 s: whatever it says, it measured nothing."""
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
+    sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
     counting_port(tmp_path / "sys", "mlx5_0")
-    fake_tools.add("ib_write_bw", BW_90, sleep=0.2)
-    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), sysfs)
-    check = run.checks("rdma")[0]
-    assert (check["clause"], check["outcome"], check["measured"]) == ("rdma", "failed", None)
+    judged = judge(RDMA_CONTRACT.format(devices="[mlx5_0]", extra=""), ib_write_bw(Clock(monkeypatch), printed_after=0.2),
+                   tmp_path, sysfs=tmp_path / "sys")
+    check = judged.of("rdma")[0]
+    assert (check.clause, check.outcome.value, check.measured) == ("rdma", "failed", None)
     assert re.fullmatch(r"mlx5_0: not a measurement: ib_write_bw was asked to run 5 s and returned after [0-3]\.\d\d s "
-                        r"\(the plugin's clock\)", check["message"]), check["message"]
-    assert run.json["verdict"] == "rejected"
+                        r"\(the plugin's clock\)", check.message), check.message
+    assert judged.verdict == "rejected"
 
 
-def test_ib_write_bw_figures_the_ports_counters_refute_are_rejected(accept, fake_tools, tmp_path):
+def test_ib_write_bw_figures_the_ports_counters_refute_are_rejected(tmp_path, monkeypatch):
     """mlx5_0: a canned figure printed after the 5 s asked, the port idle (its counters never moved); mlx5_1: a
     real-looking run whose port moved 40 Gb/s while the tool says 90.5."""
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": IB_UP})
+    sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP, "mlx5_1": IB_UP})
     counting_port(tmp_path / "sys", "mlx5_0")
     slow = counting_port(tmp_path / "sys", "mlx5_1")
-    fake_tools.add("ib_write_bw", BW_90, when="mlx5_1 ", then=moves(slow, 40.0))
-    fake_tools.add("ib_write_bw", BW_90)
-    run = accept(RDMA_CONTRACT.format(devices="[mlx5_0, mlx5_1]", extra=""), sysfs)
-    checks = {c["subject"]: c for c in run.checks("rdma")}
-    assert run.json["verdict"] == "rejected"
+    clock = Clock(monkeypatch)
+    outputs = {**ib_write_bw(clock), **ib_write_bw(clock, "mlx5_1", moved=moves(slow, 40.0, 5.05))}
+    judged = judge(RDMA_CONTRACT.format(devices="[mlx5_0, mlx5_1]", extra=""), outputs, tmp_path, sysfs=tmp_path / "sys")
+    checks = {c.subject: c for c in judged.of("rdma")}
+    assert judged.verdict == "rejected"
     idle = checks["mlx5_0"]
-    assert (idle["outcome"], idle["measured"]) == ("failed", 0)
+    assert (idle.outcome.value, idle.measured) == ("failed", 0)
     assert re.fullmatch(r"mlx5_0: ib_write_bw says 90\.5 Gb/s, but port 1's port_xmit_data \(sysfs, 4-byte words\) "
                         r"counted 0 bytes in the \d+\.\d\d s it ran: 0 Gb/s; a figure more than 10% above what the port "
-                        r"moved is not a measurement", idle["message"]), idle["message"]
+                        r"moved is not a measurement", idle.message), idle.message
     inflated = checks["mlx5_1"]
-    assert inflated["outcome"] == "failed" and 30 < inflated["measured"] <= 40.5, inflated
-    assert "ib_write_bw says 90.5 Gb/s, but port 1's port_xmit_data" in inflated["message"]
-    assert inflated["details"]["sources"] == ["ib_write_bw", "port_xmit_data"]
+    assert inflated.outcome.value == "failed" and 30 < inflated.measured <= 40.5, inflated
+    assert "ib_write_bw says 90.5 Gb/s, but port 1's port_xmit_data" in inflated.message
+    assert inflated.details["sources"] == ["ib_write_bw", "port_xmit_data"]
 
 
 # ---------------------------------------------------------------- iperf3: live, shaped, beside tx_bytes
@@ -228,18 +240,28 @@ def test_a_slow_iperf3_that_rewrites_its_json_is_rejected_by_the_counters_rate(a
     assert run.json["verdict"] == "rejected"
 
 
-def test_a_canned_iperf3_answering_at_once_is_not_a_measurement(accept, fake_tools, tmp_path):
+def test_a_canned_iperf3_answering_at_once_is_not_a_measurement(tmp_path, monkeypatch):
     """It prints a saved JSON at once, and even moves the interface's counters by what the JSON says it sent."""
-    fake_tools.add("iperf3", "iperf 3.17 (cJSON 1.7.15)\n", when="--version")
-    sysfs = routed_nic(fake_tools, tmp_path / "sys")
-    tx = tmp_path / "sys" / "class" / "net" / "ens6f0" / "statistics" / "tx_bytes"
-    fake_tools.add("iperf3", DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json", sleep=0,
-                   then=f"v = int(open({str(tx)!r}).read())\nopen({str(tx)!r}, 'w').write(str(v + 2400000000))")
-    run = accept("gpuaccept: 1\nvendor: V\niperf3: {server: 10.0.0.2, min_throughput: '1 Gb/s', duration: '2 s'}\n", sysfs)
-    check = run.checks("iperf3")[0]
-    assert (check["outcome"], check["measured"]) == ("failed", None)
+    entry = pci_port(tmp_path / "sys", "net", "ens6f0", "0000:9a:00.0")  # conftest.routed_nic's port
+    (entry / "statistics").mkdir()
+    for counter in ("rx_bytes", "tx_bytes"):
+        (entry / "statistics" / counter).write_text("1000\n")
+    tx = entry / "statistics" / "tx_bytes"
+    route = json.dumps([{"dst": "10.0.0.2", "gateway": "10.0.0.1", "dev": "ens6f0", "prefsrc": "10.0.0.9", "flags": [],
+                         "uid": 0, "cache": []}])
+
+    def sent() -> None:
+        tx.write_text(str(int(tx.read_text()) + 2400000000))
+
+    outputs = {"iperf3 --version": Output("iperf 3.17 (cJSON 1.7.15)\n"), "ip route": Output(route),
+               "iperf3": Output(DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json", seconds=0,
+                                then=Clock(monkeypatch).runs(0.0, sent))}
+    judged = judge("gpuaccept: 1\nvendor: V\niperf3: {server: 10.0.0.2, min_throughput: '1 Gb/s', duration: '2 s'}\n",
+                   outputs, tmp_path, sysfs=tmp_path / "sys")
+    check = judged.of("iperf3")[0]
+    assert (check.outcome.value, check.measured) == ("failed", None)
     assert re.fullmatch(r"not a measurement: iperf3 was asked to run 2 s and returned after [01]\.\d\d s \(the plugin's "
-                        r"clock\)", check["message"]), check["message"]
+                        r"clock\)", check.message), check.message
 
 
 # ---------------------------------------------------------------- the rule itself

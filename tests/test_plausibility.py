@@ -3,12 +3,16 @@ all_reduce size the command did not ask for never pass; honest hosts still do (t
 
 The tool outputs are real (tests/data, with their sources in SOURCES.md). The PCIe link files under sys/ are
 constructed here, in the test's code: the kernel writes `32.0 GT/s PCIe` and `16` into current_link_speed and
-current_link_width of a Gen5 x16 function, and `8.0 GT/s PCIe` for Gen3."""
+current_link_width of a Gen5 x16 function, and `8.0 GT/s PCIe` for Gen3.
 
+A clause's judgement is judged in process (tests/judging.py); one rejected and one accepted host stay whole runs."""
+
+from pathlib import Path
 
 import pytest
 from builders import pcie_links
 from conftest import DATA, nccl_log, nvml_recording, pci_tree
+from judging import Output, judge
 
 from pytest_gpuaccept import models
 from pytest_gpuaccept.clauses import plausible
@@ -58,13 +62,22 @@ def test_a_pcie_only_host_whose_p2p_tool_prints_nvlink_figures_fails_every_pair(
     assert run.json["verdict"] == "rejected"
 
 
-def test_a_card_without_nvlink_is_capped_by_its_own_pcie_generation_without_topology_or_sysfs(accept, fake_tools):
+def tree(root, device: str) -> Path:
+    """conftest.pci_tree's sysfs, as the folder the harness reads."""
+    pci_tree(root, device)
+    return root
+
+
+def outcomes(checks) -> set[str]:
+    return {c.outcome.value for c in checks}
+
+
+def test_a_card_without_nvlink_is_capped_by_its_own_pcie_generation_without_topology_or_sysfs(tmp_path):
     """RTX 5090s (NVML: NVLink NotSupported; the model has none) and no link files: the model's Gen5 x16 caps it."""
-    fake_tools.add("nvbandwidth", NVB_H100)
-    run = accept(p2p_contract(4), nvml_recording("rtx5090_4gpu.json"))
-    checks = {c["subject"]: c for c in run.checks("p2p")}
-    assert {c["outcome"] for c in checks.values()} == {"failed"}
-    message = checks["GPU0->GPU1"]["message"]
+    judged = judge(p2p_contract(4), {"nvbandwidth": Output(NVB_H100)}, tmp_path, nvml="rtx5090_4gpu.json")
+    checks = {c.subject: c for c in judged.of("p2p")}
+    assert outcomes(checks.values()) == {"failed"}
+    message = checks["GPU0->GPU1"].message
     assert "but the path is PCIe Gen5 x16 (the GeForce RTX 5090's own)" in message and "at most 63 GB/s" in message
 
 
@@ -85,36 +98,33 @@ def test_an_h100_pair_is_capped_by_its_nvlinks_and_an_honest_figure_passes(accep
     assert "tool's word" not in check["message"]
 
 
-def test_a_host_copy_above_the_gpus_pcie_link_fails(accept, fake_tools, tmp_path):
+def test_a_host_copy_above_the_gpus_pcie_link_fails(tmp_path):
     """H100s whose links sysfs shows at Gen3 x16 (8 GT/s): the 55 GB/s host copies they print cannot be."""
-    fake_tools.add("nvbandwidth", NVB_H100)
-    sysfs = pci_tree(tmp_path / "sys", "0x2330")
+    sysfs = tree(tmp_path / "sys", "0x2330")
     pcie_links(tmp_path / "sys", speed="8.0 GT/s PCIe")
-    run = accept(host_contract(), nvml_recording("h100_sxm5_8gpu.json"), sysfs)
-    checks = {c["subject"]: c for c in run.checks("host_bandwidth")}
-    assert {c["outcome"] for c in checks.values()} == {"failed"}
-    assert checks["GPU0:h2d"]["message"] == ("GPU0:h2d host to GPU reads 55.37 GB/s but the path is PCIe Gen3 x16, "
-                                             "at most 15.75 GB/s each way: physically impossible (nvbandwidth)")
+    judged = judge(host_contract(), {"nvbandwidth": Output(NVB_H100)}, tmp_path, sysfs=sysfs)
+    checks = {c.subject: c for c in judged.of("host_bandwidth")}
+    assert outcomes(checks.values()) == {"failed"}
+    assert checks["GPU0:h2d"].message == ("GPU0:h2d host to GPU reads 55.37 GB/s but the path is PCIe Gen3 x16, "
+                                          "at most 15.75 GB/s each way: physically impossible (nvbandwidth)")
 
 
-def test_the_same_host_copies_pass_on_gen5_links(accept, fake_tools, tmp_path):
-    fake_tools.add("nvbandwidth", NVB_H100)
-    sysfs = pci_tree(tmp_path / "sys", "0x2330")
+def test_the_same_host_copies_pass_on_gen5_links(tmp_path):
+    sysfs = tree(tmp_path / "sys", "0x2330")
     pcie_links(tmp_path / "sys")
-    run = accept(host_contract(), nvml_recording("h100_sxm5_8gpu.json"), sysfs)
-    assert {c["outcome"] for c in run.checks("host_bandwidth")} == {"passed"}
-    details = run.checks("host_bandwidth")[0]["details"]
+    judged = judge(host_contract(), {"nvbandwidth": Output(NVB_H100)}, tmp_path, sysfs=sysfs)
+    assert outcomes(judged.of("host_bandwidth")) == {"passed"}
+    details = judged.of("host_bandwidth")[0].details
     assert (details["physical_cap"], details["physical_cap_source"]) == (
         63, "PCIe Gen5 x16; from sysfs 0000:18:00.0 (max_link_speed, max_link_width)")
 
 
-def test_without_a_cap_the_figure_is_taken_on_the_tools_word_and_says_so(accept, fake_tools, tmp_path):
-    fake_tools.add("nvbandwidth", NVB_H100)
-    run = accept(host_contract(), nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0xffff"))
-    check = run.checks("host_bandwidth")[0]
-    assert check["outcome"] == "passed"
-    assert check["message"].endswith("; no physical cap (GPU0's PCIe link is unknown (no sysfs link files, no model)): "
-                                     "taken on the tool's word)")
+def test_without_a_cap_the_figure_is_taken_on_the_tools_word_and_says_so(tmp_path):
+    judged = judge(host_contract(), {"nvbandwidth": Output(NVB_H100)}, tmp_path, sysfs=tree(tmp_path / "sys", "0xffff"))
+    check = judged.of("host_bandwidth")[0]
+    assert check.outcome.value == "passed"
+    assert check.message.endswith("; no physical cap (GPU0's PCIe link is unknown (no sysfs link files, no model)): "
+                                  "taken on the tool's word)")
 
 
 @pytest.mark.parametrize("entry, label", [
@@ -153,26 +163,25 @@ def test_a_run_shorter_than_its_work_is_not_a_measurement():
     assert plausible.too_fast(ToolRun("k", ("t",), 0, 0.5, "", ""), work) is None
 
 
-def test_a_p2p_tool_that_finishes_instantly_fails(accept, fake_tools, tmp_path):
-    fake_tools.add("p2pBandwidthLatencyTest", P2P_H100, sleep=0)
-    run = accept(p2p_contract(8, "p2pBandwidthLatencyTest"), nvml_recording("h100_sxm5_8gpu.json"),
-                 pci_tree(tmp_path / "sys", "0x2330"))
-    messages = {c["message"] for c in run.checks("p2p")}
-    assert {c["outcome"] for c in run.checks("p2p")} == {"failed"} and len(messages) == 1
+def test_a_p2p_tool_that_finishes_instantly_fails(tmp_path):
+    judged = judge(p2p_contract(8, "p2pBandwidthLatencyTest"), {"p2pBandwidthLatencyTest": Output(P2P_H100, seconds=0)},
+                   tmp_path, sysfs=tree(tmp_path / "sys", "0x2330"))
+    messages = {c.message for c in judged.of("p2p")}
+    assert outcomes(judged.of("p2p")) == {"failed"} and len(messages) == 1
     (message,) = messages
     assert message.startswith("`") and "but reports moving 71.5 GiB" in message
     assert message.endswith("s of copies (10,000,000 ints x 5 repeats per figure): not a measurement")
 
 
 @pytest.mark.parametrize("sleep, outcome", [(0, "failed"), (None, "passed")])
-def test_an_nvbandwidth_that_finishes_instantly_fails_host_bandwidth(accept, fake_tools, tmp_path, sleep, outcome):
+def test_an_nvbandwidth_that_finishes_instantly_fails_host_bandwidth(tmp_path, sleep, outcome):
     """DCGM's nvbandwidth v0.5 output (one GPU, 12.4 and 13.2 GB/s host copies: 1.26 s of copies at 64 MiB x 16):
-    printed at once it fails; printed after as long as its copies took (the fake's default) it passes."""
-    fake_tools.add("nvbandwidth", DCGM, sleep=sleep)
-    run = accept(host_contract(1), nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
-    checks = run.checks("host_bandwidth")
-    assert len(checks) == 2 and {c["outcome"] for c in checks} == {outcome}
-    assert all(("not a measurement" in c["message"]) == (outcome == "failed") for c in checks)
+    printed at once it fails; printed after as long as its copies took (the harness's default) it passes."""
+    judged = judge(host_contract(1), {"nvbandwidth": Output(DCGM, seconds=sleep)}, tmp_path,
+                   sysfs=tree(tmp_path / "sys", "0x2330"))
+    checks = judged.of("host_bandwidth")
+    assert len(checks) == 2 and outcomes(checks) == {outcome}
+    assert all(("not a measurement" in c.message) == (outcome == "failed") for c in checks)
 
 
 # ------------------------------------------------------------------ 3. only the sizes the command asked for
@@ -187,18 +196,17 @@ def test_sizes_are_read_as_nccl_tests_reads_them(argv, flag, size):
     assert asked_size(argv, flag, "--maxbytes" if flag == "-e" else "--minbytes") == size
 
 
-def test_a_16_gib_row_when_8_gib_was_asked_fails(accept, fake_tools):
+def test_a_16_gib_row_when_8_gib_was_asked_fails(tmp_path):
     """The P5 log's sweep ends at 16 GiB; the contract asks max_bytes 8 GiB, so the command says -e 8589934592."""
-    fake_tools.add_nccl(nccl_log(P5, ranks=8), iters=1)
     contract = ("gpuaccept: 1\nvendor: V\ngpus:\n  count: 8\nallreduce:\n  min_busbw: '100 GB/s'\n"
                 "  max_bytes: '8 GiB'\n  args: ['-n', '1']\n")
-    run = accept(contract, nvml_recording("h100_sxm5_8gpu.json"))
-    check = run.checks("allreduce")[0]
-    assert fake_tools.calls("all_reduce_perf")[0][5:7] == ["-e", "8589934592"]
-    assert check["outcome"] == "failed"
+    judged = judge(contract, {"all_reduce_perf": Output(nccl_log(P5, ranks=8))}, tmp_path)
+    check = judged.of("allreduce")[0]
+    assert [a for a in judged.recordings.asked if a[0] == "all_reduce_perf"][0][5:7] == ["-e", "8589934592"]
+    assert check.outcome.value == "failed"
     assert ("the table has a row at 16 GiB (17179869184 B), above the `-e 8589934592` (8 GiB) the command asked: "
-            "not this command's measurement") in check["message"]
-    assert "at 16 GiB >=" not in check["message"]
+            "not this command's measurement") in check.message
+    assert "at 16 GiB >=" not in check.message
 
 
 def test_a_judged_size_below_the_asked_minimum_is_not_a_measurement():

@@ -2,16 +2,22 @@
 
 No GPU machine was at hand: the series are built here, in the shape `nvml.sample_gpus` records (one
 row per 200 ms: t, utilisation, SM clock, power, temperature, clock event reasons, PCIe gen, width).
+
+The clauses are judged in process from the recordings (tests/judging.py); a whole pytest run stays where the run
+itself is the point: the workload's argv and evidence, NVML without a driver, PyTorch missing, the report, the
+samples file.
 """
 
 import importlib.util
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 from builders import LOAD_CONTRACT, UTILISATION_FIELDS, recording, series
 from conftest import DATA
+from judging import Output, judge
 
 from pytest_gpuaccept import charts
 from pytest_gpuaccept.probes import nvml
@@ -24,6 +30,22 @@ from pytest_gpuaccept.verdict import Check
 def workload(fake_tools):
     fake_tools.add("train-job", "step 1 loss 10.4\n", sleep=30)
     return fake_tools
+
+
+def load(stdout: str | Path = "step 1 loss 10.4\n", seconds: float = 1.5, **kwargs) -> dict[str, Output]:
+    """The `train-job` workload, running as long as the load's duration (a fake that runs until gpuaccept stops it
+    reads the same to the judges: the workload did not end before the duration)."""
+    return {"train-job": Output(stdout, seconds=seconds, **kwargs)}
+
+
+def judged_load(tmp_path, outputs: dict[str, Output] | None = None, **recorded):
+    """LOAD_CONTRACT judged on builders.recording(tmp_path, **recorded), the workload `outputs` (load() unless given)."""
+    flag = recording(tmp_path, **recorded)
+    return judge(LOAD_CONTRACT, load() if outputs is None else outputs, tmp_path, nvml=Path(flag.split("=", 1)[1]))
+
+
+def by_gpu(judged, clause: str) -> dict:
+    return {c.subject: c for c in judged.of(clause)}
 
 
 def test_a_steady_run_passes_every_gpu(accept, workload, tmp_path):
@@ -41,85 +63,82 @@ def test_a_steady_run_passes_every_gpu(accept, workload, tmp_path):
     assert (evidence / "nvml-samples.json").is_file()
 
 
-def test_a_dip_after_warmup_fails_naming_the_gpu_time_and_value(accept, workload, tmp_path):
+def test_a_dip_after_warmup_fails_naming_the_gpu_time_and_value(tmp_path):
     dip = series(util=lambda t: 0 if t < 0.6 else (42 if 7.3 < t < 7.5 else 99))
-    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={2: dip}))
-    check = {c["subject"]: c for c in run.checks("utilisation")}["GPU2"]
-    assert (check["outcome"], check["measured"]) == ("failed", 42)
-    assert check["message"].startswith("GPU2 dropped to 42 % at t=7.4 s (below 80 %); mean ")
-    assert run.json["verdict"] == "rejected"
+    judged = judged_load(tmp_path, overrides={2: dip})
+    check = by_gpu(judged, "utilisation")["GPU2"]
+    assert (check.outcome.value, check.measured) == ("failed", 42)
+    assert check.message.startswith("GPU2 dropped to 42 % at t=7.4 s (below 80 %); mean ")
+    assert judged.verdict == "rejected"
 
 
-def test_the_warm_up_ends_at_the_first_busy_sample_so_a_dip_after_it_counts(accept, workload, tmp_path):
+def test_the_warm_up_ends_at_the_first_busy_sample_so_a_dip_after_it_counts(tmp_path):
     """Busy at t=0.6 s, then a dip at 0.8 s: inside the contract's 1 s warmup, but after the measured warm-up."""
     dip = series(util=lambda t: 0 if t < 0.6 else (30 if 0.7 < t < 0.9 else 99))
-    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={3: dip}))
-    check = {c["subject"]: c for c in run.checks("utilisation")}["GPU3"]
-    assert (check["outcome"], check["measured"]) == ("failed", 30)
-    assert check["message"].startswith("GPU3 dropped to 30 % at t=0.8 s (below 80 %); mean ")
+    check = by_gpu(judged_load(tmp_path, overrides={3: dip}), "utilisation")["GPU3"]
+    assert (check.outcome.value, check.measured) == ("failed", 30)
+    assert check.message.startswith("GPU3 dropped to 30 % at t=0.8 s (below 80 %); mean ")
 
 
-def test_the_loads_own_first_step_is_kept_beside_the_first_busy_sample(accept, fake_tools, tmp_path):
+def test_the_loads_own_first_step_is_kept_beside_the_first_busy_sample(tmp_path):
     """The builtin load's real output on a CPU (tests/data/torch), printed by a fake workload: no PyTorch here."""
-    fake_tools.add("train-job", DATA / "torch" / "train_cpu_2proc_first_step.txt", hang=30)
-    run = accept(LOAD_CONTRACT, recording(tmp_path))
-    startup = {c["subject"]: c["details"]["startup"] for c in run.checks("utilisation")}
+    judged = judged_load(tmp_path, load(DATA / "torch" / "train_cpu_2proc_first_step.txt"))
+    startup = {c.subject: c.details["startup"] for c in judged.of("utilisation")}
     assert startup == {"GPU0": {"first_busy_s": 0.6, "first_step_s": 84.11}, "GPU1": {"first_busy_s": 0.6, "first_step_s": 72.51},
                        "GPU2": {"first_busy_s": 0.6}, "GPU3": {"first_busy_s": 0.6}}
 
 
-def test_a_dip_inside_warmup_does_not_count(accept, workload, tmp_path):
+def test_a_dip_inside_warmup_does_not_count(tmp_path):
     dip = series(util=lambda t: 0 if t < 0.6 else (10 if t < 0.9 else 99))
-    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={1: dip}))
-    assert {c["outcome"] for c in run.checks("utilisation")} == {"passed"}
+    judged = judged_load(tmp_path, overrides={1: dip})
+    assert {c.outcome.value for c in judged.of("utilisation")} == {"passed"}
 
 
-def test_throttle_reasons_fail_and_appear_in_the_report(accept, workload, tmp_path):
-    hot = series(reasons=lambda t: (0x4 | 0x40) if 8.0 <= t < 9.0 else (0x4 if t >= 0.6 else 0x1))
-    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={3: hot}))
-    checks = {c["subject"]: c for c in run.checks("health.throttle")}
-    assert checks["GPU3"]["outcome"] == "failed"
-    assert checks["GPU3"]["message"] == ("5 of 60 samples throttled, first at t=8.0 s: hw_thermal_slowdown; "
-                                         "all reasons seen: gpu_idle, hw_thermal_slowdown, sw_power_cap")
-    assert checks["GPU0"]["outcome"] == "passed"
-    assert "hw_thermal_slowdown" in run.html
+HOT = series(reasons=lambda t: (0x4 | 0x40) if 8.0 <= t < 9.0 else (0x4 if t >= 0.6 else 0x1))  # GPU3's, 8-9 s
 
 
-def test_pending_row_remapping_and_ecc_errors_fail(accept, workload, tmp_path):
+def test_throttle_reasons_fail(tmp_path):
+    """(The report naming them: test_the_report_draws_the_timeline_and_names_throttle_reasons.)"""
+    checks = by_gpu(judged_load(tmp_path, overrides={3: HOT}), "health.throttle")
+    assert checks["GPU3"].outcome.value == "failed"
+    assert checks["GPU3"].message == ("5 of 60 samples throttled, first at t=8.0 s: hw_thermal_slowdown; "
+                                      "all reasons seen: gpu_idle, hw_thermal_slowdown, sw_power_cap")
+    assert checks["GPU0"].outcome.value == "passed"
+
+
+def test_pending_row_remapping_and_ecc_errors_fail(tmp_path):
     bad = {1: {"ecc_volatile_uncorrected": 3, "remapped_rows": [1, 0, 1, 0], "retired_pages_pending": None},
            2: {"ecc_volatile_uncorrected": None, "remapped_rows": None, "retired_pages_pending": None}}
-    run = accept(LOAD_CONTRACT, recording(tmp_path, health=bad))
-    ecc = {c["subject"]: c for c in run.checks("health.ecc")}
-    remap = {c["subject"]: c for c in run.checks("health.row_remapping")}
-    assert (ecc["GPU1"]["outcome"], ecc["GPU1"]["measured"]) == ("failed", 3)
-    assert remap["GPU1"]["message"] == "remapped rows: 1 correctable, 0 uncorrectable, pending yes, failure no"
-    assert ecc["GPU2"]["outcome"] == "not_measured"  # unsupported is reported as such, never passed
-    assert remap["GPU2"]["message"].startswith("not measured: neither row remapping nor page retirement")
+    judged = judged_load(tmp_path, health=bad)
+    ecc, remap = by_gpu(judged, "health.ecc"), by_gpu(judged, "health.row_remapping")
+    assert (ecc["GPU1"].outcome.value, ecc["GPU1"].measured) == ("failed", 3)
+    assert remap["GPU1"].message == "remapped rows: 1 correctable, 0 uncorrectable, pending yes, failure no"
+    assert ecc["GPU2"].outcome.value == "not_measured"  # unsupported is reported as such, never passed
+    assert remap["GPU2"].message.startswith("not measured: neither row remapping nor page retirement")
 
 
-def test_a_pcie_link_below_the_contract_under_load_fails(accept, workload, tmp_path):
+def test_a_pcie_link_below_the_contract_under_load_fails(tmp_path):
     narrow = series(pcie=lambda t: (5, 8) if t >= 0.6 else (1, 8))
-    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={0: narrow}))
-    check = run.checks("health.pcie")[0]
-    assert check["outcome"] == "failed"
-    assert check["message"] == "PCIe gen 5 x8 under load (lowest of 55 samples): x8 < x16"
+    check = judged_load(tmp_path, overrides={0: narrow}).of("health.pcie")[0]
+    assert check.outcome.value == "failed"
+    assert check.message == "PCIe gen 5 x8 under load (lowest of 55 samples): x8 < x16"
 
 
-def test_a_workload_crash_is_not_passed_and_shows_its_output(accept, fake_tools, tmp_path):
-    fake_tools.add("train-job", "", rc=1, stderr="RuntimeError: CUDA error: an illegal memory access was encountered\n")
-    run = accept(LOAD_CONTRACT, recording(tmp_path))
-    util = run.checks("utilisation")[0]
-    assert util["outcome"] == "failed"
-    assert "exited with code 1" in util["message"]
-    assert "CUDA error: an illegal memory access was encountered" in util["message"]
-    assert run.checks("health.throttle")[0]["outcome"] == "not_measured"
+def test_a_workload_crash_is_not_passed_and_shows_its_output(tmp_path):
+    crashed = load("", seconds=0.0, returncode=1,
+                   stderr="RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    judged = judged_load(tmp_path, crashed)
+    util = judged.of("utilisation")[0]
+    assert util.outcome.value == "failed"
+    assert "exited with code 1" in util.message
+    assert "CUDA error: an illegal memory access was encountered" in util.message
+    assert judged.of("health.throttle")[0].outcome.value == "not_measured"
 
 
-def test_a_host_with_fewer_gpus_fails_the_missing_ones(accept, workload, tmp_path):
-    run = accept(LOAD_CONTRACT, recording(tmp_path, gpus=3))
-    missing = {c["subject"]: c for c in run.checks("utilisation")}["GPU3"]
-    assert missing["outcome"] == "not_measured"
-    assert missing["message"] == "not measured: GPU3 not sampled: the host has 3 GPUs"
+def test_a_host_with_fewer_gpus_fails_the_missing_ones(tmp_path):
+    missing = by_gpu(judged_load(tmp_path, gpus=3), "utilisation")["GPU3"]
+    assert missing.outcome.value == "not_measured"
+    assert missing.message == "not measured: GPU3 not sampled: the host has 3 GPUs"
 
 
 def test_without_a_driver_every_utilisation_and_health_check_is_not_measured(accept, workload):
@@ -141,10 +160,11 @@ def test_without_pytorch_the_builtin_workload_is_not_measured_with_the_install_h
     assert all("pip install 'pytest-gpuaccept[torch]'" in c["message"] for c in checks)
 
 
-def test_the_report_draws_the_timeline_with_threshold_and_warmup(accept, workload, tmp_path):
-    run = accept(LOAD_CONTRACT, recording(tmp_path))
+def test_the_report_draws_the_timeline_and_names_throttle_reasons(accept, workload, tmp_path):
+    run = accept(LOAD_CONTRACT, recording(tmp_path, overrides={3: HOT}))
     page = run.html
     assert "<svg" in page and "threshold 80 %" in page and "warmup 1 s" in page
+    assert "hw_thermal_slowdown" in page  # GPU3's throttle reason (test_throttle_reasons_fail), in the report
 
 
 def test_each_sample_is_kept_once_the_checks_name_where(accept, workload, tmp_path):
