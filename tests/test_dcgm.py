@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from builders import dcgm4_document
 from conftest import DATA, nvml_recording, pci_tree
+from judging import Output, judge
 
 from pytest_gpuaccept.clauses.dcgm import Dcgm, level_tests
 from pytest_gpuaccept.probes import ParseError
@@ -114,10 +115,20 @@ dcgm: {{level: {level}{eud}}}
 
 
 def _run(accept, fake_tools, output, level, count=1, rc=0, recording="h100_sxm5_4gpu.json", eud=False, *extra):
+    """A whole run of the contract at `level`, its fake dcgmi printing `output`: its dcgm checks by subject, and the run."""
     fake_tools.add("dcgmi", output, when=f"-r {level}", rc=rc)
     contract = CONTRACT.format(count=count, level=level, eud=", eud: true" if eud else "")
     run = accept(contract, nvml_recording(recording), *extra)
     return {c["subject"]: c for c in run.checks("dcgm")}, run
+
+
+def _judge(tmp_path, output, level, count=1, rc=0, recording="h100_sxm5_4gpu.json", eud=False, eud_run=None):
+    """The same, judged in process (tests/judging.py): dcgmi's `-r LEVEL` printing `output`, and `eud_run` what
+    `dcgmi diag -r eud` prints; its dcgm checks by subject as the results write them, and the session."""
+    contract = CONTRACT.format(count=count, level=level, eud=", eud: true" if eud else "")
+    outputs = {f"dcgmi {level}": Output(output, returncode=rc), **({"dcgmi eud": eud_run} if eud_run else {})}
+    judged = judge(contract, outputs, tmp_path, nvml=recording)
+    return {c.subject: c.to_dict() for c in judged.of("dcgm")}, judged
 
 
 def test_a_real_dcgm_3_level_2_run_passes_each_test_on_the_gpu(accept, fake_tools):
@@ -129,8 +140,8 @@ def test_a_real_dcgm_3_level_2_run_passes_each_test_on_the_gpu(accept, fake_tool
     assert fake_tools.calls("dcgmi") == [["dcgmi", "diag", "-r", "2", "-j"]]
 
 
-def test_a_skipped_eud_and_a_level_3_test_dcgm_3_does_not_have_are_not_measured(accept, fake_tools):
-    checks, _run_ = _run(accept, fake_tools, R3_T4, 3, 1, 0, "h100_sxm5_4gpu.json", True)
+def test_a_skipped_eud_and_a_level_3_test_dcgm_3_does_not_have_are_not_measured(tmp_path):
+    checks, judged = _judge(tmp_path, R3_T4, 3, 1, 0, "h100_sxm5_4gpu.json", True)
     outcomes = {s: c["outcome"] for s, c in checks.items()}
     assert outcomes == {"GPU0/software": "passed", "GPU0/pcie": "passed", "GPU0/memory": "passed", "GPU0/diagnostic": "passed",
                         "GPU0/targeted_stress": "passed", "GPU0/targeted_power": "passed", "GPU0/memory_bandwidth": "passed",
@@ -139,15 +150,15 @@ def test_a_skipped_eud_and_a_level_3_test_dcgm_3_does_not_have_are_not_measured(
     assert checks["GPU0/nvbandwidth"]["message"].startswith("not measured: DCGM (version not given) ran no nvbandwidth test "
                                                             "(`dcgmi diag -r 3` runs software, ")
     assert checks["GPU0/nvbandwidth"]["message"].endswith("; DCGM 3 has none: it came with DCGM 4.0)")
-    assert fake_tools.calls("dcgmi") == [["dcgmi", "diag", "-r", "3", "-j"]]  # EUD is part of level 3: no run of its own
+    assert judged.recordings.asked == [["dcgmi", "diag", "-r", "3", "-j"]]  # EUD is part of level 3: no run of its own
 
 
-def test_tests_the_level_runs_and_dcgm_did_not_report_are_not_measured(accept, fake_tools):
-    checks, run = _run(accept, fake_tools, R2_T4.read_text(), 3, rc=0)
+def test_tests_the_level_runs_and_dcgm_did_not_report_are_not_measured(tmp_path):
+    checks, judged = _judge(tmp_path, R2_T4.read_text(), 3, rc=0)
     assert checks["GPU0/diagnostic"]["message"] == (
         "not measured: DCGM (version not given) ran no diagnostic test (`dcgmi diag -r 3` runs software, pcie, memory, diagnostic, "
         "targeted_stress, targeted_power, memory_bandwidth, nvbandwidth; it ran: software, pcie, memory)")
-    assert run.json["verdict"] == "rejected"
+    assert judged.verdict == "rejected"
 
 
 def test_a_real_dcgm_4_fail_fails_with_dcgms_words_and_error_id(accept, fake_tools, tmp_path):
@@ -163,76 +174,76 @@ def test_a_real_dcgm_4_fail_fails_with_dcgms_words_and_error_id(accept, fake_too
 
 
 @pytest.mark.parametrize(("source", "count", "rc"), [(R2_T4, 1, 226), (R1_8GPU, 8, 205)])
-def test_an_error_exit_code_with_a_json_of_passes_fails_every_check(accept, fake_tools, source, count, rc):
-    checks, _run_ = _run(accept, fake_tools, source, 1, count, rc, "h100_sxm5_8gpu.json")
+def test_an_error_exit_code_with_a_json_of_passes_fails_every_check(tmp_path, source, count, rc):
+    checks, judged = _judge(tmp_path, source, 1, count, rc, "h100_sxm5_8gpu.json")
     assert len(checks) == count and {c["outcome"] for c in checks.values()} == {"failed"}
     assert checks["GPU0/software"]["message"].startswith(f"DCGM software on GPU0: Pass, but dcgmi exited {rc} (")
     assert checks["GPU0/software"]["message"].endswith("but its JSON reports no failed test and no error: the two cannot both be true")
 
 
-def test_exit_code_0_with_a_failed_test_in_the_json_fails_every_check(accept, fake_tools, tmp_path):
+def test_exit_code_0_with_a_failed_test_in_the_json_fails_every_check(tmp_path):
     passing = R2_T4.read_text()
     # Constructed from the real T4 run: its PCIe result made a Fail, printed with exit code 0.
     failing = passing.replace('bidirectional latency:\\t\\t4.532 us",\n\t\t\t\t\t\t\t\t"status" : "Pass"',
                               'bidirectional latency:\\t\\t4.532 us",\n\t\t\t\t\t\t\t\t"status" : "Fail"')
     assert failing != passing
-    checks, _run_ = _run(accept, fake_tools, failing, 2, rc=0)
+    checks, judged = _judge(tmp_path, failing, 2, rc=0)
     assert checks["GPU0/pcie"]["outcome"] == "failed"
     assert checks["GPU0/memory"]["message"] == ("DCGM memory on GPU0: Pass, but dcgmi exited 0 (no error) but its JSON reports "
                                                 "a test that failed or warned: the two cannot both be true")
 
 
-def test_a_gpu_no_result_names_is_not_measured(accept, fake_tools):
-    checks, _run_ = _run(accept, fake_tools, R2_T4, 2, 2)
+def test_a_gpu_no_result_names_is_not_measured(tmp_path):
+    checks, judged = _judge(tmp_path, R2_T4, 2, 2)
     assert checks["GPU1/software"]["outcome"] == "passed"  # DCGM 3's deployment result is for every GPU
     assert checks["GPU1/pcie"]["message"] == "not measured: DCGM's pcie results name no GPU 1 (they name GPUs [0])"
 
 
-def test_a_warning_is_not_a_pass(accept, fake_tools):
+def test_a_warning_is_not_a_pass(tmp_path):
     # Constructed from the real T4 run: Persistence Mode made a Warn with a message, as DCGM 3 prints one.
     warned = R2_T4.read_text().replace(
         '"name" : "Persistence Mode",\n\t\t\t\t\t\t"results" : \n\t\t\t\t\t\t[\n\t\t\t\t\t\t\t{\n\t\t\t\t\t\t\t\t"status" : "Pass"',
         '"name" : "Persistence Mode",\n\t\t\t\t\t\t"results" : \n\t\t\t\t\t\t[\n\t\t\t\t\t\t\t{\n\t\t\t\t\t\t\t\t"status" : "Warn", '
         '"warnings" : "Persistence mode for GPU 0 is disabled."')
-    checks, _run_ = _run(accept, fake_tools, warned, 2, rc=226)
+    checks, judged = _judge(tmp_path, warned, 2, rc=226)
     assert checks["GPU0/software"]["message"] == ("DCGM software on GPU0: Warn (a warning is not a pass): Persistence Mode: "
                                                   "Persistence mode for GPU 0 is disabled.")
     assert checks["GPU0/pcie"]["outcome"] == "passed"
 
 
-def test_a_test_beyond_the_level_that_fails_fails_the_gpus_software_check(accept, fake_tools):
+def test_a_test_beyond_the_level_that_fails_fails_the_gpus_software_check(tmp_path):
     # Constructed from the real T4 level-3 run: its Targeted Stress made a Fail, the run read at level 2.
     failing = R3_T4.read_text().replace('relative stress level\\t3184",\n\t\t\t\t\t\t\t\t"status" : "Pass"',
                                         'relative stress level\\t3184",\n\t\t\t\t\t\t\t\t"status" : "Fail"')
     assert failing != R3_T4.read_text()
-    checks, _run_ = _run(accept, fake_tools, failing, 2, rc=226)
+    checks, judged = _judge(tmp_path, failing, 2, rc=226)
     assert checks["GPU0/software"]["message"] == ("DCGM software on GPU0: Pass, but DCGM also ran Targeted Stress fail: "
                                                   "GPU 0 GPU 0 relative stress level\t3184")
     assert checks["GPU0/memory"]["outcome"] == "passed"
 
 
-def test_dcgms_serials_equal_to_nvmls_pass_and_a_different_one_fails(accept, fake_tools):
+def test_dcgms_serials_equal_to_nvmls_pass_and_a_different_one_fails(tmp_path):
     serials = ["1652322000000", "1652322000001", "1652322999999", "1652322000003"]
-    checks, _run_ = _run(accept, fake_tools, dcgm4_document(serials), 1, 4)
+    checks, judged = _judge(tmp_path, dcgm4_document(serials), 1, 4)
     assert [checks[f"GPU{i}/software"]["outcome"] for i in range(4)] == ["passed", "passed", "failed", "passed"]
     assert checks["GPU2/software"]["message"] == ("DCGM software on GPU2: Pass, but DCGM's GPU 2 has serial 1652322999999, "
                                                   "NVML's GPU2 has 1652322000002: not the same card")
     assert checks["GPU0/software"]["details"]["sources"] == ["DCGM (dcgmi diag)", "NVML's serial"]
 
 
-def test_a_pass_that_carries_an_error_id_is_not_a_pass(accept, fake_tools):
+def test_a_pass_that_carries_an_error_id_is_not_a_pass(tmp_path):
     """DCGM #284: the memory plugin reported DCGM_FR_MEMORY_ALLOC and still said Pass."""
     error = '[{"error_category": 4, "error_id": 37, "error_severity": 2, "warning": "Unable to allocate enough memory"}]'
     document = dcgm4_document([f"165232200000{i}" for i in range(4)], "Pass", error)
-    checks, _run_ = _run(accept, fake_tools, document, 1, 4, 226)
+    checks, judged = _judge(tmp_path, document, 1, 4, 226)
     assert checks["GPU0/software"]["message"] == ("DCGM software on GPU0: Pass, but DCGM reported an error with it: Unable to "
                                                   "allocate enough memory (DCGM error 37) (a pass with an error is not a pass)")
 
 
-def test_eud_below_level_3_is_a_run_of_its_own(accept, fake_tools):
-    fake_tools.add("dcgmi", "Error: requested test \"eud\" was not found among possible test choices.\n", when="-r eud", rc=255)
-    checks, _run_ = _run(accept, fake_tools, R2_T4, 2, 1, 0, "h100_sxm5_4gpu.json", True)
-    assert fake_tools.calls("dcgmi") == [["dcgmi", "diag", "-r", "2", "-j"], ["dcgmi", "diag", "-r", "eud", "-j"]]
+def test_eud_below_level_3_is_a_run_of_its_own(tmp_path):
+    refused = Output("Error: requested test \"eud\" was not found among possible test choices.\n", returncode=255)
+    checks, judged = _judge(tmp_path, R2_T4, 2, 1, 0, "h100_sxm5_4gpu.json", True, eud_run=refused)
+    assert judged.recordings.asked == [["dcgmi", "diag", "-r", "2", "-j"], ["dcgmi", "diag", "-r", "eud", "-j"]]
     assert checks["GPU0/eud"]["outcome"] == "not_measured"
     assert "exited with code 255" in checks["GPU0/eud"]["message"]
     assert checks["GPU0/memory"]["outcome"] == "passed"
