@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-from conftest import DATA, nccl_log, pci_port, pci_tree
+from conftest import DATA, SYSTEM_PATH, nccl_log, nvml_recording, pci_port, pci_tree
 
 from pytest_gpuaccept.probes import nvml
 from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
@@ -36,6 +38,34 @@ allreduce:
   max_bytes: "16 GiB"
   args: ["-n", "1"]               # one timed iteration per size: the replayed log takes 0.3 s, not 5
 """
+
+
+def measured_run(folder: Path, contract: str, *extra: str) -> Path:
+    """An acceptance run as the vendor's host makes it, in `folder`: the H100 recording, its PCI functions and the real
+    `topo -m` of an HGX H100 (a stand-in nvidia-smi that prints it). Built once a module, copied per test
+    (bundle_copy): a verify test needs a bundle, not a run of its own."""
+    folder.mkdir(parents=True)
+    tools = folder / "fakebin"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(f"#!/bin/sh\nexec cat {DATA / 'topo' / 'h100_8gpu_nv18_no_legend_mlengineering.txt'}\n")
+    (tools / "nvidia-smi").chmod(0o755)
+    (folder / "vendor.yaml").write_text(contract)
+    done = subprocess.run([sys.executable, "-m", "pytest", "--contract=vendor.yaml", "-p", "no:cacheprovider",
+                           nvml_recording("h100_sxm5_8gpu.json"), pci_tree(folder / "sys"), *extra], cwd=folder,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PATH": f"{tools}:{SYSTEM_PATH}"})
+    assert (folder / "gpuaccept-results.json").is_file(), done.stdout[-3000:]
+    return folder
+
+
+def bundle_copy(run: Path, to: Path) -> Path:
+    """Only what a bundle holds (the files its manifest lists: report, results, contract, evidence), copied elsewhere
+    as a buyer receives it."""
+    to.mkdir(parents=True)
+    for entry in json.loads((run / "gpuaccept-evidence" / "manifest.json").read_text())["bundle"]:
+        shutil.copy2(run / entry["path"], to / entry["path"])
+    shutil.copytree(run / "gpuaccept-evidence", to / "gpuaccept-evidence")
+    return to
 
 
 def p5_log() -> bytes:

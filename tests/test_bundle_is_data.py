@@ -10,13 +10,13 @@ import hashlib
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import DATA, SYSTEM_PATH, nvml_recording, pci_tree, reseal
+from builders import bundle_copy, measured_run
+from conftest import reseal
 
 from pytest_gpuaccept.bundle_files import MAX_FILE_BYTES, MAX_FILES, MAX_MANIFEST_BYTES
 from pytest_gpuaccept.rejudge import RECOMPUTED
@@ -29,47 +29,19 @@ gpus: {count: 8, model: "H100", memory: "80 GB"}
 nvlink: {every_pair: true, min_links: 18}
 """
 OVERSOLD = CONTRACT.replace('memory: "80 GB"', 'memory: "141 GB"')  # an H100 80GB host sold as H200s: REJECTED
-TOPO = DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt"
 SECRET = "SECRET-5f0c2a-do-not-leak"
 RUN = {"stdin": subprocess.DEVNULL, "capture_output": True, "text": True, "timeout": 120}
-
-
-def _measure(folder: Path, contract: str, *extra: str) -> Path:
-    """An acceptance run as the vendor's host makes it: the H100 recording, its PCI functions and the real `topo -m`
-    of an HGX H100 (a stand-in nvidia-smi that prints it)."""
-    folder.mkdir(parents=True)
-    tools = folder / "fakebin"
-    tools.mkdir()
-    (tools / "nvidia-smi").write_text(f"#!/bin/sh\nexec cat {TOPO}\n")
-    (tools / "nvidia-smi").chmod(0o755)
-    (folder / "vendor.yaml").write_text(contract)
-    done = subprocess.run([sys.executable, "-m", "pytest", "--contract=vendor.yaml", "-p", "no:cacheprovider",
-                           nvml_recording("h100_sxm5_8gpu.json"),
-                           pci_tree(folder / "sys"), *extra], cwd=folder, **RUN,
-                          env={**os.environ, "PATH": f"{tools}:{SYSTEM_PATH}"})
-    assert (folder / "gpuaccept-results.json").is_file(), done.stdout[-3000:]
-    return folder
-
-
-def _bundle_of(run: Path, to: Path) -> Path:
-    """Only what a bundle holds (the files its manifest lists: report, results, contract, evidence), copied elsewhere
-    as a buyer receives it."""
-    to.mkdir(parents=True)
-    for entry in json.loads((run / "gpuaccept-evidence" / "manifest.json").read_text())["bundle"]:
-        shutil.copy2(run / entry["path"], to / entry["path"])
-    shutil.copytree(run / "gpuaccept-evidence", to / "gpuaccept-evidence")
-    return to
 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> dict[str, Path]:
     runs = tmp_path_factory.mktemp("runs")
-    return {"accepted": _measure(runs / "accepted", CONTRACT), "rejected": _measure(runs / "rejected", OVERSOLD)}
+    return {"accepted": measured_run(runs / "accepted", CONTRACT), "rejected": measured_run(runs / "rejected", OVERSOLD)}
 
 
 @pytest.fixture
 def honest(measured, tmp_path) -> Path:
-    return _bundle_of(measured["accepted"], tmp_path / "bundle")
+    return bundle_copy(measured["accepted"], tmp_path / "bundle")
 
 
 @pytest.fixture
@@ -274,7 +246,7 @@ def _plant_code(folder: Path, marker: Path) -> None:
 def test_the_readme_commands_from_inside_a_hostile_bundle_run_nothing_of_it(honest, measured, tmp_path):
     marker = tmp_path / "ran"
     _plant_code(honest, marker)
-    other = _bundle_of(measured["accepted"], tmp_path / "other")
+    other = bundle_copy(measured["accepted"], tmp_path / "other")
     before = _files(tmp_path)
     verified = _verify("verify", ".", cwd=honest)
     assert verified.returncode == 0, verified.stdout  # the planted files are beside the evidence, not in it
@@ -294,7 +266,7 @@ def test_the_readme_commands_under_a_hostile_ini_run_nothing_of_it(honest, measu
     assert _verify("verify", honest, cwd=inside).returncode == 0
     assert _verify("replay", honest, f"--out={inside / 'recheck'}", f"--contract={honest / 'gpuaccept-evidence' / 'contract.yaml'}",
                    cwd=inside).returncode == 0
-    assert _verify("compare", honest, _bundle_of(measured["accepted"], tmp_path / "other"), cwd=inside).returncode == 0
+    assert _verify("compare", honest, bundle_copy(measured["accepted"], tmp_path / "other"), cwd=inside).returncode == 0
     assert not marker.exists()
 
 
@@ -334,7 +306,7 @@ def test_compare_never_writes_through_a_link_or_inside_a_bundle(honest, measured
     bashrc = tmp_path / ".bashrc"
     bashrc.write_text("export PS1='$ '\n")
     (tmp_path / "compare.html").symlink_to(bashrc)
-    other = _bundle_of(measured["accepted"], tmp_path / "other")
+    other = bundle_copy(measured["accepted"], tmp_path / "other")
     done = _verify("compare", honest, other, "--html", tmp_path / "compare.html")
     assert done.returncode == 2 and f"FAIL --html {tmp_path / 'compare.html'}: cannot be written" in done.stdout
     assert bashrc.read_text() == "export PS1='$ '\n"
@@ -415,7 +387,7 @@ def test_the_escaping_helpers_leave_honest_text_alone():
 
 
 def test_a_report_showing_accepted_over_a_rejected_verdict_fails(measured, tmp_path):
-    bundle = _bundle_of(measured["rejected"], tmp_path / "bundle")
+    bundle = bundle_copy(measured["rejected"], tmp_path / "bundle")
     assert _verify("verify", bundle).returncode == 0  # the honest twin: REJECTED, and verified as such
     page = bundle / "gpuaccept-report.html"
     page.write_text(page.read_text().replace(">REJECTED</h2>", ">ACCEPTED</h2>"))  # the attribute still says rejected
@@ -434,7 +406,7 @@ def test_a_gpu_swap_hidden_by_editing_results_host_fails_verify_and_compare(hone
     assert ("FAIL re-judged: results.json: host GPU0: the results say GPU0 NVIDIA H100 80GB HBM3 "
             f"{old_uuid} serial 1652322000000, the raw evidence GPU0 NVIDIA H100 80GB HBM3 {swapped} serial "
             "1652322000000") in done.stdout.splitlines(), done.stdout
-    old = _bundle_of(measured["accepted"], tmp_path / "old")
+    old = bundle_copy(measured["accepted"], tmp_path / "old")
     compared = _verify("compare", old, honest)
     assert compared.returncode == 2 and "NEW" in compared.stdout and "refused, not compared" in compared.stdout
 
@@ -442,7 +414,7 @@ def test_a_gpu_swap_hidden_by_editing_results_host_fails_verify_and_compare(hone
 def test_compare_of_an_edited_bundle_with_a_recomputed_manifest_is_refused(honest, measured, tmp_path):
     _edit_results(honest, lambda r: r["checks"][0].update(measured=90.0))
     reseal(honest)
-    old = _bundle_of(measured["accepted"], tmp_path / "old")
+    old = bundle_copy(measured["accepted"], tmp_path / "old")
     done = _verify("compare", old, honest)
     assert done.returncode == 2, done.stdout
     assert "nothing regressed" not in done.stdout and "FAIL NEW" in done.stdout and "re-judged" in done.stdout
@@ -460,7 +432,7 @@ def test_results_that_are_not_format_1_json_are_refused_by_verify_and_compare(ho
     reseal_manifest_only(honest)
     done = _verify("verify", honest)
     assert done.returncode == 1 and line in done.stdout and "Traceback" not in done.stderr, done.stdout
-    compared = _verify("compare", _bundle_of(measured["accepted"], tmp_path / "old"), honest,
+    compared = _verify("compare", bundle_copy(measured["accepted"], tmp_path / "old"), honest,
                        "--html", tmp_path / "c.html")
     assert compared.returncode == 2 and "Traceback" not in compared.stderr and not (tmp_path / "c.html").exists()
 

@@ -5,13 +5,14 @@ take `-` and `_` alike and suggest the closest preset when mistyped."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from builders import keypair
+from builders import bundle_copy, keypair, measured_run
 from conftest import DATA
 
 from pytest_gpuaccept.__main__ import main as cli
@@ -25,15 +26,19 @@ needs_ssh_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None,
                                       reason="OpenSSH's ssh-keygen is needed (.ci/run installs it)")
 
 
-@pytest.fixture
-def bundle(accept, fake_tools) -> Path:
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> Path:
     """A bundle as a run makes it: the H100 recording with the real `topo -m` of an HGX H100, judged ACCEPTED. Its
-    raw evidence is complete, so that verify's re-judge recomputes the same verdict."""
-    fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
-    run = accept("gpuaccept: 1\nvendor: Example\ngpus: {count: 8, model: H100, memory: 80 GB}\n"
-                 "nvlink: {every_pair: true, min_links: 18}\n", f"--gpuaccept-nvml={DATA / 'nvml' / 'h100_sxm5_8gpu.json'}")
-    assert run.json["verdict"] == "accepted"
-    return run.path
+    raw evidence is complete, so that verify's re-judge recomputes the same verdict. Made once, copied per test."""
+    run = measured_run(tmp_path_factory.mktemp("first-run") / "run", "gpuaccept: 1\nvendor: Example\n"
+                       "gpus: {count: 8, model: H100, memory: 80 GB}\nnvlink: {every_pair: true, min_links: 18}\n")
+    assert json.loads((run / "gpuaccept-results.json").read_text())["verdict"] == "accepted"
+    return run
+
+
+@pytest.fixture
+def bundle(measured, tmp_path) -> Path:
+    return bundle_copy(measured, tmp_path / "bundle")
 
 
 REJUDGED = f"{RECOMPUTED}: ACCEPTED over 53 checks, which agrees with the bundle's results (ACCEPTED)"
