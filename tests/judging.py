@@ -34,6 +34,18 @@ MEASURES: dict[str, Callable[..., Any]] = {measure.__name__: measure for measure
 PID = 4242  # the process a recorded run ran as
 
 
+def option_path(flag: str) -> Path:
+    """The path a `--gpuaccept-nvml=PATH` or `--gpuaccept-sysfs=DIR` option names: what conftest's and builders'
+    recording and sysfs-tree helpers return for a whole run, as the harness takes it."""
+    return Path(flag.split("=", 1)[1])
+
+
+def workload(seconds: float = 1.5) -> dict[str, Output]:
+    """The `train-job` workload, running as long as the load's duration (a fake that runs until gpuaccept stops it
+    reads the same to the judges: the workload did not end before the duration)."""
+    return {"train-job": Output("training\n", seconds=seconds)}
+
+
 def took(argv: list[str], text: str) -> float:
     """How long a recorded run took, as the fake tools wait: the time it was asked to run for (ib_write_bw -D,
     iperf3 -t), the timed work its table reports (nccl-tests, at the iterations asked), or the work its copies

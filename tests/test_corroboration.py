@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from builders import IB_UP, recording
 from conftest import DATA, pci_port, pci_tree, staged_recording, virtual_net
-from judging import Clock, Output, judge
+from judging import Clock, Output, judge, option_path, workload
 
 from pytest_gpuaccept.clauses.utilisation import XID as XID_CLAUSE
 from pytest_gpuaccept.contract import parse_contract
@@ -289,19 +289,12 @@ XID = "gpuaccept: 1\nvendor: V\ngpus: {count: 4}\n" \
       "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\nhealth: {xid: true}\n"
 
 
-def nvml_of(flag: str) -> Path:
-    """The recording a `--gpuaccept-nvml=` option names (builders.recording's)."""
-    return Path(flag.split("=", 1)[1])
 
 
-def load(seconds: float = 1.5) -> dict[str, Output]:
-    """The `train-job` workload, running as long as the load's duration (a fake that runs until gpuaccept stops it
-    reads the same to the judges: the workload did not end before the duration)."""
-    return {"train-job": Output("training\n", seconds=seconds)}
 
 
 def test_an_xid_event_during_the_load_fails(tmp_path):
-    judged = judge(XID, load(), tmp_path, nvml=nvml_of(recording(tmp_path, xid={
+    judged = judge(XID, workload(), tmp_path, nvml=option_path(recording(tmp_path, xid={
         2: {"events": [{"t_s": 0.9, "xid": 79, "gpu_index": 2}]},
         3: {"error": "nvmlDeviceRegisterEvents: NVMLError_NotSupported"}})))
     checks = {c.subject: c for c in judged.of("health.xid")}
@@ -345,8 +338,8 @@ def test_a_power_limit_lowered_with_its_default_fails_against_the_published_tdp(
               "power_limit_enforced_w": 350.0, "power_limit_default_w": 350.0}
     honest = {**capped, "power_limit_enforced_w": 700.0, "power_limit_default_w": 700.0}
     contract = XID.replace("health: {xid: true}", "health: {power_limit: default}")
-    judged = judge(contract, load(), tmp_path,
-                   nvml=nvml_of(recording(tmp_path, health={0: honest, 1: capped, 2: honest, 3: honest})))
+    judged = judge(contract, workload(), tmp_path,
+                   nvml=option_path(recording(tmp_path, health={0: honest, 1: capped, 2: honest, 3: honest})))
     checks = {c.subject: c for c in judged.of("health.power_limit")}
     assert checks["GPU0"].message == "enforced power limit 700 W under load, default 700 W; published 700 W (H100 SXM5 80GB)"
     assert checks["GPU1"].outcome.value == "failed"
@@ -373,7 +366,7 @@ def test_health_judged_on_the_real_h200_recording(tmp_path):
     contract = ("gpuaccept: 1\nvendor: V\ngpus: {count: 1, model: H200, form_factor: sxm}\n"
                 "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\n"
                 "health: {ecc: true, row_remapping: true, power_limit: default, max_remapped_rows: 0, xid: true}\n")
-    judged = judge(contract, load(), tmp_path, nvml=H200 / "nvml-h200.json", sysfs=real_sysfs(tmp_path / "sys"))
+    judged = judge(contract, workload(), tmp_path, nvml=H200 / "nvml-h200.json", sysfs=real_sysfs(tmp_path / "sys"))
     outcomes = {c.clause: (c.outcome.value, c.message) for c in judged.checks}
     assert outcomes["health.power_limit"] == ("passed", "enforced power limit 700 W under load, default 700 W; "
                                                         "published 700 W (H200 SXM 141GB)")

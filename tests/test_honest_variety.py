@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from builders import recording
 from conftest import DATA, pci_tree, staged_recording
-from judging import Output, judge
+from judging import Output, judge, option_path
 
 from pytest_gpuaccept.clauses import utilisation as health_clauses
 from pytest_gpuaccept.contract import parse_contract
@@ -273,7 +273,7 @@ def test_ecc_off_in_an_nvml_recording_rejects_the_host(tmp_path):
     contract = ("gpuaccept: 1\nvendor: V\ngpus: {count: 4}\nutilisation: {min_percent: 80, duration: '1.5 s', "
                 "warmup: '1 s', workload: ['train-job']}\nhealth: {ecc: true}\n")
     judged = judge(contract, {"train-job": Output("training\n", seconds=1.5)}, tmp_path,
-                   nvml=nvml_of(recording(tmp_path, health={2: off})))
+                   nvml=option_path(recording(tmp_path, health={2: off})))
     ecc = {c.subject: c for c in judged.of("health.ecc")}
     assert ecc["GPU2"].outcome.value == "failed" and ecc["GPU2"].message.startswith("ECC is disabled on GPU2")
     assert ecc["GPU0"].outcome.value == "passed" and judged.verdict != "accepted"
@@ -292,14 +292,11 @@ def _slice(reading: dict) -> None:
     reading["cuda_devices"].update(count=4, bus_ids=buses, visible_devices=None)
 
 
-def nvml_of(flag: str) -> Path:
-    """The recording a `--gpuaccept-nvml=` option names, as the file the harness reads."""
-    return Path(flag.split("=", 1)[1])
 
 
 def test_an_honest_4_of_8_slice_is_accepted_naming_the_others(tmp_path):
     pci_tree(tmp_path / "sys", recording="h100_sxm5_8gpu.json")  # the host's sysfs: all eight
-    judged = judge(SLICE.format(count=4), {}, tmp_path, nvml=nvml_of(staged_recording(tmp_path, "h100_sxm5_8gpu.json", _slice)),
+    judged = judge(SLICE.format(count=4), {}, tmp_path, nvml=option_path(staged_recording(tmp_path, "h100_sxm5_8gpu.json", _slice)),
                    sysfs=tmp_path / "sys")
     count = judged.of("gpus.count")[0]
     assert (count.outcome.value, count.measured) == ("passed", 4)
@@ -326,7 +323,7 @@ def test_nvml_and_cuda_disagreeing_on_the_count_fails(tmp_path):
         reading["cuda_devices"].update(count=3, bus_ids=reading["cuda_devices"]["bus_ids"][:3],
                                        visible_devices="0,1,2")
     pci_tree(tmp_path / "sys", recording="h100_sxm5_8gpu.json")
-    judged = judge(SLICE.format(count=4), {}, tmp_path, nvml=nvml_of(staged_recording(tmp_path, "h100_sxm5_8gpu.json", fewer)),
+    judged = judge(SLICE.format(count=4), {}, tmp_path, nvml=option_path(staged_recording(tmp_path, "h100_sxm5_8gpu.json", fewer)),
                    sysfs=tmp_path / "sys")
     assert judged.of("gpus.count")[0].message == ("4 GPUs found, contract says 4; but NVML lists 4 and CUDA in this "
                                                   "run sees 3 (CUDA_VISIBLE_DEVICES='0,1,2')")

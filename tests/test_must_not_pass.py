@@ -5,7 +5,6 @@ was left, before; each is now a failure that names what happened.
 Each is judged in process (tests/judging.py); the counter reset stays a whole run, rejected."""
 
 import json
-from pathlib import Path
 
 from builders import (
     IB_UP,
@@ -20,7 +19,7 @@ from builders import (
     sysfs_tree,
 )
 from conftest import DATA, nvml_recording
-from judging import Output, judge
+from judging import Output, judge, option_path
 
 
 def _errors_change_under_load(fake_tools, after: str) -> None:
@@ -83,9 +82,6 @@ def _load_recording(tmp_path, gpus: dict) -> str:
     return f"--gpuaccept-nvml={path}"
 
 
-def nvml(flag: str) -> Path:
-    """The recording a `--gpuaccept-nvml=` option names."""
-    return Path(flag.split("=", 1)[1])
 
 
 LOAD = {"train-job": Output("training\n", seconds=1.5)}  # runs as long as the load's duration, as one stopped at its end
@@ -93,7 +89,7 @@ LOAD = {"train-job": Output("training\n", seconds=1.5)}  # runs as long as the l
 
 def test_a_gpu_that_stops_answering_nvml_fails_from_that_moment(tmp_path):
     lost = {"samples": series(seconds=7.4), "lost": {"t_s": 7.4, "error": "NVMLError_GpuIsLost: GPU is lost"}}
-    judged = judge(LOAD_CONTRACT, LOAD, tmp_path, nvml=nvml(_load_recording(tmp_path, {2: lost})))
+    judged = judge(LOAD_CONTRACT, LOAD, tmp_path, nvml=option_path(_load_recording(tmp_path, {2: lost})))
     util = {c.subject: c for c in judged.of("utilisation")}
     assert util["GPU2"].outcome.value == "failed" and util["GPU2"].measured is None
     assert util["GPU2"].message == ("GPU2 stopped answering NVML at t=7.4 s during the load (NVMLError_GpuIsLost: "
@@ -104,7 +100,7 @@ def test_a_gpu_that_stops_answering_nvml_fails_from_that_moment(tmp_path):
 
 
 def test_a_gpu_with_far_fewer_samples_is_not_judged_on_what_is_left(tmp_path):
-    judged = judge(LOAD_CONTRACT, LOAD, tmp_path, nvml=nvml(_load_recording(tmp_path, {3: {"samples": series(seconds=2.0)}})))
+    judged = judge(LOAD_CONTRACT, LOAD, tmp_path, nvml=option_path(_load_recording(tmp_path, {3: {"samples": series(seconds=2.0)}})))
     util = {c.subject: c for c in judged.of("utilisation")}
     assert util["GPU3"].outcome.value == "failed"
     assert util["GPU3"].message == ("GPU3 has 10 samples where another GPU has 60, the last at t=1.8 s: "
@@ -132,7 +128,7 @@ HEALTHY = {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_
 def test_a_rack_capped_to_half_its_power_and_a_card_with_remapped_rows_fail(tmp_path):
     capped = {**HEALTHY, "power_limit_enforced_w": 350.0}
     worn = {**HEALTHY, "remapped_rows": [3, 2, 0, 0]}
-    judged = judge(POWER, LOAD, tmp_path, nvml=nvml(recording(tmp_path, health={0: HEALTHY, 1: capped, 2: worn, 3: HEALTHY})))
+    judged = judge(POWER, LOAD, tmp_path, nvml=option_path(recording(tmp_path, health={0: HEALTHY, 1: capped, 2: worn, 3: HEALTHY})))
     power = {c.subject: c for c in judged.of("health.power_limit")}
     assert (power["GPU0"].outcome.value, power["GPU0"].measured) == ("passed", 700.0)
     assert power["GPU1"].outcome.value == "failed"
@@ -145,6 +141,6 @@ def test_a_rack_capped_to_half_its_power_and_a_card_with_remapped_rows_fail(tmp_
 
 
 def test_power_limits_nvml_does_not_give_are_not_measured(tmp_path):
-    judged = judge(POWER, LOAD, tmp_path, nvml=nvml(recording(tmp_path)))  # the recording has no power limits
+    judged = judge(POWER, LOAD, tmp_path, nvml=option_path(recording(tmp_path)))  # the recording has no power limits
     assert {c.message for c in judged.of("health.power_limit")} == {
         "not measured: NVML gives no enforced or default power limit for this GPU"}

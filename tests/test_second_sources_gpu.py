@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from builders import COMPUTE_CONTRACT, GEMM_CPU_RUN, as_gpus, pcie_links, recording, series
 from conftest import DATA, pci_tree, staged_recording
-from judging import Output, judge
+from judging import Output, judge, option_path, workload
 
 from pytest_gpuaccept.clauses import sources
 from pytest_gpuaccept.verdict import Check, Outcome
@@ -83,15 +83,8 @@ def staged(tmp_path, source: str, change) -> Path:
     return Path(staged_recording(tmp_path, source, change).split("=", 1)[1])
 
 
-def nvml_of(flag: str) -> Path:
-    """The recording a `--gpuaccept-nvml=` option names (test_utilisation.recording's)."""
-    return Path(flag.split("=", 1)[1])
 
 
-def load(seconds: float = 1.5) -> dict[str, Output]:
-    """The `train-job` workload, running as long as the load's duration (a fake that runs until gpuaccept stops it
-    reads the same to the judges: the workload did not end before the duration)."""
-    return {"train-job": Output("training\n", seconds=seconds)}
 
 
 # ------------------------------------------------------------------ GPU bandwidth
@@ -161,7 +154,7 @@ def test_a_gemm_above_the_models_dense_peak_is_physically_impossible(tmp_path):
     inflated = re.sub(r'"matmuls": (\d+)', lambda m: f'"matmuls": {int(m.group(1)) * 100000}',
                       as_gpus(GEMM_CPU_RUN, "tf32"))
     contract = COMPUTE_CONTRACT.format(python=tmp_path / "bin" / "python", dtype="tf32", threshold="min_tflops: 100")
-    judged = judge(contract, {"python": Output(inflated)}, tmp_path, nvml=nvml_of(recording(tmp_path, gpus=2)),
+    judged = judge(contract, {"python": Output(inflated)}, tmp_path, nvml=option_path(recording(tmp_path, gpus=2)),
                    sysfs=tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json"))
     failing = rejected_by(judged, "compute")
     assert len(failing) == 2
@@ -195,7 +188,7 @@ def test_nvml_saying_x16_where_the_kernel_reads_x8_fails_health_pcie(tmp_path):
     pcie_links(tmp_path / "sys", width="8", recording="h100_sxm5_4gpu.json")  # the kernel: x8; NVML's samples: x16
     contract = gpus(4, "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\n"
                        "health: {pcie_gen: 5, pcie_width: 16}\n")
-    judged = judge(contract, load(), tmp_path, nvml=nvml_of(recording(tmp_path)), sysfs=sysfs)
+    judged = judge(contract, workload(), tmp_path, nvml=option_path(recording(tmp_path)), sysfs=sysfs)
     failing = rejected_by(judged, "health.pcie")
     assert len(failing) == 4
     assert failing[0].measured == "gen5 x8"
@@ -285,7 +278,7 @@ def test_gpus_held_at_705_mhz_by_application_clocks_fail_health_clocks_and_throt
             for t, u, c, p, tc, r, g, w in series(reasons=_app_clocks)]
     contract = gpus(4, "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\n"
                        "health: {clocks: true, throttle: true}\n")
-    judged = judge(contract, load(), tmp_path, nvml=nvml_of(recording(tmp_path, overrides={i: held for i in range(4)})))
+    judged = judge(contract, workload(), tmp_path, nvml=option_path(recording(tmp_path, overrides={i: held for i in range(4)})))
     clocks = rejected_by(judged, "health.clocks")
     assert len(clocks) == 4
     assert clocks[0].message == ("GPU0 held at 705 MHz by application clocks (clock event reason "
@@ -303,7 +296,7 @@ def test_a_contract_fraction_of_the_boost_clock_is_the_floor(tmp_path):
     slow = [[t, u, 1600 if u > 50 else c, p, tc, r, g, w] for t, u, c, p, tc, r, g, w in series()]
     contract = gpus(4, "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\n"
                        "health: {min_clock_fraction: 0.9}\n")
-    judged = judge(contract, load(), tmp_path, nvml=nvml_of(recording(tmp_path, overrides={3: slow})))
+    judged = judge(contract, workload(), tmp_path, nvml=option_path(recording(tmp_path, overrides={3: slow})))
     checks = {c.subject: c for c in judged.of("health.clocks")}
     assert (checks["GPU0"].outcome.value, checks["GPU0"].measured) == ("passed", 1980)
     assert checks["GPU0"].threshold == pytest.approx(1782)
@@ -317,7 +310,7 @@ def test_a_contract_fraction_of_the_boost_clock_is_the_floor(tmp_path):
 def test_100_percent_busy_at_idle_power_and_idle_clock_is_not_busy(tmp_path):
     idle_but_busy = [[t, 100, 345, 72.0, 34, 0x1, 5, 16] for t, *_rest in series()]
     contract = gpus(4, "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\n")
-    judged = judge(contract, load(), tmp_path, nvml=nvml_of(recording(tmp_path, overrides={2: idle_but_busy})))
+    judged = judge(contract, workload(), tmp_path, nvml=option_path(recording(tmp_path, overrides={2: idle_but_busy})))
     failing = rejected_by(judged, "utilisation")
     assert [c.subject for c in failing] == ["GPU2"] and failing[0].measured == 0
     # judged from its first busy sample (the warm-up is measured): busy from the start, at idle power and clock
@@ -340,7 +333,7 @@ def test_a_power_limit_lowered_during_the_load_is_read_at_every_sample(tmp_path)
     path.write_text(json.dumps(reading))
     contract = gpus(4, "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\n"
                        "health: {power_limit: default}\n")
-    judged = judge(contract, load(), tmp_path, nvml=path)
+    judged = judge(contract, workload(), tmp_path, nvml=path)
     failing = rejected_by(judged, "health.power_limit")
     assert [c.subject for c in failing] == ["GPU1"]
     assert failing[0].message == ("enforced power limit 350 W at t=4.0 s of the load (read at each of 60 samples), "
@@ -375,7 +368,7 @@ def test_an_honest_h100_load_is_accepted_with_clocks_pcie_power_and_utilisation(
                   "power_limit_default_w": 700.0} for i in range(4)}
     contract = gpus(4, "utilisation: {min_percent: 80, duration: '1.5 s', warmup: '1 s', workload: ['train-job']}\n"
                        "health: {clocks: true, throttle: true, pcie_gen: 5, pcie_width: 16, power_limit: default}\n")
-    accepted(judge(contract, load(), tmp_path, nvml=nvml_of(recording(tmp_path, health=health)), sysfs=sysfs))
+    accepted(judge(contract, workload(), tmp_path, nvml=option_path(recording(tmp_path, health=health)), sysfs=sysfs))
 
 
 def test_a_real_h200_load_at_its_power_limit_passes_health_clocks(tmp_path):
@@ -389,7 +382,7 @@ def test_a_real_h200_load_at_its_power_limit_passes_health_clocks(tmp_path):
     contract = gpus(1, "utilisation: {min_percent: 1, duration: '1.5 s', warmup: '18.4 s', workload: ['train-job']}\n"
                        "health: {clocks: true}\n")
     contract = contract.replace("duration: '1.5 s'", "duration: '20 s'")
-    judged = judge(contract, load(20), tmp_path, nvml=path, sysfs=tree(tmp_path / "sys", nvml=path))
+    judged = judge(contract, workload(20), tmp_path, nvml=path, sysfs=tree(tmp_path / "sys", nvml=path))
     check = judged.of("health.clocks")[0]
     assert check.outcome.value == "passed", check.message
     assert check.message.endswith("more at the power limit, not counted")
