@@ -22,7 +22,7 @@ from conftest import ASKED_FOR, DATA, claimed_seconds, pci_tree
 from pytest_gpuaccept.bundle_files import Refused
 from pytest_gpuaccept.clauses import registry
 from pytest_gpuaccept.clauses.cluster import listing_for
-from pytest_gpuaccept.contract import Contract, parse_contract
+from pytest_gpuaccept.contract import TOOL_KEYS, Contract, parse_contract
 from pytest_gpuaccept.probes import counters
 from pytest_gpuaccept.probes._run import ToolRunner
 from pytest_gpuaccept.probes.nccl_tests import asked_iters, parse_all_reduce
@@ -102,7 +102,10 @@ class Recordings:
         return max(found, key=lambda item: len(item[0]))[1] if found else None
 
     def has(self, name: str) -> bool:
-        return name.endswith(".json")
+        """Whether a run was recorded under the key `name` names: a key that is a tool's own name (nvbandwidth's one
+        run a session) where that tool's output was given; any other key when it is read (record())."""
+        key = name.removesuffix(".json")
+        return name.endswith(".json") and (key not in TOOL_KEYS or key in {n.split()[0] for n in self.outputs})
 
     def record(self, key: str, argv: list[str]) -> tuple[dict[str, Any], bytes, bytes]:
         self.asked.append(argv)

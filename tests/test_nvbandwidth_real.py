@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import DATA, nvml_recording, pci_tree, staged_recording
-from judging import Output, judge
+from judging import Output, Recordings, judge
 
+from pytest_gpuaccept.clauses import memory_bandwidth
 from pytest_gpuaccept.contract import parse_contract
 from pytest_gpuaccept.doctor import needs
 from pytest_gpuaccept.probes import ParseError
+from pytest_gpuaccept.probes._run import ToolRunner
 from pytest_gpuaccept.probes.nvbandwidth import ALL_TESTCASES, parse_nvbandwidth
 from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
@@ -121,12 +123,6 @@ def host_of(output: str, tmp_path) -> Path:
     return Path(staged_recording(tmp_path, "h100_sxm5_8gpu.json", change).split("=", 1)[1])
 
 
-def nvbandwidth_found(fake_tools) -> None:
-    """nvbandwidth on PATH, as a host that has it: memory_bandwidth without a `tool` then asks nvbandwidth (the
-    harness gives what it printed; this one is never run)."""
-    fake_tools.add("nvbandwidth")
-
-
 def _membw(tmp_path, output, threshold, device="0x2330", tool=""):
     nvml = host_of(output, tmp_path)
     pci_tree(tmp_path / "sys", device, nvml)
@@ -138,7 +134,6 @@ def _membw(tmp_path, output, threshold, device="0x2330", tool=""):
 def test_a_saved_log_of_another_hosts_gpus_is_not_this_hosts_measurement(fake_tools, tmp_path):
     """The real H20-3e output (devices at 18, 38, 49, 59, 9b, bb, ca, da) replayed where NVML lists eight H100s at
     18, 28, ... 88, as long as its copies took: the wall time is right, the GPUs are not."""
-    nvbandwidth_found(fake_tools)
     pci_tree(tmp_path / "sys", "0x2330")
     judged = judge(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1 GB/s'", tool=""), {"nvbandwidth": Output(H20)},
                    tmp_path, sysfs=tmp_path / "sys")
@@ -149,7 +144,6 @@ def test_a_saved_log_of_another_hosts_gpus_is_not_this_hosts_measurement(fake_to
 
 
 def test_memory_bandwidth_by_default_is_nvbandwidth_device_local_copy_judged_on_twice_the_figure(fake_tools, tmp_path):
-    nvbandwidth_found(fake_tools)
     checks, asked = _membw(tmp_path, H20, "min_bandwidth: '2232 GB/s'")
     assert [a for a in asked if a[0] == "nvbandwidth"] == [["nvbandwidth", "-t", "device_local_copy"]]
     assert {s: c.measured for s, c in checks.items()} == {
@@ -168,7 +162,6 @@ def test_a_fraction_of_peak_through_nvbandwidth(tmp_path):
 
 
 def test_a_local_copy_faster_than_the_models_memory_can_go_fails(fake_tools, tmp_path):
-    nvbandwidth_found(fake_tools)
     checks, _ = _membw(tmp_path, H20, "min_bandwidth: '1000 GB/s'", device="0x20b0")
     assert {c.outcome.value for c in checks.values()} == {"failed"}
     assert checks["GPU0"].message.startswith(
@@ -179,7 +172,6 @@ def test_a_local_copy_faster_than_the_models_memory_can_go_fails(fake_tools, tmp
 
 def test_a_waived_local_copy_fails_every_gpu_quoting_nvbandwidth(fake_tools, tmp_path):
     # Constructed: the real H20-3e run with its device_local_copy announced by a bare `Waived: ` instead.
-    nvbandwidth_found(fake_tools)
     waived = H20.split("Running device_local_copy.")[0] + "Waived: \n"
     checks, _ = _membw(tmp_path, waived, "min_bandwidth: '1 GB/s'")
     assert len(checks) == 8 and {(c.outcome.value, c.measured) for c in checks.values()} == {("failed", None)}
@@ -188,7 +180,6 @@ def test_a_waived_local_copy_fails_every_gpu_quoting_nvbandwidth(fake_tools, tmp
 
 def test_a_gpu_missing_from_the_row_fails(fake_tools, tmp_path):
     # Constructed: what the real 1-GPU host printed, as `-t device_local_copy` alone would have printed it.
-    nvbandwidth_found(fake_tools)
     alone = RTX3050.split("Running host_to_device_memcpy_ce.")[0] + "Running device_local_copy." + \
         RTX3050.split("Running device_local_copy.")[1]
     checks, _ = _membw(tmp_path, alone, "min_bandwidth: '100 GB/s'")
@@ -198,14 +189,12 @@ def test_a_gpu_missing_from_the_row_fails(fake_tools, tmp_path):
 
 
 def test_a_cut_local_copy_is_not_measured(fake_tools, tmp_path):
-    nvbandwidth_found(fake_tools)
     checks, _ = _membw(tmp_path, H20.replace("SUM device_local_copy 8930.99\n", ""), "min_bandwidth: '1 GB/s'")
     assert {c.outcome.value for c in checks.values()} == {"not_measured"}
     assert "device_local_copy: no SUM line after the matrix: cut" in checks["GPU0"].message
 
 
 def test_tool_torch_runs_pytorch_even_where_nvbandwidth_is_found(fake_tools, tmp_path):
-    nvbandwidth_found(fake_tools)
     checks, asked = _membw(tmp_path, H20, "min_bandwidth: '1 GB/s'", tool=", tool: torch")
     assert not [a for a in asked if a[0] == "nvbandwidth"] and len(checks) == 8
 
@@ -255,3 +244,16 @@ def test_a_copy_run_shorter_than_the_copies_it_reports_fails(tmp_path):
     checks = judged.of("memory_bandwidth")
     assert {(c.outcome.value, c.measured) for c in checks} == {("failed", None)}
     assert "not a measurement" in checks[0].message and "the timings it printed" in checks[0].message
+
+
+@pytest.mark.parametrize("ran", [True, False])
+def test_a_replay_asks_the_bundle_whether_nvbandwidth_ran_never_the_verifying_machines_path(tmp_path, monkeypatch, ran):
+    """memory_bandwidth's default tool is nvbandwidth where the measured host had it. Re-judged on a machine without
+    nvbandwidth (a buyer's laptop), a bundle that ran it is judged from that run, and one without it from PyTorch's:
+    the verifying machine's PATH would have sent an honest bundle's re-judge after a run that never was."""
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    contract = parse_contract(MEMBW_CONTRACT.format(threshold="min_bandwidth: '1000 GB/s'", tool=""))
+    recorded = Recordings({"nvbandwidth": Output(H20)} if ran else {"python": Output("")})
+    runner = ToolRunner(tmp_path / "evidence", replay=recorded, shared=False)
+    assert runner.which("nvbandwidth") is None
+    assert memory_bandwidth.nvbandwidth_cases(contract, runner) == ((memory_bandwidth.LOCAL_COPY,) if ran else ())

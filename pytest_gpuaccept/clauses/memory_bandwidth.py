@@ -186,11 +186,14 @@ def _cap(m: MemoryCopies, index: int) -> plausible.Cap:
 
 def nvbandwidth_cases(contract: Contract, runner: ToolRunner) -> tuple[str, ...]:
     """The testcase memory_bandwidth asks of nvbandwidth (`tool: nvbandwidth`, or no tool named and nvbandwidth found;
-    clauses/together.py runs it in one process with the other sections')."""
+    clauses/together.py runs it in one process with the other sections'). Found means on the host measured: a replay
+    asks the bundle whether nvbandwidth ran there, never the verifying machine's PATH (where an honest bundle's
+    re-judge would otherwise look for a PyTorch run that never was, and fail to verify)."""
     section = SECTION.get(contract)
-    if section is None or not (section.tool == "nvbandwidth" or (section.tool is None and runner.which(nvbandwidth.TOOL))):
+    if section is None or section.tool not in (None, "nvbandwidth"):
         return ()
-    return (LOCAL_COPY,)
+    found = runner.replay.has(f"{nvbandwidth.KEY}.json") if runner.replay is not None else runner.which(nvbandwidth.TOOL)
+    return (LOCAL_COPY,) if section.tool == "nvbandwidth" or found else ()
 
 
 def gpuaccept_memory_copies(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_models: GpuModels,
