@@ -24,7 +24,7 @@ from typing import Any
 
 from .bundle_files import EVIDENCE_DIR as EVIDENCE_DIR  # the names a bundle's files have: bundle_files.py
 from .bundle_files import MANIFEST as MANIFEST
-from .bundle_files import MAX_MANIFEST_BYTES, BundleFiles, Refused, open_bundle, read_file
+from .bundle_files import MAX_MANIFEST_BYTES, BundleFiles, Refused, document_problems, open_bundle, read_file
 from .bundle_files import SIGNATURES as SIGNATURES
 from .bundle_files import evidence_folder as evidence_folder
 from .evidence import files_under, sha256_path
@@ -111,8 +111,8 @@ def verify(path: Path, report: Path | None = None, evidence_only: bool = False) 
     if evidence_only:
         return Verification(problems, opened.manifest_sha256, bundle=opened, files_ok=files_ok)
     pages = [name for name in opened.documents if name.endswith(".html")]
-    if report is not None:  # the buyer's path: the listed report's problems are about that file instead
-        problems = [p for p in problems if p.removeprefix("missing: ").removeprefix("changed: ") not in pages]
+    problems += document_problems(opened, set(pages) if report is not None else set())
+    if report is not None:  # the buyer's path: the listed report is checked there instead
         problems += [f"changed: {name} (at {shown(report)})" for name in pages if _report_sha(report) != opened.documents[name].sha256]
     if not pages:
         problems.append("missing: the report (the manifest lists none)")
@@ -234,14 +234,6 @@ def sign(path: Path, key: Path, keygen: SshKeygen | None = None) -> Path:
     with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as out:
         out.write(done.stdout)
     return target
-
-
-def signature_files(path: Path) -> list[Path]:
-    """The bundle's signature files (`signatures/*.sig` in its evidence folder), in order (no link followed)."""
-    signatures = evidence_folder(path) / SIGNATURES
-    if signatures.is_symlink() or not signatures.is_dir():
-        return []
-    return sorted(p for p in signatures.glob("*.sig") if p.is_file() and not p.is_symlink())
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from .untrusted import Untrusted, shown, strict_json
 
@@ -216,9 +216,10 @@ def evidence_folder(path: Path) -> Path:
 
 
 def open_bundle(path: Path, documents: bool = True) -> BundleFiles:
-    """The bundle at `path` (its folder, or its evidence folder), every file checked against the manifest: Refused
-    (one line) for what this project never writes; `problems` lists each file missing, changed or not listed.
-    `documents`: the report and results beside the evidence folder are checked too."""
+    """The bundle at `path` (its folder, or its evidence folder), every evidence file checked against the manifest:
+    Refused (one line) for what this project never writes; `problems` lists each file missing, changed or not listed.
+    `documents`: the manifest's report and results beside the evidence folder are read too (document_problems
+    checks them)."""
     folder = evidence_folder(path)
     if folder.is_symlink() or not folder.is_dir():
         raise Refused(f"{shown(folder)}: no {EVIDENCE_DIR} folder (not a bundle)" if not folder.is_symlink()
@@ -245,8 +246,13 @@ def open_bundle(path: Path, documents: bool = True) -> BundleFiles:
     unlisted = sorted(set(present) - set(opened.files) - {MANIFEST} - set(signatures))
     opened.problems += [f"added: {shown(name)} (not in the manifest)" for name in unlisted]
     opened.problems += _changed(folder, opened.files)
-    opened.problems += _changed(opened.root, opened.documents)
     return opened
+
+
+def document_problems(opened: BundleFiles, elsewhere: Collection[str] = ()) -> list[str]:
+    """`missing: X` or `changed: X` for each report and results file beside the evidence folder not as listed;
+    `elsewhere` names those the buyer keeps somewhere else (verify --report), checked there."""
+    return _changed(opened.root, {n: e for n, e in opened.documents.items() if n not in elsewhere})
 
 
 def _changed(folder: Path, listed: dict[str, Entry]) -> list[str]:

@@ -18,7 +18,6 @@ COMMAND_LINE_ONLY = {"gpuaccept_nvml": "a recording or replay replaces what this
                      "gpuaccept_replay": "a recording or replay replaces what this host measures",
                      "gpuaccept_sysfs": "another sysfs tree replaces this host's own"}
 COMMAND_LINE = "the command line"
-NOT_GIVEN = "not given"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +25,9 @@ class Setting:
     """One option's value (None: not given) and every place it was given, the one in effect first."""
 
     flag: str
+    ini: str
     value: str | None
     places: tuple[str, ...]  # COMMAND_LINE, "PYTEST_ADDOPTS", "the ini addopts", "the ini option <name>", ...
-
-    @property
-    def source(self) -> str:
-        return self.places[0] if self.places else NOT_GIVEN
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +47,9 @@ class Settings:
         for setting in (self.nvml, self.replay, self.sysfs):
             elsewhere = [place for place in setting.places if place != COMMAND_LINE]
             if elsewhere:
-                why = COMMAND_LINE_ONLY[setting.flag.removeprefix("--").replace("-", "_")]
-                return f"{setting.flag} may only be given on the command line, not in {elsewhere[0]}: {why}"
+                return (f"{setting.flag} may only be given on the command line, not in {elsewhere[0]}: "
+                        f"{COMMAND_LINE_ONLY[setting.ini]}")
         return None
-
-    def sources(self) -> dict[str, str]:
-        """Where each given option's value came from, by flag: what a signer reads beside the values."""
-        return {s.flag: s.source for s in (self.contract, self.json, self.replay, self.nvml, self.sysfs, self.node)
-                if s.value is not None}
 
 
 def _places(config: Any, flag: str, ini: str) -> tuple[str, ...]:
@@ -80,6 +71,6 @@ def settings(config: Any, options: tuple[tuple[str, str, str, str], ...]) -> Set
         value = config.getoption(ini)
         if value is None:
             value = config.getini(ini) or None
-        found[ini] = Setting(flag, None if value is None else str(value), _places(config, flag, ini))
+        found[ini] = Setting(flag, ini, None if value is None else str(value), _places(config, flag, ini))
     return Settings(found["gpuaccept_contract"], found["gpuaccept_json"], found["gpuaccept_replay"],
                     found["gpuaccept_nvml"], found["gpuaccept_sysfs"], found["gpuaccept_node"])

@@ -14,8 +14,9 @@ from typing import Any, Callable, Iterator, Protocol
 
 from ..bundle_files import BundleFiles, Refused
 from ..untrusted import shown
+from .process import MAX_OUTPUT_BYTES
 
-RECORD_LIMIT = 8 * 1024 * 1024 + 200  # a stream's bytes judged, as a live run keeps them (process.MAX_OUTPUT_BYTES)
+RECORD_LIMIT = MAX_OUTPUT_BYTES + 200  # a stream's bytes judged, as a live run keeps them (with the truncation mark)
 
 
 class Recorded(Protocol):
