@@ -452,3 +452,13 @@ def test_strict_json_refuses_what_format_1_never_writes():
         with pytest.raises(Untrusted, match=why):
             strict_json(text, "x.json")
     assert strict_json('{"a": [1, 2.5, "b"]}', "x.json") == {"a": [1, 2.5, "b"]}
+
+
+def test_a_report_kept_elsewhere_is_checked_where_the_buyer_says(honest, tmp_path):
+    """verify --report: the report the manifest lists, kept outside the bundle, is checked there, and only there."""
+    kept = tmp_path / "signed" / "report.html"
+    kept.parent.mkdir()
+    (honest / "gpuaccept-report.html").rename(kept)
+    assert _verify("verify", honest, "--report", kept).returncode == 0
+    kept.write_text(kept.read_text().replace("</body>", "<p>edited</p></body>"))
+    _refused(_verify("verify", honest, "--report", kept), f"changed: gpuaccept-report.html (at {kept})")
