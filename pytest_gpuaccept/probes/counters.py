@@ -80,8 +80,12 @@ class Counted:
     backwards: bool = False  # it went down between the readings: reset during the run
 
 
-def counted(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str, scale: int = 1) -> Counted:
-    """`name`'s growth between two readings, in bytes (`scale` bytes a unit: 4 for port_xmit_data)."""
+def counted(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str, scale: int = 1,
+            not_physical: str | None = None) -> Counted:
+    """`name`'s growth between two readings, in bytes (`scale` bytes a unit: 4 for port_xmit_data). A counter that
+    reads 0 before and after counted 0 bytes: a physical port's counters count from the driver's load, so 0 is
+    its answer; only on a port that is not physical (`not_physical`: what sysfs says it is, a software device
+    whose driver may keep no counters) is it no answer."""
     before, after = before or {}, after or {}
     window = [_elapsed(before.get(k), after.get(k)) for k in ("monotonic_s", "boottime_s")]
     if name not in before or name not in after:
@@ -90,8 +94,9 @@ def counted(before: dict[str, Any] | None, after: dict[str, Any] | None, name: s
     low, high = int(before[name]), int(after[name])
     if scale == COUNTER_WORD and SATURATED_32 in (low, high):
         return Counted(None, window[0], window[1], f"{name} is saturated at 2^32-1 (a 32-bit counter): it no longer counts")
-    if low == high == 0:
-        return Counted(None, window[0], window[1], f"{name} read 0 before and after: this port's counter does not count")
+    if low == high == 0 and not_physical:
+        return Counted(None, window[0], window[1], f"{name} read 0 before and after, and this port is {not_physical} "
+                       "(sysfs): its counter does not count")
     if high < low:
         return Counted(None, window[0], window[1], f"{name} went from {low} down to {high} during the run: reset", True)
     return Counted((high - low) * scale, window[0], window[1], None)
