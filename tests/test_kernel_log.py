@@ -22,7 +22,7 @@ from pytest_gpuaccept.contract import parse_contract
 from pytest_gpuaccept.measurements import LoadRun
 from pytest_gpuaccept.probes import kernel_log, nvml
 from pytest_gpuaccept.probes._run import Reading
-from pytest_gpuaccept.probes.kernel_log import parse_journal_xids, parse_xids
+from pytest_gpuaccept.probes.kernel_log import parse_dmesg_xids, parse_journal_xids, parse_xids
 from pytest_gpuaccept.probes.nvml import GpuSeries
 from pytest_gpuaccept.subjects import Subject
 
@@ -82,6 +82,106 @@ def test_no_time_stamp_printk_time_0_and_old_drivers_without_pci_prefix():
     assert [(x.pci, x.xid, x.t_s, x.stamp) for x in log.xids] == [("0000:01:00", 16, None, "")] * 8 + \
         [("0000:01:00", 8, None, "")]
     assert seen("kmsg_no_time_domain0019_xid149_gpud1174.txt") == [("0019:01:00", 149, None)]  # a GB200 tray's domain
+
+
+# ---------------------------------------------------------------- a GPU lost without an Xid line
+
+def lost(name: str) -> list[tuple[str, str, float | None]]:
+    return [(x.pci, x.what, x.t_s) for x in read(name).xids]
+
+
+def test_r570_prints_no_xid_for_a_gpu_fallen_off_the_bus_and_the_three_line_message_is_read_as_one():
+    log = read("dmesg_r570_fallen_off_no_xid_nvsentinel155.txt")
+    assert [(x.pci, x.xid, x.what, x.t_s) for x in log.xids] == [
+        ("0000:b3:00", None, "GPU lost (fallen off the bus)", 1843.308145),
+        ("0000:b3:00", None, "GPU lost (probe failed)", 1843.439662)]  # no address of its own: the GPU named before it
+    assert log.xids[0].text == ("The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has fallen "
+                                "off the bus and is not responding to commands.")
+    assert log.unreadable == ()  # `loading NVIDIA UNIX Open Kernel Module ... 13:13:04` names no GPU and no loss
+
+
+def test_the_kernels_own_probe_failure_and_the_runtime_message_beside_xid_79_are_read():
+    assert lost("dmesg_h100_fallen_off_probe_failed_r525_kubecon.txt") == [
+        ("0000:5d:00", "GPU lost (fallen off the bus)", 14387.209961),
+        ("0000:5d:00", "GPU lost (probe failed)", 14387.210134),  # `nvidia: probe of 0000:5d:00.0 failed with error -1`
+        ("0000:5d:00", "GPU lost (probe failed)", 14387.274303)]
+    assert read("dmesg_h100_fallen_off_probe_failed_r525_kubecon.txt").xids[1].text == \
+        "nvidia: probe of 0000:5d:00.0 failed with error -1"
+    # the Xid 79 line is read as its Xid, the driver's next line as the lost GPU; `GPU at PCI:...` and the crash dump
+    # message (with its indented lines) are neither
+    assert lost("dmesg_h100_xid79_fallen_off_r525_kubecon.txt") == [
+        ("0000:5d:00", "Xid 79", 4254.19786), ("0000:5d:00", "GPU lost (fallen off the bus)", 4254.197871)]
+    assert lost("kernel_probe_with_driver_nvidia_failed_cosmic2146.txt") == [  # newer kernels' words
+        ("0000:01:00", "GPU lost (probe failed)", None)]
+
+
+def test_rminitadapter_failures_name_each_gpu_in_every_format():
+    assert lost("dmesg_rminitadapter_two_gpus_gpuoperator649.txt") == [
+        ("0000:04:01", "GPU lost (RmInitAdapter failed)", 1097.650222),
+        ("0000:04:02", "GPU lost (RmInitAdapter failed)", 1102.46987),
+        ("0000:04:02", "GPU lost (RmInitAdapter failed)", 1107.289575),
+        ("0000:04:01", "GPU lost (RmInitAdapter failed)", 1112.163623),
+        ("0000:04:01", "GPU lost (RmInitAdapter failed)", 1117.008104)]  # `rm_init_adapter failed` is the same event
+    syslog = read("syslog_boot_clock_rminitadapter_gpuoperator1146.txt").xids
+    assert [(x.pci, x.t_s) for x in syslog] == [("0000:0a:00", t) for t in (
+        885.242168, 926.232044, 1015.260402, 1172.496983, 1174.243378, 1188.283575)]  # the boot clock behind syslog's
+    assert syslog[0].text == "GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)"
+    assert [(x.pci, x.t_s, x.stamp) for x in read("dmesg_T_rminitadapter_titanv_illinois76.txt").xids] == [
+        ("0000:81:00", None, "Sun Apr 14 12:48:42 2024"), ("0000:81:00", None, "Sun Apr 14 12:48:43 2024")]
+
+
+def test_an_old_drivers_words_and_a_probe_failure_naming_no_gpu_take_the_gpu_named_before():
+    assert lost("dmesg_old_driver_gpu_at_fallen_off_bumblebee554.txt") == [
+        ("0000:01:00", "GPU lost (fallen off the bus)", 49.261458),
+        ("0000:01:00", "GPU lost (fallen off the bus)", 49.261472)]
+    # the address is on an indented `NVRM: BAR0 is 0M @ 0x0 (PCI:0000:01:00.0)` line before each probe failure
+    assert lost("dmesg_bar0_invalid_probe_failed_archinstoo244.txt") == [
+        ("0000:01:00", "GPU lost (probe failed)", 6.554916), ("0000:01:00", "GPU lost (probe failed)", 6.821283)]
+
+
+def test_a_lost_gpu_message_with_no_address_before_it_names_no_gpu():
+    log = read("journal_dgx_station_a100_gpu_lost_no_address_ogkm688.txt")
+    assert [(x.pci, x.what, x.stamp) for x in log.xids] == [
+        ("", "GPU lost", "Feb 17 08:00:34 abggdna-DGX-Station-A100")] * 3  # `_issueRpcAndWait` lines are no loss
+    assert log.xids[0].text.startswith("nvAssertOkFailedNoLog: Assertion failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST]")
+
+
+@pytest.mark.parametrize("text", [
+    # CONSTRUCTED from the real R570 message: journalctl -k -o short-monotonic indents a message's later lines too
+    "[ 1843.308145] host kernel: NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+    "                            NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+    "                            NVRM: fallen off the bus and is not responding to commands.\n",
+    # CONSTRUCTED: a log that writes each line of the message as a record of its own, each with its prefix
+    "Oct 15 10:21:33 host kernel: [ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+    "Oct 15 10:21:33 host kernel: [ 1843.308145] NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+    "Oct 15 10:21:33 host kernel: [ 1843.308145] NVRM: fallen off the bus and is not responding to commands.\n",
+])
+def test_the_three_line_message_is_one_loss_of_its_gpu_however_its_lines_arrive(text):
+    assert [(x.pci, x.what, x.t_s) for x in parse_xids(text).xids] == [
+        ("0000:b3:00", "GPU lost (fallen off the bus)", 1843.308145)]
+
+
+# ---------------------------------------------------------------- the tools' own errors are no log
+
+def test_dmesgs_own_refusal_is_unreadable_never_an_empty_log():
+    text = (KERNEL / "dmesg_restrict_eperm_rhel_edge5955.txt").read_text()
+    with pytest.raises(ValueError) as info:
+        parse_dmesg_xids(text)
+    assert str(info.value) == ("dmesg printed its own error, not the kernel log: "
+                               "'dmesg: read kernel buffer failed: Operation not permitted'")
+    honest = parse_dmesg_xids((DATA / "h200" / "accepted-dmesg_after_load.txt").read_text())  # a whole real boot log
+    assert (honest.xids, honest.unreadable) == ((), ())
+
+
+@pytest.mark.parametrize("name, line", [
+    ("journalctl_k_no_journal_files_coreos948.txt", "No journal files were found."),
+    ("journalctl_hint_insufficient_permissions_usernetes281.txt",
+     "Hint: You are currently not seeing messages from the system."),
+])
+def test_journalctls_own_words_are_unreadable_never_an_empty_log(name, line):
+    with pytest.raises(ValueError) as info:
+        parse_journal_xids((KERNEL / name).read_text())
+    assert str(info.value) == f"journalctl printed its own error, not the kernel log: {line!r}"
 
 
 # ---------------------------------------------------------------- formats no real excerpt was found for (constructed)
@@ -166,6 +266,38 @@ def test_a_gpu_whose_pci_address_nvml_does_not_give_owns_every_line():
     kernel = Reading(None, read("dmesg_xid119_gsp_timeout_aznhc.txt"), None)
     check = _judge(kernel, "")
     assert check.outcome.value == "failed" and "for PCI (unknown) during the load" in check.message
+
+
+def test_a_gpu_lost_without_an_xid_line_fails_naming_its_pci_address_beside_its_honest_twin():
+    kernel = Reading(None, read("dmesg_r570_fallen_off_no_xid_nvsentinel155.txt"), None)
+    check = _judge(kernel, "00000000:b3:00.0", window=(1800.0, 1900.0))
+    assert (check.outcome.value, check.measured) == ("failed", 2)
+    assert check.message == (
+        "NVML reported no Xid event, but the kernel log shows 2 for PCI 0000:b3:00 during the load: [1843.3] GPU lost "
+        "(fallen off the bus): The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has fal; "
+        "[1843.4] GPU lost (probe failed): The NVIDIA probe routine failed for 1 device(s).")
+    assert _judge(kernel, "00000000:18:00.0", window=(1800.0, 1900.0)).outcome.value == "passed"  # another GPU
+    assert _judge(kernel, "00000000:b3:00.0", window=(3600.0, 3700.0)).outcome.value == "passed"  # before the load
+
+
+def test_an_rminitadapter_failure_fails_its_gpu_only():
+    kernel = Reading(None, read("dmesg_rminitadapter_two_gpus_gpuoperator649.txt"), None)
+    check = _judge(kernel, "00000000:04:02.0", window=(1100.0, 1110.0))
+    assert (check.outcome.value, check.measured) == ("failed", 2)
+    assert check.message.endswith("during the load: [1102.5] GPU lost (RmInitAdapter failed): GPU 0000:04:02.0: "
+                                  "RmInitAdapter failed! (0x11:0x45:2525); [1107.3] GPU lost (RmInitAdapter failed): "
+                                  "GPU 0000:04:02.0: RmInitAdapter failed! (0x11:0x45:2525)")
+    assert _judge(kernel, "00000000:04:01.0", window=(1100.0, 1110.0)).outcome.value == "passed"
+
+
+def test_a_lost_gpu_message_naming_no_gpu_fails_every_gpu_saying_so():
+    kernel = Reading(None, read("journal_dgx_station_a100_gpu_lost_no_address_ogkm688.txt"), None)
+    for bus in ("00000000:07:00.0", "00000000:0f:00.0"):
+        check = _judge(kernel, bus)
+        assert (check.outcome.value, check.measured) == ("failed", 3)
+        assert " during the load (a line without a boot-clock time counts as inside the load) (a message naming no " \
+               "GPU counts for every GPU): [Feb 17 08:00:34 abggdna-DGX-Station-A100] GPU lost: nvAssertOkFailedNoLog" \
+               in check.message
 
 
 # ---------------------------------------------------------------- acceptance: a live run, fake dmesg / journalctl
@@ -272,3 +404,48 @@ def test_an_unparsable_nvrm_xid_line_fails_the_run(accept, fake_tools, live):
     assert {c["outcome"] for c in checks.values()} == {"failed"}
     assert "'[ 3650.100000] NVRM: Xid (PCI:0000:18:00.0.0): 79, GPU has fallen off the bus.'" in checks["GPU3"]["message"]
 
+
+
+def test_a_gpu_fallen_off_the_bus_with_no_xid_line_rejects_a_live_run(accept, fake_tools, live, monkeypatch):
+    fake_tools.add("dmesg", KERNEL / "dmesg_r570_fallen_off_no_xid_nvsentinel155.txt")
+    host = live("00000000:b3:00.0")
+    clock = iter([1800.0, 1900.0])  # the load around the driver's message at 1843 s
+    monkeypatch.setattr(kernel_log, "uptime", lambda proc=None: next(clock))
+    run = accept(XID, host, subprocess=False)
+    checks = xid_checks(run)
+    assert checks["GPU0"]["outcome"] == "failed"
+    assert checks["GPU0"]["message"].startswith("NVML reported no Xid event, but the kernel log shows 2 for PCI "
+                                                "0000:b3:00 during the load: [1843.3] GPU lost (fallen off the bus): ")
+    assert [checks[f"GPU{i}"]["outcome"] for i in (1, 2, 3)] == ["passed"] * 3
+    assert run.json["verdict"] == "rejected"
+
+
+def test_the_tools_own_errors_in_their_output_leave_the_kernel_log_not_measured(accept, fake_tools, live):
+    # a dmesg whose error reaches stdout with exit code 0 (its streams merged by a wrapper), and the same of journalctl
+    fake_tools.add("dmesg", KERNEL / "dmesg_restrict_eperm_rhel_edge5955.txt")
+    fake_tools.add("journalctl", KERNEL / "journalctl_k_no_journal_files_coreos948.txt")
+    run = accept(XID, live("00000000:18:00.0"), subprocess=False)
+    checks = xid_checks(run)
+    assert {c["outcome"] for c in checks.values()} == {"not_measured"}
+    message = checks["GPU0"]["message"]
+    assert "/dmesg`: dmesg printed its own error, not the kernel log: 'dmesg: read kernel buffer failed: Operation " \
+           "not permitted'; and cannot read the output of `" in message
+    assert message.endswith("journalctl -k -o short-monotonic --no-pager`: journalctl printed its own error, not the "
+                            "kernel log: 'No journal files were found.'")
+    assert run.json["verdict"] != "accepted"
+
+
+@pytest.mark.parametrize("stderr, why", [
+    ((KERNEL / "journalctl_hint_insufficient_permissions_usernetes281.txt").read_text(),  # the older hint's words
+     "cannot see the system's messages (the systemd-journal or adm group can): Hint: You are currently not seeing "
+     "messages from the system."),
+    ((KERNEL / "journalctl_k_no_journal_files_coreos948.txt").read_text(),  # on stderr, exit code 0
+     "printed its own error: No journal files were found."),
+])
+def test_journalctls_own_words_on_stderr_leave_a_log_it_printed_not_measured(accept, fake_tools, live, stderr, why):
+    fake_tools.add("dmesg", rc=1, stderr=DMESG_DENIED)
+    fake_tools.add("journalctl", KERNEL / "dmesg_h200_vm_boot_no_xid.txt", stderr=stderr)
+    run = accept(XID, live("00000000:18:00.0"), subprocess=False)
+    checks = xid_checks(run)
+    assert {c["outcome"] for c in checks.values()} == {"not_measured"}
+    assert checks["GPU0"]["message"].endswith(why)

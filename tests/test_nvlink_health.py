@@ -30,6 +30,25 @@ def test_elided_or_foreign_output_is_refused_quoting_the_line(name, parse, line)
     assert str(info.value).endswith(repr(line))
 
 
+def test_a_capture_that_begins_with_a_scripts_comment_lines_reads_as_the_real_one():
+    real = (DATA / "nvlink" / "h100_status_i0_18links.txt").read_text()
+    # CONSTRUCTED: the real capture behind the comment lines a saving script writes first
+    commented = "# cmd: nvidia-smi nvlink -s\n# host: gpu-node-07\n\n" + real
+    assert parse_nvlink_status(commented) == parse_nvlink_status(real)
+    assert parse_nvlink_status(commented).links[0] == {n: 26.562 for n in range(18)}
+
+
+def test_a_comment_line_after_the_first_gpu_is_refused_quoting_it():
+    lines = (DATA / "nvlink" / "h100_status_i0_18links.txt").read_text().splitlines()
+    # CONSTRUCTED: a comment where a link line belongs must not read as a GPU with one link fewer
+    text = "\n".join([*lines[:4], "# Link 3 hidden", *lines[5:]])
+    with pytest.raises(ParseError) as info:
+        parse_nvlink_status(text)
+    assert str(info.value).endswith(repr("# Link 3 hidden"))
+    with pytest.raises(ParseError):  # `nvlink -e` is not given the skip
+        parse_nvlink_errors("# cmd: nvidia-smi nvlink -e\n" + h100_errors(1))
+
+
 def test_the_counters_parse_per_link():
     errors = parse_nvlink_errors(h100_errors(2, {(1, 4): 7}))
     assert errors.counters[1][4] == {"Replay Errors": 0, "Recovery Errors": 0, "CRC Errors": 7}

@@ -179,10 +179,15 @@ def _per_gpu_lines(text: str, tool_args: str) -> Iterator[tuple[int, str]]:
 def parse_nvlink_status(text: str) -> LinkStatus:
     """Read `nvidia-smi nvlink -s`: `GPU 0: NAME (UUID: ...)` then `Link 0: 26.562 GB/s` or `Link 3: <inactive>`.
 
-    Elided output (`[snip]`, `[...]`) is refused: a missing link must not read as a healthy one.
+    Elided output (`[snip]`, `[...]`) is refused: a missing link must not read as a healthy one. Comment lines at the
+    top (`# cmd: nvidia-smi nvlink -s`, as a script that saves a capture writes first) are skipped, as a person
+    skips them; one after the first GPU is refused like any other line.
     """
+    lines = text.replace("\r\n", "\n").split("\n")
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("#")):
+        lines.pop(0)
     links: dict[int, dict[int, float | None]] = {}
-    for gpu, line in _per_gpu_lines(text, "-s"):
+    for gpu, line in _per_gpu_lines("\n".join(lines), "-s"):
         match = _LINK_SPEED.match(line)
         if not match:
             raise ParseError(TOOL, "unreadable link status", line)
