@@ -6,7 +6,7 @@ measured."""
 from __future__ import annotations
 
 import pytest
-from builders import dcgm4_document
+from builders import dcgm4_document, t4_recording
 from conftest import DATA, nvml_recording, pci_tree
 from judging import Output, judge
 
@@ -122,26 +122,43 @@ def _run(accept, fake_tools, output, level, count=1, rc=0, recording="h100_sxm5_
     return {c["subject"]: c for c in run.checks("dcgm")}, run
 
 
-def _judge(tmp_path, output, level, count=1, rc=0, recording="h100_sxm5_4gpu.json", eud=False, eud_run=None):
-    """The same, judged in process (tests/judging.py): dcgmi's `-r LEVEL` printing `output`, and `eud_run` what
-    `dcgmi diag -r eud` prints; its dcgm checks by subject as the results write them, and the session."""
+def _judge(tmp_path, output, level, count=1, rc=0, recording="h100_sxm5_4gpu.json", eud=False, eud_run=None, seconds=None):
+    """The same, judged in process (tests/judging.py): dcgmi's `-r LEVEL` printing `output` after `seconds` (by default
+    at once), and `eud_run` what `dcgmi diag -r eud` prints; its dcgm checks by subject as the results write them, and
+    the session. `recording`: a file of tests/data/nvml, or a path (builders.t4_recording)."""
     contract = CONTRACT.format(count=count, level=level, eud=", eud: true" if eud else "")
-    outputs = {f"dcgmi {level}": Output(output, returncode=rc), **({"dcgmi eud": eud_run} if eud_run else {})}
+    outputs = {f"dcgmi {level}": Output(output, returncode=rc, seconds=seconds),
+               **({"dcgmi eud": eud_run} if eud_run else {})}
     judged = judge(contract, outputs, tmp_path, nvml=recording)
     return {c.subject: c.to_dict() for c in judged.of("dcgm")}, judged
 
 
-def test_a_real_dcgm_3_level_2_run_passes_each_test_on_the_gpu(accept, fake_tools):
-    checks, _run_ = _run(accept, fake_tools, R2_T4, 2)
+def test_a_real_dcgm_3_1_level_1_run_passes_every_gpus_software_check_on_dcgms_word(accept, fake_tools):
+    checks, _run_ = _run(accept, fake_tools, R1_8GPU, 1, 8, 0, "h100_sxm5_8gpu.json")
+    assert {c["outcome"] for c in checks.values()} == {"passed"} and len(checks) == 8
+    assert fake_tools.calls("dcgmi") == [["dcgmi", "diag", "-r", "1", "-j"]]
+    # DCGM 3.1 names its GPUs by nothing of their own: taken on DCGM's word, and said so.
+    assert checks["GPU3/software"]["details"]["sources"] == ["DCGM (dcgmi diag)"]
+    assert checks["GPU3/software"]["details"]["unconfirmed"] == (
+        "DCGM's document names no serial, UUID or PCI address of GPU 3 that NVML's could confirm: its verdict is not "
+        "confirmed to be this card's")
+
+
+def test_a_real_dcgm_3_level_2_run_passes_each_test_on_the_t4_it_ran_on(tmp_path):
+    checks, judged = _judge(tmp_path, R2_T4, 2, recording=t4_recording(tmp_path), seconds=95.0)
     assert {s: (c["outcome"], c["measured"]) for s, c in checks.items()} == {
         "GPU0/software": ("passed", "Pass"), "GPU0/pcie": ("passed", "Pass"), "GPU0/memory": ("passed", "Pass")}
     assert checks["GPU0/pcie"]["required"] == "Pass"
     assert checks["GPU0/memory"]["details"]["results"] == [{"status": "pass", "info": ["GPU 0 Allocated 15206918958 bytes (97.3%)"]}]
-    assert fake_tools.calls("dcgmi") == [["dcgmi", "diag", "-r", "2", "-j"]]
+    assert checks["GPU0/memory"]["details"]["duration_s"] == 95.0
+    assert checks["GPU0/memory"]["details"]["unconfirmed"] == (
+        "DCGM's document names no serial, UUID or PCI address of GPU 0 that NVML's could confirm: its verdict is not "
+        "confirmed to be this card's (the plugin's clock, NVML's memory total agreed with it)")
+    assert judged.recordings.asked == [["dcgmi", "diag", "-r", "2", "-j"]]
 
 
 def test_a_skipped_eud_and_a_level_3_test_dcgm_3_does_not_have_are_not_measured(tmp_path):
-    checks, judged = _judge(tmp_path, R3_T4, 3, 1, 0, "h100_sxm5_4gpu.json", True)
+    checks, judged = _judge(tmp_path, R3_T4, 3, 1, 0, t4_recording(tmp_path), True, seconds=900.0)
     outcomes = {s: c["outcome"] for s, c in checks.items()}
     assert outcomes == {"GPU0/software": "passed", "GPU0/pcie": "passed", "GPU0/memory": "passed", "GPU0/diagnostic": "passed",
                         "GPU0/targeted_stress": "passed", "GPU0/targeted_power": "passed", "GPU0/memory_bandwidth": "passed",
@@ -175,7 +192,8 @@ def test_a_real_dcgm_4_fail_fails_with_dcgms_words_and_error_id(accept, fake_too
 
 @pytest.mark.parametrize(("source", "count", "rc"), [(R2_T4, 1, 226), (R1_8GPU, 8, 205)])
 def test_an_error_exit_code_with_a_json_of_passes_fails_every_check(tmp_path, source, count, rc):
-    checks, judged = _judge(tmp_path, source, 1, count, rc, "h100_sxm5_8gpu.json")
+    checks, judged = _judge(tmp_path, source, 1, count, rc, t4_recording(tmp_path) if count == 1 else "h100_sxm5_8gpu.json",
+                            seconds=60.0)
     assert len(checks) == count and {c["outcome"] for c in checks.values()} == {"failed"}
     assert checks["GPU0/software"]["message"].startswith(f"DCGM software on GPU0: Pass, but dcgmi exited {rc} (")
     assert checks["GPU0/software"]["message"].endswith("but its JSON reports no failed test and no error: the two cannot both be true")
@@ -187,14 +205,14 @@ def test_exit_code_0_with_a_failed_test_in_the_json_fails_every_check(tmp_path):
     failing = passing.replace('bidirectional latency:\\t\\t4.532 us",\n\t\t\t\t\t\t\t\t"status" : "Pass"',
                               'bidirectional latency:\\t\\t4.532 us",\n\t\t\t\t\t\t\t\t"status" : "Fail"')
     assert failing != passing
-    checks, judged = _judge(tmp_path, failing, 2, rc=0)
+    checks, judged = _judge(tmp_path, failing, 2, rc=0, recording=t4_recording(tmp_path), seconds=60.0)
     assert checks["GPU0/pcie"]["outcome"] == "failed"
     assert checks["GPU0/memory"]["message"] == ("DCGM memory on GPU0: Pass, but dcgmi exited 0 (no error) but its JSON reports "
                                                 "a test that failed or warned: the two cannot both be true")
 
 
 def test_a_gpu_no_result_names_is_not_measured(tmp_path):
-    checks, judged = _judge(tmp_path, R2_T4, 2, 2)
+    checks, judged = _judge(tmp_path, R2_T4, 2, 2, seconds=60.0)
     assert checks["GPU1/software"]["outcome"] == "passed"  # DCGM 3's deployment result is for every GPU
     assert checks["GPU1/pcie"]["message"] == "not measured: DCGM's pcie results name no GPU 1 (they name GPUs [0])"
 
@@ -205,7 +223,7 @@ def test_a_warning_is_not_a_pass(tmp_path):
         '"name" : "Persistence Mode",\n\t\t\t\t\t\t"results" : \n\t\t\t\t\t\t[\n\t\t\t\t\t\t\t{\n\t\t\t\t\t\t\t\t"status" : "Pass"',
         '"name" : "Persistence Mode",\n\t\t\t\t\t\t"results" : \n\t\t\t\t\t\t[\n\t\t\t\t\t\t\t{\n\t\t\t\t\t\t\t\t"status" : "Warn", '
         '"warnings" : "Persistence mode for GPU 0 is disabled."')
-    checks, judged = _judge(tmp_path, warned, 2, rc=226)
+    checks, judged = _judge(tmp_path, warned, 2, rc=226, recording=t4_recording(tmp_path), seconds=60.0)
     assert checks["GPU0/software"]["message"] == ("DCGM software on GPU0: Warn (a warning is not a pass): Persistence Mode: "
                                                   "Persistence mode for GPU 0 is disabled.")
     assert checks["GPU0/pcie"]["outcome"] == "passed"
@@ -216,7 +234,7 @@ def test_a_test_beyond_the_level_that_fails_fails_the_gpus_software_check(tmp_pa
     failing = R3_T4.read_text().replace('relative stress level\\t3184",\n\t\t\t\t\t\t\t\t"status" : "Pass"',
                                         'relative stress level\\t3184",\n\t\t\t\t\t\t\t\t"status" : "Fail"')
     assert failing != R3_T4.read_text()
-    checks, judged = _judge(tmp_path, failing, 2, rc=226)
+    checks, judged = _judge(tmp_path, failing, 2, rc=226, recording=t4_recording(tmp_path), seconds=600.0)
     assert checks["GPU0/software"]["message"] == ("DCGM software on GPU0: Pass, but DCGM also ran Targeted Stress fail: "
                                                   "GPU 0 GPU 0 relative stress level\t3184")
     assert checks["GPU0/memory"]["outcome"] == "passed"
@@ -228,7 +246,8 @@ def test_dcgms_serials_equal_to_nvmls_pass_and_a_different_one_fails(tmp_path):
     assert [checks[f"GPU{i}/software"]["outcome"] for i in range(4)] == ["passed", "passed", "failed", "passed"]
     assert checks["GPU2/software"]["message"] == ("DCGM software on GPU2: Pass, but DCGM's GPU 2 has serial 1652322999999, "
                                                   "NVML's GPU2 has 1652322000002: not the same card")
-    assert checks["GPU0/software"]["details"]["sources"] == ["DCGM (dcgmi diag)", "NVML's serial"]
+    assert checks["GPU0/software"]["details"]["sources"] == ["DCGM (dcgmi diag)", "NVML's driver version", "NVML's serial",
+                                                             "sysfs's PCI device ID"]
 
 
 def test_a_pass_that_carries_an_error_id_is_not_a_pass(tmp_path):
@@ -242,7 +261,7 @@ def test_a_pass_that_carries_an_error_id_is_not_a_pass(tmp_path):
 
 def test_eud_below_level_3_is_a_run_of_its_own(tmp_path):
     refused = Output("Error: requested test \"eud\" was not found among possible test choices.\n", returncode=255)
-    checks, judged = _judge(tmp_path, R2_T4, 2, 1, 0, "h100_sxm5_4gpu.json", True, eud_run=refused)
+    checks, judged = _judge(tmp_path, R2_T4, 2, 1, 0, t4_recording(tmp_path), True, eud_run=refused, seconds=60.0)
     assert judged.recordings.asked == [["dcgmi", "diag", "-r", "2", "-j"], ["dcgmi", "diag", "-r", "eud", "-j"]]
     assert checks["GPU0/eud"]["outcome"] == "not_measured"
     assert "exited with code 255" in checks["GPU0/eud"]["message"]

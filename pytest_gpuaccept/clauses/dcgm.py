@@ -13,26 +13,44 @@ A check passes only on DCGM's `Pass` with no error id beside it. `Fail`, `Warn`,
 otherwise than NVML or sysfs fail. `Skip`, a test the level should run and DCGM did not (#55, #139), a GPU a
 test's results do not name, and any other status are not measured. A test beyond the level's list (nccl_tests,
 cpu_eud) that fails on a GPU fails that GPU's `software` check, naming it.
+
+A Pass is DCGM's word; what DCGM does not print confirms that the document is of this run, this host and this card,
+and each check's details `sources` name what did (a Pass refuted by one of them fails, naming it):
+- the plugin's clock: the run took at least its level's floor (FLOOR_S, below), where the document passes a test of
+  that level that runs for a set time;
+- NVML's driver version: the driver DCGM says it detected;
+- NVML's serial, UUID and PCI address of the GPU (DCGM 4's entity_groups give the serial; a serial DCGM calls
+  `<<<NOT_SUPPORTED>>>` or leaves out where NVML reads one fails); sysfs's PCI device ID beside DCGM's;
+- NVML's memory total beside the memory test's "Allocated N bytes (P%)" (P of CUDA's total, which the driver keeps
+  a little below NVML's: an H100 80GB's CUDA total is 99.4 % of NVML's) and the diagnostic's free bytes;
+- NVML's row remapping and retired pages (read with the host): a remapping pending or failed, or pages pending
+  retirement, on a GPU whose deployment checks (`software`) pass. DCGM's "Page Retirement/Row Remap" check fails such
+  a GPU (nvvs/src/Software.cpp, checkRowRemapping and checkPageRetirement).
+A document that names its GPUs by nothing of their own (DCGM 3.x before 3.3: no serial) cannot be confirmed to be
+this card's: its checks name DCGM as their one source and say what else agreed (`unconfirmed`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import schema
 from ..measurements import GpuModels, HostReading
 from ..probes import dcgm
 from ..probes._run import Reading, ToolRun
+from ..probes.sysfs import sysfs_bus_id
 from ..schema import Key
 from ..subjects import Subject, gpu_count
+from ..units import bytes_to_gb
 from ..verdict import Check, Verdict
 from .base import Clause, HostNames, Section
-from .sources import with_sources
+from .sources import UNCONFIRMED, with_sources
 
 if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes.dcgm import Diag, Result
+    from ..probes.nvml import Gpu
     from ..session import Session
 
 # The tests each run level adds (the module docstring gives the source); a level runs its own and every lower one's.
@@ -44,6 +62,24 @@ EUD = "eud"
 # minutes for 2, about 15 for 3, and longer for 4 (an hour and more on 8 GPUs).
 LEVEL_TIMEOUT_S = {1: 600.0, 2: 1800.0, 3: 7200.0, 4: 14400.0}
 EUD_TIMEOUT_S = 7200.0
+# The least time a run takes whose document passes a test of the level that runs for a set time (TIMED). Published:
+# `dcgmi diag -r` "1 Quick deployment checks, normally lasting seconds; 2 Medium validation, normally lasting
+# approximately two minutes; 3 Long hardware diagnostics, normally lasting approximately 15 minutes; 4 Extended"
+# (docs.nvidia.com/datacenter/dcgm/latest/reference/command-line-reference/dcgmi/dcgmi-diag.html) and the run levels
+# table "r1 Seconds, r2 < 2 mins, r3 < 30 mins, r4 1-2 hours" (docs.nvidia.com/datacenter/dcgm/latest/user-guide/
+# dcgm-diagnostics.html, Run Levels and Tests); DCGM's own default durations (NVIDIA/DCGM 4.6.0, the same since 3.0.4):
+# targeted_stress 30 s, targeted_power 120 s, diagnostic 180 s (nvvs/plugin_src/*/), memtest 600 s. Each floor is
+# well below them, so that an honest fast host passes: level 2 5 s (1/24 of its two minutes: CUDA started on every
+# GPU, the whole framebuffer written and read, the PCIe copies), level 3 30 s (the shortest of its timed tests alone,
+# 1/30 of its 15 minutes), level 4 300 s (half of memtest's 600 s). Level 1 has none ("seconds").
+FLOOR_S = {2: 5.0, 3: 30.0, 4: 300.0}
+PUBLISHED = {2: "about two minutes", 3: "about 15 minutes", 4: "one to two hours"}
+TIMED = {"pcie": 2, "memory": 2, "diagnostic": 3, "targeted_stress": 3, "targeted_power": 3, "memtest": 4}
+# DCGM's memory test allocates P % of CUDA's total; CUDA's total is NVML's less what the driver keeps (0.6 % on an
+# H100 80GB, 1.3 % on a T4 with ECC). The total DCGM's line implies may lie this far from NVML's and be this card's.
+CUDA_TOTAL_OF_NVML = (0.90, 1.01)
+DCGM = "DCGM (dcgmi diag)"
+CLOCK = "the plugin's clock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +123,9 @@ class DcgmRuns:
     eud: DcgmRun | None  # its own run, where the level does not include EUD
     host: HostReading
     models: GpuModels
+    # NVML's health of each GPU as read with the host (its `remapped_rows`, `retired_pages_pending`); {} where the
+    # reading has none (a recording made without them)
+    health: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def of(self, test: str) -> DcgmRun:
         return self.eud if test == EUD and self.eud is not None else self.level
@@ -125,16 +164,109 @@ def exit_contradiction(run: ToolRun | None, diag: Diag) -> str | None:
     return None
 
 
-def identity_problem(diag: Diag, m: DcgmRuns, gpu: int) -> str | None:
-    """DCGM's serial and PCI device ID of the GPU against NVML's serial and sysfs's device ID (second sources)."""
-    nvml = next((g for g in m.host.host.gpus if g.index == gpu), None)
-    serial = diag.serials.get(gpu)
-    if nvml is not None and serial and serial != dcgm.NOT_SUPPORTED and nvml.serial and serial != nvml.serial:
-        return f"DCGM's GPU {gpu} has serial {serial}, NVML's GPU{gpu} has {nvml.serial}: not the same card"
+@dataclass
+class Corroboration:
+    """What the second sources said of one check: the problems they found (each a refutation) and the sources that
+    were compared."""
+
+    problems: list[str] = field(default_factory=list)
+    agreed: list[str] = field(default_factory=list)
+    identity: bool = False  # a serial, UUID or PCI address agreed with NVML's (and none disagreed)
+
+    def add(self, problem: str | None, source: str) -> None:
+        if problem:
+            self.problems.append(problem)
+        self.agreed.append(source)
+
+
+def floor_of(diag: Diag) -> tuple[int, str] | None:
+    """The highest level whose timed test (TIMED) the document passes on some GPU, and that test."""
+    passed = [(TIMED[t.name], t.name) for t in diag.tests if t.name in TIMED
+              for r in t.results if r.status == "pass" and r.entity_group == "GPU"]
+    return max(passed) if passed else None
+
+
+def run_problems(run: DcgmRun, diag: Diag, m: DcgmRuns, found: Corroboration) -> None:
+    """What the plugin's clock and NVML's driver version say of the whole document."""
+    timed = floor_of(diag) if run.asked != EUD else None
+    if timed is not None and run.run is not None:
+        level, test = timed
+        took = run.run.duration_s
+        found.add(None if took >= FLOOR_S[level] else
+                  f"`dcgmi diag -r {run.asked} -j` returned in {took:.1f} s by {CLOCK}, and a run whose {test} passes "
+                  f"takes at least {FLOOR_S[level]:g} s (level {level}: DCGM's documentation gives "
+                  f"{PUBLISHED[level]}): this document was not made by this run", CLOCK)
+    driver = m.host.host.driver
+    if diag.driver and driver:
+        found.add(None if diag.driver.strip() == driver.strip() else
+                  f"DCGM's document says it detected driver {diag.driver}, NVML's driver is {driver}: not this host's "
+                  "driver today", "NVML's driver version")
+
+
+def _nvml_gpu(m: DcgmRuns, gpu: int) -> Gpu | None:
+    return next((g for g in m.host.host.gpus if g.index == gpu), None)
+
+
+def identity_problems(diag: Diag, m: DcgmRuns, gpu: int, found: Corroboration) -> None:
+    """DCGM's serial, UUID and PCI address of the GPU against NVML's, its PCI device ID against sysfs's."""
+    nvml = _nvml_gpu(m, gpu)
+    serial, ok = diag.serials.get(gpu), True
+    if nvml is not None and nvml.serial and (serial == dcgm.NOT_SUPPORTED or (not serial and diag.carries_identity)):
+        said = "calls its serial not supported" if serial else "gives it no serial"
+        found.add(f"DCGM's document {said} for GPU {gpu}, NVML reads GPU{gpu}'s serial {nvml.serial}: DCGM reads the "
+                  "serial from NVML, so not this card's document", "NVML's serial")
+        ok = False
+    elif nvml is not None and serial and serial != dcgm.NOT_SUPPORTED:
+        same = serial == nvml.serial.strip()
+        found.add(None if same else f"DCGM's GPU {gpu} has serial {serial}, NVML's GPU{gpu} has "
+                  f"{nvml.serial or 'none'}: not the same card", "NVML's serial")
+        ok, found.identity = ok and same, found.identity or same
+    for mine, theirs, what in ((diag.uuids.get(gpu), nvml.uuid if nvml else "", "UUID"),
+                               (diag.bus_ids.get(gpu), nvml.pci_bus_id if nvml else "", "PCI address")):
+        if mine and theirs:
+            same = mine.lower() == theirs.lower() or (what == "PCI address" and sysfs_bus_id(mine) == sysfs_bus_id(theirs))
+            found.add(None if same else f"DCGM's GPU {gpu} has {what} {mine}, NVML's GPU{gpu} has {theirs}: not the "
+                      "same card", f"NVML's {what}")
+            ok, found.identity = ok and same, found.identity or same
+    found.identity = found.identity and ok
     device, sysfs = diag.device_ids.get(gpu), m.models.device_ids.get(gpu)
-    if device and sysfs and device.lower() != sysfs.lower().removeprefix("0x"):
-        return f"DCGM's GPU {gpu} has PCI device ID {device}, sysfs gives GPU{gpu} 0x{sysfs.removeprefix('0x')}"
-    return None
+    if device and sysfs:
+        found.add(None if device.lower() == sysfs.lower().removeprefix("0x") else
+                  f"DCGM's GPU {gpu} has PCI device ID {device}, sysfs gives GPU{gpu} 0x{sysfs.removeprefix('0x')}",
+                  "sysfs's PCI device ID")
+
+
+def memory_problems(diag: Diag, m: DcgmRuns, gpu: int, found: Corroboration) -> None:
+    """DCGM's memory test's allocation (the total it implies) and the diagnostic's free bytes against NVML's total."""
+    nvml = _nvml_gpu(m, gpu)
+    figures = dcgm.memory_figures(diag, gpu)
+    if nvml is None or not nvml.memory_total_bytes or not (figures.allocated or figures.available):
+        return
+    total = nvml.memory_total_bytes
+    low, high = CUDA_TOTAL_OF_NVML
+    problems = [f"DCGM's memory test on GPU {gpu} allocated {bytes_to_gb(n):.1f} GB, {p:g} % of a "
+                f"{bytes_to_gb(round(n * 100 / p)):.1f} GB card; NVML's GPU{gpu} has {bytes_to_gb(total):.1f} GB: "
+                "not this card's memory" for n, p in figures.allocated if not low * total <= n * 100 / p <= high * total]
+    problems += [f"DCGM's diagnostic on GPU {gpu} started from {bytes_to_gb(n):.1f} GB free; NVML's GPU{gpu} has "
+                 f"{bytes_to_gb(total):.1f} GB in all: not this card's memory" for n in figures.available
+                 if n > high * total]
+    found.add("; ".join(problems[:1]) or None, "NVML's memory total")
+
+
+def health_problems(m: DcgmRuns, gpu: int, found: Corroboration) -> None:
+    """NVML's pending or failed row remapping and pages pending retirement, which DCGM's deployment checks fail."""
+    health = m.health.get(gpu) or {}
+    rows, retired = health.get("remapped_rows"), health.get("retired_pages_pending")
+    if isinstance(rows, list) and len(rows) == 4 and all(isinstance(v, int) for v in rows):
+        corrected, uncorrected, pending, failure = (int(v) for v in rows)
+        bad = [w for w, n in (("a row remapping pending", pending), ("a row remapping that failed", failure)) if n]
+        found.add(f"NVML's GPU{gpu} has {' and '.join(bad)} (NVML's remapped rows: {corrected} correctable, "
+                  f"{uncorrected} uncorrectable, pending {pending}, failure {failure}), which DCGM's deployment check "
+                  "'Page Retirement/Row Remap' fails: not this card's document today" if bad else None,
+                  "NVML's row remapping")
+    elif retired is not None:
+        found.add(f"NVML's GPU{gpu} has retired pages pending, which DCGM's deployment check 'Page Retirement/Row "
+                  "Remap' fails: not this card's document today" if retired else None, "NVML's retired pages")
 
 
 def _details(diag: Diag, run: DcgmRun, results: list[Result], gpu: int) -> dict[str, Any]:
@@ -192,6 +324,31 @@ def _judge_status(v: Verdict, test: str, gpu: int, results: list[Result], diag: 
     return v.passed("Pass", f"{shown}: Pass (DCGM {diag.version or 'of unknown version'})", details)
 
 
+def corroborate(run: DcgmRun, diag: Diag, m: DcgmRuns, gpu: int, test: str) -> Corroboration:
+    """Every second source's word on GPU `gpu`'s `test` in this document."""
+    found = Corroboration()
+    run_problems(run, diag, m, found)
+    identity_problems(diag, m, gpu, found)
+    memory_problems(diag, m, gpu, found)
+    if test == dcgm.SOFTWARE:
+        health_problems(m, gpu, found)
+    return found
+
+
+def _sourced(check: Check, found: Corroboration, gpu: int) -> Check:
+    """The check with the sources that confirmed it; where no serial, UUID or PCI address confirmed that the document
+    is this card's, DCGM alone, saying what else agreed."""
+    if found.identity or found.problems:
+        return with_sources(check, DCGM, *found.agreed)
+    check = with_sources(check, DCGM)
+    if check.details.get(UNCONFIRMED) is None:
+        return check
+    agreed = ", ".join(dict.fromkeys(found.agreed))
+    why = (f"DCGM's document names no serial, UUID or PCI address of GPU {gpu} that NVML's could confirm: its verdict "
+           f"is not confirmed to be this card's" + (f" ({agreed} agreed with it)" if agreed else ""))
+    return replace(check, details={**check.details, UNCONFIRMED: why})
+
+
 def judge(section: Dcgm, subject: Subject, m: DcgmRuns, contract: Contract) -> Check:
     assert subject.gpu is not None and subject.aspect is not None
     gpu, test = subject.gpu, subject.aspect
@@ -212,15 +369,16 @@ def judge(section: Dcgm, subject: Subject, m: DcgmRuns, contract: Contract) -> C
     if not results:
         named = sorted({g for t in diag.named(test) for r in t.results for g in (r.gpus or ())})
         return v.not_measured(f"DCGM's {test} results name no GPU {gpu} (they name GPUs {named})", details)
-    problem = exit_contradiction(run.run, diag) or identity_problem(diag, m, gpu)
+    found = corroborate(run, diag, m, gpu, test)
+    problems = [p for p in [exit_contradiction(run.run, diag)] if p] + found.problems
     extras = _extras(diag, section, gpu) if test == dcgm.SOFTWARE else []
+    problems += ["DCGM also ran " + "; ".join(extras)] if extras else []
+    if run.run is not None:
+        details["duration_s"] = round(run.run.duration_s, 1)
     check = _judge_status(v, test, gpu, results, diag, details)
-    if check.passed and (problem or extras):
-        check = v.failed("Pass", f"DCGM {test} on GPU{gpu}: Pass, but {problem or 'DCGM also ran ' + '; '.join(extras)}",
-                         details)
-    second = "NVML's serial" if diag.serials.get(gpu, dcgm.NOT_SUPPORTED) != dcgm.NOT_SUPPORTED else ""
-    return with_sources(check, "DCGM (dcgmi diag)", second,
-                        unconfirmed="DCGM's verdict is its own: no second tool repeats its tests here")
+    if check.passed and problems:
+        check = v.failed("Pass", f"DCGM {test} on GPU{gpu}: Pass, but " + "; and ".join(problems), details)
+    return _sourced(check, found, gpu)
 
 
 def gpuaccept_dcgm(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuaccept_host: HostReading,
@@ -234,11 +392,16 @@ def gpuaccept_dcgm(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuac
     eud = None
     if section.eud and section.level < 3:
         eud = DcgmRun(*dcgm.run_diag(runner, EUD, fixed.seconds if fixed else EUD_TIMEOUT_S), asked=EUD)
-    return DcgmRuns(level, eud, gpuaccept_host, gpuaccept_models)
+    gpus = gpuaccept_state.host_reading().get("gpus")
+    health = {int(g["index"]): {k: g.get(k) for k in ("remapped_rows", "retired_pages_pending")}
+              for g in gpus if isinstance(g, dict) and isinstance(g.get("index"), int)} if isinstance(gpus, list) else {}
+    return DcgmRuns(level, eud, gpuaccept_host, gpuaccept_models, health)
 
 
 CLAUSE = Clause("dcgm", SECTION, "test_dcgm", GpuTests(), gpuaccept_dcgm, judge,
                 "DCGM's own diagnostic per test and GPU: Pass passes; Fail, Warn, a Pass with an error, an exit code "
-                "the JSON contradicts or a serial NVML reads otherwise fail; Skip or a test not run is not measured")
+                "the JSON contradicts, or a Pass that what DCGM does not print refutes (the plugin's clock against the "
+                "level's floor; NVML's driver, serial, UUID, PCI address, memory total, row remapping) fail; Skip or a "
+                "test not run is not measured")
 CLAUSES = (CLAUSE,)
 MEASUREMENTS = (gpuaccept_dcgm,)

@@ -2,13 +2,21 @@
 
 Two shapes are read, as DCGM wrote them (tests/data/dcgm holds real ones):
 - DCGM 3.x: `{"DCGM GPU Diagnostic": {"test_categories": [{"category", "tests": [{"name", "results":
-  [{"gpu_ids" | "gpu_id", "status", "info", "warnings"}]}]}], "version", "Driver Version Detected",
-  "GPU Device Serials"}}`. The deployment checks are one test each ("Denylist", "Persistence Mode", ...)
-  with one result for every GPU (no GPU id, or a CSV of ids); the others name their GPU.
+  [{"gpu_ids" | "gpu_id", "status", "info", "warnings"}]}]}], "version"}}`. The deployment checks are one test
+  each ("Denylist", "Persistence Mode", ...) with one result for every GPU (no GPU id, or a CSV of ids); the others
+  name their GPU. From 3.1.7 dcgmi writes `"version"` and `"Driver Version Detected"`, and from 3.3 `"GPU Device
+  Serials"` ({"0": "..."} by GPU id, blank ones left out), beside the diagnostic at the document's root
+  (dcgmi/Diag.cpp HelperJsonBuildOutput, DCGM 3.1.7 to 3.3.7); they are read there or in it.
 - DCGM 4.x: `{"DCGM Diagnostic": {"test_categories": [... "tests": [{"name", "results": [{"entity_group",
   "entity_id", "status", "info", "warnings"}], "test_summary": {"status"}}]]}, "entity_groups": [{"entity_group":
   "GPU", "entities": [{"entity_id", "serial_num", "device_id"}]}], "metadata": {"version", "Driver Version
-  Detected"}}` (DCGM's schema: testing/python3/dcgm_diag_schema.json in NVIDIA/DCGM).
+  Detected"}}` (DCGM's schema: testing/python3/dcgm_diag_schema.json in NVIDIA/DCGM). DCGM 4.6's dcgmi
+  (dcgmi/Diag.cpp HelperJsonAddEntities) writes `entity_id`, `serial_num` (left out where blank) and `device_id`
+  per entity; a `uuid` or `pci_bus_id` beside them is read where a document gives one.
+
+What DCGM's own lines say of each GPU's memory is read too (`memory_figures`): the memory test's "Allocated N bytes
+(P%)" (P of the total CUDA gives, nvvs/plugin_src/memory/memory.cpp) and the diagnostic's "... from N bytes
+available.", where a document gives them.
 
 Test names are made canonical (DCGM 4's plugin names: "GPU Memory" -> memory, "EUD Test" -> eud) and every 3.x
 deployment check is part of `software`, as DCGM 4 reports them. Statuses are lower-cased as they are; this module
@@ -20,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from . import ParseError
@@ -84,6 +92,15 @@ class Diag:
     serials: dict[int, str]  # DCGM's GPU id -> serial, as DCGM read it (NOT_SUPPORTED kept)
     device_ids: dict[int, str]  # 4.x: DCGM's GPU id -> PCI device ID, 4 hex digits
     runtime_error: str | None = None
+    uuids: dict[int, str] = field(default_factory=dict)  # where an entity gives one (stock DCGM 4.6 does not)
+    bus_ids: dict[int, str] = field(default_factory=dict)  # likewise: the PCI address, as the document writes it
+    entities: tuple[int, ...] | None = None  # the GPU ids 4.x's entity_groups list; None: the document has none
+
+    @property
+    def carries_identity(self) -> bool:
+        """Whether the document names its GPUs by anything a card has of its own (a serial, even DCGM's "not
+        supported", a UUID, a PCI address): DCGM 4's entity_groups, 3.3's serials; older 3.x documents do not."""
+        return bool(self.serials or self.uuids or self.bus_ids or self.entities)
 
     def named(self, name: str) -> list[Test]:
         return [test for test in self.tests if test.name == name]
@@ -182,22 +199,69 @@ def _tests(body: dict[str, Any]) -> tuple[Test, ...]:
     return tuple(tests)
 
 
-def _entities(document: dict[str, Any], body: dict[str, Any]) -> tuple[dict[int, str], dict[int, str]]:
-    """Serials and device IDs: 4.x entity_groups, or 3.x "GPU Device Serials" ({"0": "..."})."""
+def _either(document: dict[str, Any], body: dict[str, Any], key: str) -> Any:
+    """A 3.x key at the document's root (3.1.7 and later) or in the diagnostic's object (3.1.0)."""
+    return document[key] if key in document else body.get(key)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What a document says each GPU is, by DCGM's GPU id; `entities` the GPU ids 4.x's entity_groups list."""
+
+    serials: dict[int, str]
+    devices: dict[int, str]
+    uuids: dict[int, str]
+    bus_ids: dict[int, str]
+    entities: tuple[int, ...] | None
+
+
+def _entities(document: dict[str, Any], body: dict[str, Any]) -> Identity:
+    """Serials, device IDs, UUIDs and PCI addresses: 4.x entity_groups, or 3.x "GPU Device Serials" ({"0": "..."}).
+    3.x's "GPU Device IDs" is not read: dcgmi lists it packed, up to the first blank, not by GPU id."""
     serials: dict[int, str] = {}
     devices: dict[int, str] = {}
-    for group in document.get("entity_groups") or []:
+    uuids: dict[int, str] = {}
+    bus_ids: dict[int, str] = {}
+    listed: list[int] = []
+    groups = document.get("entity_groups")
+    for group in groups if isinstance(groups, list) else []:
         if isinstance(group, dict) and group.get("entity_group") == "GPU":
             for entity in group.get("entities") or []:
                 if isinstance(entity, dict) and isinstance(entity.get("entity_id"), int):
-                    if "serial_num" in entity:
-                        serials[entity["entity_id"]] = str(entity["serial_num"])
+                    gpu = entity["entity_id"]
+                    listed.append(gpu)
+                    for key, into in (("serial_num", serials), ("uuid", uuids), ("pci_bus_id", bus_ids)):
+                        if key in entity:
+                            into[gpu] = str(entity[key]).strip()
                     if "device_id" in entity:
-                        devices[entity["entity_id"]] = str(entity["device_id"]).lower().removeprefix("0x")
-    old = body.get("GPU Device Serials")
+                        devices[gpu] = str(entity["device_id"]).lower().removeprefix("0x")
+    old = _either(document, body, "GPU Device Serials")
     if isinstance(old, dict):
-        serials.update({int(k): str(v) for k, v in old.items() if str(k).isdigit()})
-    return serials, devices
+        serials.update({int(k): str(v).strip() for k, v in old.items() if str(k).isdigit()})
+    return Identity(serials, devices, uuids, bus_ids, tuple(listed) if isinstance(groups, list) else None)
+
+
+ALLOCATED = re.compile(r"Allocated (\d+) bytes \((\d+(?:\.\d+)?)%\)")
+AVAILABLE = re.compile(r"from (\d+) bytes available")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFigures:
+    """DCGM's own words on a GPU's memory: each (bytes, percent of CUDA's total) the memory test allocated, and
+    each free figure the diagnostic started from, in bytes."""
+
+    allocated: tuple[tuple[int, float], ...]
+    available: tuple[int, ...]
+
+
+def memory_figures(diag: Diag, gpu: int) -> MemoryFigures:
+    """The memory test's "Allocated 15206918958 bytes (97.3%)" and the diagnostic's "Allocated space for 408 output
+    matricies from 13826359296 bytes available." of GPU `gpu` (3.x writes them inside one comma-joined line)."""
+    def lines(test: str) -> list[str]:
+        return [line for r in diag.for_gpu(test, gpu) if r.gpus is not None for line in r.info]
+    allocated = [(int(n), float(p)) for line in lines("memory") for n, p in ALLOCATED.findall(line) if float(p) > 0]
+    available = [int(n) for line in lines("diagnostic") for n in AVAILABLE.findall(line)]
+    return MemoryFigures(tuple(allocated), tuple(available))
 
 
 def parse_diag(text: str) -> Diag:
@@ -212,12 +276,13 @@ def parse_diag(text: str) -> Diag:
         raise ParseError(TOOL, f"{shape!r} is not an object: not a diagnostic's output", json.dumps(body)[:200])
     found = document.get("metadata")
     metadata: dict[str, Any] = found if isinstance(found, dict) else {}
-    version = metadata.get("version", body.get("version"))
-    driver = metadata.get("Driver Version Detected", body.get("Driver Version Detected"))
-    serials, devices = _entities(document, body)
+    version = metadata.get("version", _either(document, body, "version"))
+    driver = metadata.get("Driver Version Detected", _either(document, body, "Driver Version Detected"))
+    ids = _entities(document, body)
     error = body.get("runtime_error") or document.get("runtime_error")
     return Diag(shape, None if version is None else str(version), None if driver is None else str(driver),
-                _tests(body), serials, devices, None if not error else str(error))
+                _tests(body), ids.serials, ids.devices, None if not error else str(error), ids.uuids, ids.bus_ids,
+                ids.entities)
 
 
 def run_diag(runner: ToolRunner, run: str, timeout_s: float) -> tuple[ToolRun, Reading[Diag]]:
