@@ -4,9 +4,11 @@ The builtin training load, the GEMM, or the contract's own command runs on every
 0.15 s, its error counters every 10 s (probes/nvml.py `stream_gpus`). Each record is written to the evidence as
 it comes (`burnin-stream.jsonl`) and given to the GPU's watch (probes/nvml_stream.py), which keeps what the judges
 read in memory that does not grow with the duration; the watch's summary is kept as `burnin.json`. Per GPU: the
-least busy sliding window and the lowest SM clock window against its highest, every throttle span longer than
-`max_throttle_s`, the temperature against the slowdown threshold, any new ECC error or remapped row, NVLink error
-counter growth, and Xid events (beside the kernel log's). Each failure says when. A progress line comes every minute.
+least busy sliding window (and busy samples at an idle GPU's power and clock, as `utilisation` judges them), the lowest
+SM clock window against its highest and against the model's boost clock, the power limit in the samples against the
+one NVML read before the load, every throttle span longer than `max_throttle_s`, the temperature against the slowdown
+threshold, any new ECC error or remapped row (with ECC on: NVML's mode read before the load), NVLink error counter
+growth, and Xid events (beside the kernel log's). Each failure says when. A progress line comes every minute.
 
 A burn-in that covers less than its duration (Ctrl-C or SIGTERM, the workload or the NVML stream ending early) is
 never passed: what it saw fails where it failed, the rest is not measured. Interrupted, it judges what it saw before
@@ -30,7 +32,7 @@ from ..measurements import GpuModels
 from ..probes import ParseError, kernel_log, nvml
 from ..probes._run import Command, Reading, ToolRun
 from ..probes.nvml import decode_reasons
-from ..probes.nvml_stream import BUSY_PERCENT, COUNTER_PARTS, GpuResult, Watch, records, results_of, window_seconds
+from ..probes.nvml_stream import AT_POWER_LIMIT, BUSY_PERCENT, COUNTER_PARTS, GpuResult, Watch, records, results_of, window_seconds
 from ..probes.recorded import Recorded
 from ..probes.train import parse_first_steps
 from ..schema import Key
@@ -40,7 +42,7 @@ from ..units import Duration, parse_duration
 from ..verdict import Check, Outcome, Verdict, fmt
 from .base import Clause, PerGpu, Section
 from .sources import with_sources
-from .utilisation import SAMPLE_INTERVAL_S, TRAIN, kernel_confirmed
+from .utilisation import HEALTH, IDLE_CLOCK, SAMPLE_INTERVAL_S, TRAIN, clock_floor, kernel_confirmed
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -54,6 +56,8 @@ MAX_DURATION_S = 24 * 3600.0
 STARTUP_LIMIT_S = 120.0  # a GPU first busy later than this after the launch failed to start
 PROGRESS_S = 60.0  # a progress line this often (wall clock)
 GEMM = "pytest_gpuaccept.workloads.gemm"
+IDLE_SHARE = 0.25  # a window with this share of its samples busy at an idle GPU's power and clock is not busy
+BEFORE_KEYS = ("power_limit_enforced_w", "power_limit_default_w", "ecc_mode_current", "ecc_mode_pending")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,15 @@ class BurnInRun:
     buses: dict[int, str] = field(default_factory=dict)
     models: GpuModels | None = None
     first_steps: dict[int, float] = field(default_factory=dict)  # the builtin load's own launch-to-first-step times
+    before: dict[int, dict[str, Any]] = field(default_factory=dict)  # NVML's power limits and ECC mode before the load
+
+
+def read_before(reading: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Each GPU's power limits and ECC mode as NVML read them before the load (the host reading: `nvml-host.json`);
+    a key the reading does not have (a recording made before it was read) is left out."""
+    gpus = reading.get("gpus") if isinstance(reading, dict) else None
+    return {int(g["index"]): {k: g[k] for k in BEFORE_KEYS if k in g} for g in gpus or []
+            if isinstance(g, dict) and isinstance(g.get("index"), int)}
 
 
 def when(t_s: float) -> str:
@@ -214,7 +227,8 @@ def interrupted(state: Session, summary: dict[str, Any]) -> None:
         gpus = {}
     try:
         run = BurnInRun(None, gpus, None, str(summary.get("stopped")), (SUMMARY_FILE,),
-                        float(summary.get("elapsed_s") or 0.0), models=state.gpu_models())
+                        float(summary.get("elapsed_s") or 0.0), models=state.gpu_models(),
+                        before=read_before(state.host_reading()))
         checks = [replace(clause.judge(SECTION.of(state.contract), subject, run, state.contract), test=clause.test)
                   for clause in CLAUSES for subject in clause.subjects(state.contract, state.listings)]
     except Exception:  # never in the way of the interrupt: its checks are then "interrupted before it ran"
@@ -278,6 +292,7 @@ def gpuaccept_burnin(gpuaccept_state: Session, gpuaccept_contract: Contract, gpu
     if command is None or no_stream:
         return BurnInRun(None, {}, missing or no_stream, None, ())
     buses = {g.index: g.pci_bus_id for g in host.gpus}
+    before = read_before(state.host_reading())  # the session's one reading, taken before the load
     started = kernel_log.uptime()
     run = state.runner.run_during(command, section.duration.seconds, Burning(state, section, count, source).during,
                                   SUMMARY_FILE)
@@ -297,7 +312,7 @@ def gpuaccept_burnin(gpuaccept_state: Session, gpuaccept_contract: Contract, gpu
     kernel, window, tried = _kernel(state, started, ended)
     return BurnInRun(run, gpus, None, _stopped(summary, run, section.duration.seconds, source is None), (*evidence, *tried),
                      float(summary.get("elapsed_s") or 0.0), kernel, window, buses, gpuaccept_models,
-                     parse_first_steps(run.stdout))
+                     parse_first_steps(run.stdout), before)
 
 
 def _keep_replayed_stream(state: Session, replayed: Recorded) -> None:
@@ -398,13 +413,46 @@ def judge_utilisation(section: Burnin, subject: Subject, m: BurnInRun, contract:
     low = f"; lowest sample {fmt(r.lowest_sample[0])} % at {when(r.lowest_sample[1])}" if r.lowest_sample else ""
     shown = (f"GPU{r.index}: the least busy window ended at {when(at)}, mean {fmt(mean)} %{low}; first busy at "
              f"{when(r.busy_t_s)}")
+    idle, sources, unconfirmed = _busy_at_idle(r, m, section.duration.seconds)
+    if idle:
+        return with_sources(v.failed(0, f"{idle}: an idle GPU's power and clock, not busy; {shown}", details), *sources)
     check = v.judged(mean >= minimum, mean, shown + ("" if mean >= minimum else f" (below {fmt(minimum)} %)"), details)
-    return _final(v, with_sources(check, "NVML utilisation"), r, m)
+    return _final(v, with_sources(check, *sources, unconfirmed=unconfirmed), r, m)
+
+
+def _busy_at_idle(r: GpuResult, m: BurnInRun, duration_s: float) -> tuple[str | None, tuple[str, ...], str]:
+    """(why the GPU's busy samples are not work, the sources that corroborated its utilisation, what could not be):
+    utilisation's rule (clauses/utilisation.py) over the load's windows. The window with the largest share of samples
+    NVML calls busy (50 %) while drawing under IDLE_POWER of the sample's enforced power limit: where that share is
+    IDLE_SHARE or more and their mean SM clock is under IDLE_CLOCK of the model's boost clock, it is an idle GPU."""
+    model = m.models.model(r.index) if m.models else None
+    boost = float(model.boost_clock_mhz) if model is not None and model.boost_clock_mhz else None
+    if not r.busy_samples:  # a summary made before the watch kept these, or no busy sample: the judge says which
+        return None, ("NVML utilisation",), ""
+    if not boost or not r.held_samples + r.free_samples:
+        why = ("the model table has no boost clock of this GPU" if not boost else
+               "NVML gave no power draw or enforced power limit beside its busy samples")
+        return None, ("NVML utilisation",), f"NVML's utilisation alone: {why}"
+    assert model is not None
+    sources = ("NVML utilisation", "NVML power draw and enforced limit", "NVML SM clock",
+               f"the model table's boost clock ({model.name})")
+    if r.idlest is None:
+        return None, sources, ""
+    share, clock, power, limit, end = r.idlest
+    if share < IDLE_SHARE or clock >= IDLE_CLOCK * boost:
+        return None, sources, ""
+    return (f"GPU{r.index}: {share:.0%} of the samples of the {_span(window_seconds(duration_s))} ending at {when(end)} "
+            f"are at least {fmt(BUSY_PERCENT)} % busy (NVML) while drawing {fmt(power)} W ({power / limit:.0%} of its "
+            f"{fmt(limit)} W enforced limit) at {fmt(clock)} MHz ({clock / boost:.0%} of the {fmt(boost)} MHz boost of a "
+            f"{model.name}), their means"), sources, ""
 
 
 def judge_clocks(section: Burnin, subject: Subject, m: BurnInRun, contract: Contract) -> Check:
     """The SM clock of the busy GPU over sliding windows: its lowest window at least min_percent of its highest (a
-    card that slows down as the hours go by); the model's boost clock shown beside it."""
+    card that slows down as the hours go by); and, as health.clocks judges it, against the model's boost clock: the
+    lowest window of the busy samples not held by power (under AT_POWER_LIMIT of the sample's enforced limit) at least
+    health's min_clock_fraction (CLOCK_FRACTION) of it. A power limit in the samples below the one NVML read before
+    the load fails: a limit lowered for the load buys its clocks."""
     fraction = section.min_percent / 100.0
     v = CLOCKS.verdict(subject, f">= {fmt(section.min_percent)} % of its highest window", m.evidence)
     r = _result(v, m, subject)
@@ -415,16 +463,63 @@ def judge_clocks(section: Burnin, subject: Subject, m: BurnInRun, contract: Cont
     (low, low_t), (high, high_t) = r.lowest_clock, r.highest_clock
     floor = fraction * high
     model = m.models.model(r.index) if m.models else None
-    boost = f"; the boost clock of a {model.name} is {fmt(float(model.boost_clock_mhz))} MHz" \
-        if model is not None and model.boost_clock_mhz else ""
+    lowered = _limit_lowered(r, m)
+    if lowered:
+        return with_sources(v.failed(low, lowered, _timeline(r, None)), "NVML enforced power limit in the samples",
+                            "NVML power limits read before the load")
+    boosted = _against_boost(v, r, model, contract)
+    if isinstance(boosted, Check):
+        return boosted
+    boost, sources, unconfirmed = boosted
     v = v.but(required=f">= {fmt(floor)} ({fmt(section.min_percent)} % of its highest window, {fmt(high)} MHz)",
               threshold=floor)
     shown = (f"GPU{r.index}: lowest SM clock window {fmt(low)} MHz ending at {when(low_t)}, highest {fmt(high)} MHz ending "
              f"at {when(high_t)} ({low / high:.0%}){boost}")
     check = v.judged(low >= floor, low, shown + ("" if low >= floor else f": below {fmt(section.min_percent)} % of its highest"),
                      _timeline(r, None))
-    return _final(v, with_sources(check, "NVML SM clock", unconfirmed="NVML's clock alone, set beside itself over time"),
-                  r, m)
+    return _final(v, with_sources(check, *sources, unconfirmed=unconfirmed), r, m)
+
+
+def _limit_lowered(r: GpuResult, m: BurnInRun) -> str | None:
+    """Why the GPU's power limit during the load is not the one it had before: the lowest enforced limit in the
+    samples under the enforced and the default limit NVML read before the load (set for the load, undone after)."""
+    before = m.before.get(r.index, {})
+    limits = [(float(w), what) for what, key in (("enforced", "power_limit_enforced_w"), ("default", "power_limit_default_w"))
+              if isinstance(w := before.get(key), (int, float)) and w > 0]
+    if r.power_limit_low is None or not limits:
+        return None
+    (during, at), (reference, what) = r.power_limit_low, min(limits)
+    if during + 1e-9 >= reference:
+        return None
+    return (f"GPU{r.index}: the enforced power limit in the samples was {fmt(during)} W at {when(at)}, under the "
+            f"{fmt(reference)} W {what} limit NVML read before the load ({during / reference:.0%} of it): a limit lowered "
+            "for the load holds its clocks and power")
+
+
+def _against_boost(v: Verdict, r: GpuResult, model: Any, contract: Contract
+                   ) -> Check | tuple[str, tuple[str, ...], str]:
+    """The busy GPU's clock against the model's boost clock (health.clocks' floor): a failed check, or (what the
+    message says of it, the sources, what could not be confirmed)."""
+    floor = clock_floor(contract, model)
+    if model is None or floor is None or not model.boost_clock_mhz:
+        return "", ("NVML SM clock",), "NVML's clock alone, set beside itself over time: no published boost clock"
+    boost = float(model.boost_clock_mhz)
+    sources = ("NVML SM clock", f"the model table's boost clock ({model.name})")
+    if r.lowest_free_clock is not None:
+        low, at = r.lowest_free_clock
+        said = (f"the lowest window of its busy samples under {AT_POWER_LIMIT:.0%} of the power limit {fmt(low)} MHz ending "
+                f"at {when(at)}, {low / boost:.0%} of the {fmt(boost)} MHz boost of a {model.name}")
+        if low < floor:
+            return with_sources(v.but(required=f">= {fmt(floor)} ({floor / boost:g} x the {fmt(boost)} MHz boost of a "
+                                               f"{model.name})", threshold=floor).failed(
+                low, f"GPU{r.index}: {said}, under {fmt(floor)} MHz with its power to spare: a clock held down (locked or "
+                     f"application clocks?)", _timeline(r, None)), *sources)
+        return f"; {said}", sources, ""
+    if r.held_samples:
+        return (f"; at its power limit in {r.held_samples} of {r.busy_samples} busy samples: its clock is what that power "
+                f"buys (the boost clock of a {model.name} is {fmt(boost)} MHz)"), sources, ""
+    return (f"; the boost clock of a {model.name} is {fmt(boost)} MHz", ("NVML SM clock",),
+            "NVML's clock alone, set beside itself over time: no power draw and enforced limit beside its busy samples")
 
 
 def judge_throttle(section: Burnin, subject: Subject, m: BurnInRun, contract: Contract) -> Check:
@@ -506,6 +601,10 @@ def judge_ecc(section: Burnin, subject: Subject, m: BurnInRun, contract: Contrac
     if isinstance(r, Check):
         return r
     ecc, rows = r.counters.get("ecc", {}), r.counters.get("remapped_rows", {})
+    off = _ecc_off(r, m, ecc)
+    if off:
+        health = HEALTH.get(contract)
+        return v.failed(None, off + "; health.ecc expects ECC") if health is not None and health.ecc else v.not_measured(off)
     if not ecc.get("reads"):
         return v.not_measured(f"NVML reads no volatile ECC counter of GPU{r.index} (ECC disabled, or not supported): new "
                               "errors cannot be seen")
@@ -517,6 +616,24 @@ def judge_ecc(section: Burnin, subject: Subject, m: BurnInRun, contract: Contrac
         " (remapped rows not readable on this GPU)"
     check = v.passed(0, f"GPU{r.index}: no new ECC error in {ecc['reads']} readings of the volatile counters{rows_read}")
     return _final(v, with_sources(check, "NVML", unconfirmed="NVML's counters alone"), r, m)
+
+
+def _ecc_off(r: GpuResult, m: BurnInRun, ecc: dict[str, Any]) -> str | None:
+    """Why the ECC counters of the load say nothing: NVML's ECC mode read before it is disabled (0), or unreadable
+    (null) while the counters read; a host reading made before the mode was read has no key, and is judged as before."""
+    before = m.before.get(r.index, {})
+    if "ecc_mode_current" not in before:
+        return None
+    counted = f"its ECC counters read {ecc['first']}" if ecc.get("reads") else "its ECC counters do not read"
+    mode = before["ecc_mode_current"]
+    if mode == 0:
+        after = " (enabled after the next reboot)" if before.get("ecc_mode_pending") == 1 else ""
+        return (f"ECC is disabled on GPU{r.index}{after} (NVML's ECC mode, read before the load): memory errors are "
+                f"neither corrected nor counted, so {counted} and say nothing")
+    if mode is None and ecc.get("reads"):
+        return (f"NVML reads no ECC mode of GPU{r.index} (not supported: no ECC) before the load, yet {counted}: "
+                "counters of memory errors a GPU without ECC does not count say nothing")
+    return None
 
 
 def judge_nvlink(section: Burnin, subject: Subject, m: BurnInRun, contract: Contract) -> Check:
@@ -563,16 +680,19 @@ def judge_xid(section: Burnin, subject: Subject, m: BurnInRun, contract: Contrac
 UTILISATION = Clause("burnin.utilisation", SECTION, "test_burnin_utilisation", PerGpu(), gpuaccept_burnin, judge_utilisation,
                      "the least busy sliding window (a minute; half the load where shorter) from the GPU's first busy sample, at "
                      "least `min_percent`; "
-                     "first busy within 120 s of the launch", "%")
+                     "first busy within 120 s of the launch; busy at an idle GPU's power and clock is not busy", "%")
 CLOCKS = Clause("burnin.clocks", SECTION, "test_burnin_clocks", PerGpu(), gpuaccept_burnin, judge_clocks,
-                "the lowest SM clock window of the busy GPU at least `min_percent` of its highest", "MHz")
+                "the lowest SM clock window of the busy GPU at least `min_percent` of its highest, and (not held by power) "
+                "health's fraction of the model's boost clock; the power limit in the samples not below the one read before",
+                "MHz")
 THROTTLE = Clause("burnin.throttle", SECTION, "test_burnin_throttle", PerGpu(), gpuaccept_burnin, judge_throttle,
                   "no span of HW slowdown, thermal slowdown or power brake longer than `max_throttle_s`", "s")
 TEMPERATURE = Clause("burnin.temperature", SECTION, "test_burnin_temperature", PerGpu(), gpuaccept_burnin, judge_temperature,
                      "the temperature stays below the slowdown threshold (NVML's, and the model table's where it has one)",
                      "C")
 ECC = Clause("burnin.ecc", SECTION, "test_burnin_ecc", PerGpu(), gpuaccept_burnin, judge_ecc,
-             "no new volatile ECC error (corrected or uncorrected) and no newly remapped row during the load", "errors")
+             "no new volatile ECC error (corrected or uncorrected) and no newly remapped row during the load, with ECC on",
+             "errors")
 NVLINK = Clause("burnin.nvlink", SECTION, "test_burnin_nvlink", PerGpu(), gpuaccept_burnin, judge_nvlink,
                 "no NVLink error counter (replay, recovery, CRC, ECC) grew during the load", "errors")
 XID = Clause("burnin.xid", SECTION, "test_burnin_xid", PerGpu(), gpuaccept_burnin, judge_xid,

@@ -3,7 +3,9 @@
 A burn-in's samples are never held. Each record is read from the stream (or taken by `nvml.stream_gpus`), given to
 `Watch.add`, written to the evidence, and dropped. Each GPU's `GpuWatch` keeps only what the judges need, in memory
 that does not grow with the load's duration: when the GPU was first busy, its lowest utilisation and its lowest and
-highest SM clock over sliding windows, its throttle spans (the first MAX_SPANS, their count, total and the longest),
+highest SM clock over sliding windows (and the lowest of the busy samples not held by power), the window with the
+largest share of busy samples at an idle GPU's power (with their mean clock, power and limit), the lowest and highest
+enforced power limit in the samples, its throttle spans (the first MAX_SPANS, their count, total and the longest),
 when each temperature was first reached, each error counter's first reading and when it first grew, the first
 MAX_XIDS Xid events, and a timeline of at most TIMELINE_ROWS rows (one per bucket) for the report's charts.
 
@@ -22,6 +24,8 @@ from . import ParseError
 from .nvml import BAD_THROTTLE, NVLINK_ERRORS, SAMPLE_FIELDS, STREAM_FORMAT
 
 BUSY_PERCENT = 50.0  # a GPU this busy has started working (the start-up ends at its first such sample)
+AT_POWER_LIMIT = 0.90  # a busy sample drawing this share of its enforced limit runs at the clock that power buys
+IDLE_POWER = 0.25  # a busy sample drawing under this share of its enforced limit draws an idle GPU's power
 WINDOW_S = 60.0  # the sliding window of the lowest utilisation and SM clock (half the load, where that is shorter)
 
 
@@ -46,45 +50,85 @@ def bucket_seconds(duration_s: float) -> float:
     return max(60.0, duration_s / TIMELINE_ROWS)
 
 
+Idle = tuple[float, float, float, float, float]  # share of the window's samples, mean SM clock, power, limit; its end
+
+
+@dataclass(slots=True)
+class Row:
+    """What one sample adds to a window: its utilisation, and its SM clock where it is busy; where busy and not held
+    by power (under AT_POWER_LIMIT of its enforced limit), its clock again; where busy at an idle GPU's power (under
+    IDLE_POWER of its limit), its clock, power and limit."""
+
+    t_s: float
+    util: float
+    busy_clock: float | None = None
+    free_clock: float | None = None
+    idle: tuple[float, float, float] | None = None
+
+
 @dataclass(slots=True)
 class Window:
-    """Sliding means over `seconds` of one GPU's samples from its first busy one: the utilisation, and the SM clock
-    of the busy samples (where at least half the window's are busy). A window counts once it is whole."""
+    """Sliding means over `seconds` of one GPU's samples from its first busy one: the utilisation; the SM clock of the
+    busy samples, and of the busy samples not held by power (each where at least half the window's samples are such);
+    and the window with the most busy samples at an idle GPU's power, with their mean clock, power and limit. A window
+    counts once it is whole."""
 
     seconds: float
     slack: float = 0.0  # a window is whole once it spans `seconds` less one sampling interval
-    rows: deque[tuple[float, float, float | None]] = field(default_factory=deque)
+    rows: deque[Row] = field(default_factory=deque)
     started: float | None = None
     util_sum: float = 0.0
     clock_sum: float = 0.0
     clocked: int = 0
+    free_sum: float = 0.0
+    freed: int = 0
+    idle_sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # clock, power, limit
+    idled: int = 0
     lowest_util: Low | None = None
     lowest_clock: Low | None = None
     highest_clock: Low | None = None
+    lowest_free_clock: Low | None = None
+    idlest: Idle | None = None
 
-    def add(self, t_s: float, util: float, clock: float | None) -> None:
-        busy_clock = clock if clock is not None and util >= BUSY_PERCENT else None
+    def add(self, row: Row) -> None:
+        t_s = row.t_s
         self.started = t_s if self.started is None else self.started
-        self.rows.append((t_s, util, busy_clock))
-        self.util_sum += util
-        if busy_clock is not None:
-            self.clock_sum, self.clocked = self.clock_sum + busy_clock, self.clocked + 1
-        while self.rows and self.rows[0][0] <= t_s - self.seconds:
-            _t, old_util, old_clock = self.rows.popleft()
-            self.util_sum -= old_util
-            if old_clock is not None:
-                self.clock_sum, self.clocked = self.clock_sum - old_clock, self.clocked - 1
+        self.rows.append(row)
+        self._count(row, 1)
+        while self.rows and self.rows[0].t_s <= t_s - self.seconds:
+            self._count(self.rows.popleft(), -1)
         if t_s - self.started + self.slack + 1e-9 < self.seconds:
             return
-        mean = self.util_sum / len(self.rows)
+        n = len(self.rows)
+        mean = self.util_sum / n
         if self.lowest_util is None or mean < self.lowest_util[0]:
             self.lowest_util = (round(mean, 2), t_s)
-        if self.clocked * 2 >= len(self.rows):
+        if self.clocked * 2 >= n:
             clock_mean = round(self.clock_sum / self.clocked, 1)
             if self.lowest_clock is None or clock_mean < self.lowest_clock[0]:
                 self.lowest_clock = (clock_mean, t_s)
             if self.highest_clock is None or clock_mean > self.highest_clock[0]:
                 self.highest_clock = (clock_mean, t_s)
+        if self.freed * 2 >= n:
+            free_mean = round(self.free_sum / self.freed, 1)
+            if self.lowest_free_clock is None or free_mean < self.lowest_free_clock[0]:
+                self.lowest_free_clock = (free_mean, t_s)
+        if self.idled:
+            clock, power, limit = (round(total / self.idled, 1) for total in self.idle_sums)
+            idle = (round(self.idled / n, 3), clock, power, limit, t_s)
+            if self.idlest is None or (idle[0], -idle[1]) > (self.idlest[0], -self.idlest[1]):
+                self.idlest = idle
+
+    def _count(self, row: Row, sign: int) -> None:
+        self.util_sum += sign * row.util
+        if row.busy_clock is not None:
+            self.clock_sum, self.clocked = self.clock_sum + sign * row.busy_clock, self.clocked + sign
+        if row.free_clock is not None:
+            self.free_sum, self.freed = self.free_sum + sign * row.free_clock, self.freed + sign
+        if row.idle is not None:
+            self.idled += sign
+            for n, value in enumerate(row.idle):
+                self.idle_sums[n] += sign * value
 
 
 @dataclass(slots=True)
@@ -135,6 +179,14 @@ class GpuResult:
     lost_t_s: float | None = None  # when the GPU stopped answering NVML, and why
     lost_error: str = ""
     nvlinks: tuple[int, ...] = ()  # the active NVLinks whose error counters were read
+    # Beside the utilisation and the clock (summaries made before these were kept read them as not kept):
+    lowest_free_clock: Low | None = None  # the lowest window mean SM clock of busy samples not held by power
+    busy_samples: int = 0  # samples at least BUSY_PERCENT busy; of them, those whose power and enforced limit read:
+    held_samples: int = 0  # ... at AT_POWER_LIMIT of the limit or more (held by power)
+    free_samples: int = 0  # ... under it
+    idlest: Idle | None = None  # the window with the largest share of busy samples at an idle GPU's power
+    power_limit_low: Low | None = None  # the lowest and highest enforced power limit in the samples (W), and when
+    power_limit_high: Low | None = None
 
     def first_at_or_above(self, temp_c: float) -> tuple[float, int] | None:
         """(when, temperature) of the first sample at or above `temp_c`; None if none reached it."""
@@ -159,13 +211,20 @@ class GpuResult:
                        {int(k): float(v) for k, v in data["temps"].items()}, data["slowdown_temp_c"],
                        {str(k): dict(v) for k, v in data["counters"].items()},
                        tuple((float(t), int(x)) for t, x in data["xids"]), int(data["xid_count"]), data["xid_error"],
-                       data.get("lost_t_s"), str(data.get("lost_error") or ""), tuple(int(n) for n in data.get("nvlinks", ())))
+                       data.get("lost_t_s"), str(data.get("lost_error") or ""), tuple(int(n) for n in data.get("nvlinks", ())),
+                       low(data.get("lowest_free_clock")), int(data.get("busy_samples", 0)),
+                       int(data.get("held_samples", 0)), int(data.get("free_samples", 0)), _idle(data.get("idlest")),
+                       low(data.get("power_limit_low")), low(data.get("power_limit_high")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ParseError("nvml", f"burn-in summary malformed: {exc!r}") from None
 
 
 def _low(value: Any) -> Low | None:
     return None if value is None else (float(value[0]), float(value[1]))
+
+
+def _idle(value: Any) -> Idle | None:
+    return None if value is None else (float(value[0]), float(value[1]), float(value[2]), float(value[3]), float(value[4]))
 
 
 def _span(value: Any) -> Span:
@@ -179,6 +238,9 @@ class GpuWatch:
         self.index, self.bucket_s, self.interval_s = index, bucket_s, interval_s
         self.window = Window(window_s)
         self.samples = self.util_read = self.reasons_read = self.span_count = self.xid_count = 0
+        self.busy = self.held = self.free = 0
+        self.limit_low: Low | None = None
+        self.limit_high: Low | None = None
         self.first_t: float | None = None
         self.last_t: float | None = None
         self.busy_t: float | None = None
@@ -198,16 +260,20 @@ class GpuWatch:
 
     def sample(self, row: list[Any]) -> None:
         """One row of SAMPLE_FIELDS (t_s first)."""
-        t_s, util, clock, _power, temp, reasons = float(row[0]), row[1], row[2], row[3], row[4], row[5]
+        t_s, util, clock, power, temp, reasons = float(row[0]), row[1], row[2], row[3], row[4], row[5]
+        limit = row[8] if len(row) > 8 else None
         self.samples += 1
         self.first_t = t_s if self.first_t is None else self.first_t
         self.last_t = t_s
+        if limit is not None:
+            self.limit_low = (float(limit), t_s) if self.limit_low is None or limit < self.limit_low[0] else self.limit_low
+            self.limit_high = (float(limit), t_s) if self.limit_high is None or limit > self.limit_high[0] else self.limit_high
         if util is not None:
             self.util_read += 1
             if self.busy_t is None and util >= BUSY_PERCENT:
                 self.busy_t = t_s
             if self.busy_t is not None:
-                self.window.add(t_s, float(util), None if clock is None else float(clock))
+                self.window.add(self._row(t_s, float(util), clock, power, limit))
                 if self.lowest_sample is None or util < self.lowest_sample[0]:
                     self.lowest_sample = (float(util), t_s)
         if reasons is not None:
@@ -216,6 +282,22 @@ class GpuWatch:
         if temp is not None and int(temp) not in self.temps:
             self.temps[int(temp)] = t_s
         self._bucket(row)
+
+    def _row(self, t_s: float, util: float, clock: Any, power: Any, limit: Any) -> Row:
+        """The sample as a window row: busy or not, held by power or not, at an idle GPU's power or not."""
+        if util < BUSY_PERCENT:
+            return Row(t_s, util)
+        self.busy += 1
+        busy_clock = None if clock is None else float(clock)
+        if power is None or not limit or limit <= 0:
+            return Row(t_s, util, busy_clock)
+        share = float(power) / float(limit)
+        if share >= AT_POWER_LIMIT:
+            self.held += 1
+            return Row(t_s, util, busy_clock)
+        self.free += 1
+        idle = (busy_clock, float(power), float(limit)) if busy_clock is not None and share < IDLE_POWER else None
+        return Row(t_s, util, busy_clock, busy_clock, idle)
 
     def _throttle(self, t_s: float, bad: int) -> None:
         if bad and self._open is None:
@@ -272,7 +354,8 @@ class GpuWatch:
                          self.reasons_read, tuple(spans), count, round(total, 3), longest, dict(self.temps),
                          self.slowdown_temp_c, counters, tuple(self.xids), self.xid_count, self.xid_error,
                          None if self.lost is None else self.lost[0], "" if self.lost is None else self.lost[1],
-                         self.nvlinks)
+                         self.nvlinks, self.window.lowest_free_clock, self.busy, self.held, self.free, self.window.idlest,
+                         self.limit_low, self.limit_high)
 
 
 class Watch:
