@@ -14,6 +14,7 @@ from ..measurements import GpuModels, LoadRun
 from ..probes import kernel_log, nvml
 from ..probes._run import Command, Reading
 from ..probes.nvml import APPLICATION_CLOCKS, BAD_THROTTLE, GpuSeries, Sample, decode_reasons
+from ..probes.nvml_stream import AT_POWER_LIMIT, IDLE_POWER
 from ..probes.sysfs import link_gen, link_width, pci_address, pci_name, read_pci_links
 from ..probes.train import parse_first_steps
 from ..schema import Key
@@ -35,9 +36,10 @@ SAMPLES_FILE = "nvml-samples.json"
 SAMPLE_INTERVAL_S = 0.15  # NVML utilisation is a rolling fraction; 100-200 ms sampling resolves dips
 CLOCK_FRACTION = 0.85  # health.clocks: the SM clock under load at least this share of the model's boost clock
 BUSY_PERCENT = 50.0  # a sample this busy is one whose clock and power say whether the GPU works
-AT_POWER_LIMIT = 0.90  # a sample drawing this share of its enforced limit is held by power (health.power_limit's)
-IDLE_POWER = 0.25  # "busy" at under this share of the power limit (or TDP) ...
+# AT_POWER_LIMIT (a sample drawing 90 % of its enforced limit is held by power) and IDLE_POWER ("busy" at under 25 % of
+# the power limit, or TDP, ...) are the burn-in watch's too (probes/nvml_stream.py)
 IDLE_CLOCK = 0.50  # ... and under this share of the boost clock is an idle GPU's power and clock: not busy
+MAX_LOAD_S = 3600.0  # a longer load is a burn-in: this load keeps its samples, the burn-in streams them
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,16 @@ class Health:
     min_clock_fraction: float | None  # None: CLOCK_FRACTION (and health.clocks only with `clocks: true`)
 
 
+def _load_duration(value: Any, node: Any) -> Duration:
+    """utilisation.duration: at most MAX_LOAD_S. The load keeps every sample for its judges (a minute of 8 GPUs is
+    3,200 rows); hours belong in the burn-in, whose watch keeps what its judges read in memory that does not grow."""
+    duration: Duration = schema.duration(value, node)
+    if duration.seconds > MAX_LOAD_S:
+        raise ValueError(f"expected at most 1 h, got {duration}: a load of hours is a burn-in, which streams its "
+                         f"samples (burnin: {{duration: \"{duration}\", min_percent: ...}})")
+    return duration
+
+
 def _utilisation_rules(util: Utilisation, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
     if util.warmup.seconds >= util.duration.seconds:
         return [("utilisation.warmup", f"expected less than duration ({util.duration}), got {util.warmup}")]
@@ -77,7 +89,7 @@ def _health_rules(health: Health, sections: Mapping[str, Any]) -> list[tuple[str
 UTILISATION = Section(
     "utilisation",
     {"min_percent": Key(schema.number(0.0, 100.0, low_open=True), required=True),
-     "duration": Key(schema.duration, default=parse_duration("60 s")),
+     "duration": Key(_load_duration, default=parse_duration("60 s")),
      "warmup": Key(schema.duration, default=parse_duration("10 s")), "workload": Key(schema.workload, default="builtin")},
     Utilisation, "GPU utilisation under a training load (NVML)", needs_gpu_count=True, cross_check=_utilisation_rules)
 HEALTH = Section(
@@ -229,6 +241,9 @@ def judge_ecc(section: Health, subject: Subject, m: LoadRun, contract: Contract)
     if off:
         return v.failed(None, off)
     count = series.health.get("ecc_volatile_uncorrected")
+    if count is not None and "ecc_mode_current" in series.health and series.health["ecc_mode_current"] is None:
+        return v.not_measured(f"NVML reads no ECC mode of GPU{series.index} (not supported: no ECC), yet its volatile "
+                              f"uncorrectable ECC counter reads {count}: a GPU without ECC counts no memory error")
     if count is None:
         mode = series.health.get("ecc_mode_current")
         return v.not_measured("volatile ECC counters are not supported on this GPU" + (
@@ -302,8 +317,39 @@ def judge_throttle(section: Health, subject: Subject, m: LoadRun, contract: Cont
         return with_sources(v.failed(len(bad), f"{len(bad)} of {len(masks)} samples throttled, first at t={first_t:.1f} s: "
                                                f"{names}{held}; all reasons seen: {', '.join(seen)}", details), "NVML",
                             unconfirmed=alone)
-    return with_sources(v.passed(0, f"no bad throttle reason in {len(masks)} samples; reasons seen: {', '.join(seen) or 'none'}",
-                                 details), "NVML", unconfirmed=alone)
+    model = m.models.model(_gpu(subject)) if m.models else None
+    if floor is None or model is None or not model.boost_clock_mhz:
+        return with_sources(v.passed(0, f"no bad throttle reason in {len(masks)} samples; reasons seen: "
+                                        f"{', '.join(seen) or 'none'}", details), "NVML", unconfirmed=alone)
+    return _unexplained(v, series, UTILISATION.of(contract).warmup.seconds, floor, model, len(masks), seen, details)
+
+
+EXPLAINING = 0xFFFF & ~0x1  # every clock event reason but gpu_idle explains a clock under the boost
+
+
+def _unexplained(v: Verdict, series: GpuSeries, warmup_s: float, floor: float, model: Model, read: int, seen: list[str],
+                 details: dict[str, Any]) -> Check:
+    """No bad reason: the busy samples after the warmup not held by power set beside the model's boost clock. Where
+    more than half of them run under the clock floor with no clock event reason raised, the reasons do not explain
+    the clock (locked clocks raise none): failed, naming the model table's boost clock."""
+    boost = float(model.boost_clock_mhz or 0)
+    free = [s for s in series.samples if s.t_s >= warmup_s and s.sm_clock_mhz is not None and s.throttle_reasons is not None
+            and (s.util_percent or 0) >= BUSY_PERCENT and not _at_power_limit(series, s)]
+    quiet = [s for s in free if float(s.sm_clock_mhz or 0) < floor and not (s.throttle_reasons or 0) & EXPLAINING]
+    sources = ("NVML clock event reasons", "NVML SM clock", f"the model table's boost clock ({model.name})")
+    if free and len(quiet) * 2 > len(free):
+        median = _percentile([float(s.sm_clock_mhz or 0) for s in quiet], 0.5)
+        return with_sources(v.failed(len(quiet), f"{len(quiet)} of {len(free)} busy samples under the power limit run under "
+                                                 f"{fmt(floor)} MHz with no clock event reason raised, first at "
+                                                 f"t={quiet[0].t_s:.1f} s (median {fmt(median)} MHz, {median / boost:.0%} of "
+                                                 f"the {fmt(boost)} MHz boost of a {model.name}): a clock held down that "
+                                                 "NVML's reasons do not explain (locked clocks raise none)", details), *sources)
+    shown = f"no bad throttle reason in {read} samples; reasons seen: {', '.join(seen) or 'none'}"
+    if not free:
+        return with_sources(v.passed(0, shown, details), "NVML", unconfirmed="NVML's clock event reasons alone (no busy "
+                            "sample under the power limit to set beside the boost clock)")
+    return with_sources(v.passed(0, f"{shown}; {len(free) - len(quiet)} of {len(free)} busy samples under the power limit at "
+                                    f"{fmt(floor)} MHz or more, or with a reason", details), *sources)
 
 
 def judge_clocks(section: Health, subject: Subject, m: LoadRun, contract: Contract) -> Check:
@@ -333,6 +379,11 @@ def judge_clocks(section: Health, subject: Subject, m: LoadRun, contract: Contra
     free = [s for s, held in zip(busy, powered) if not held]
     capped = [s for s in free if _bad_mask(s, floor) & APPLICATION_CLOCKS]
     sources = ("NVML SM clock", f"the model table's boost clock ({model.name})")
+    lowered = _lowered_limit(series, [s for s, held in zip(busy, powered) if held])
+    if lowered:
+        median = _percentile([float(s.sm_clock_mhz or 0) for s in busy], 0.5)
+        return with_sources(v.failed(median, f"GPU{index} median {fmt(median)} MHz under load, {lowered}"),
+                            "NVML enforced power limit in the samples", "NVML default power limit", *sources)
     if capped:
         low = min(float(s.sm_clock_mhz or 0) for s in capped)
         return with_sources(v.failed(low, f"GPU{index} held at {fmt(low)} MHz by application clocks (clock event reason "
@@ -350,6 +401,24 @@ def judge_clocks(section: Health, subject: Subject, m: LoadRun, contract: Contra
              + (f"; {len(busy) - len(free)} more at the power limit, not counted" if len(free) < len(busy) else ""))
     return with_sources(v.judged(median >= floor, median, shown + ("" if median >= floor else f" < {fmt(floor)} MHz")),
                         *sources)
+
+
+def _lowered_limit(series: GpuSeries, held: list[Sample]) -> str | None:
+    """Why the samples held by power do not excuse their clock: the enforced limit they were held at (the sample's, else
+    the load's) is under NVML's default limit of the GPU: a limit lowered for the load (and undone before it is read
+    again) buys its clocks."""
+    default = series.health.get("power_limit_default_w")
+    if not held or not isinstance(default, (int, float)) or default <= 0:
+        return None
+    limits = [(float(lim), s.t_s) for s in held
+              if isinstance(lim := s.power_limit_w or series.health.get("power_limit_enforced_w"), (int, float))]
+    under = [(w, t) for w, t in limits if w + 1e-9 < default]
+    if not under:
+        return None
+    low, at = min(under)
+    return (f"held by a power limit of {fmt(low)} W (NVML's enforced limit, at t={at:.1f} s; {len(under)} of {len(held)} "
+            f"samples at the power limit) under its {fmt(float(default))} W default limit ({low / default:.0%}): a limit "
+            "lowered for the load buys its clock, it does not excuse it")
 
 
 def _at_power_limit(series: GpuSeries, sample: Sample) -> bool:
@@ -447,12 +516,13 @@ def judge_power_limit(section: Health, subject: Subject, m: LoadRun, contract: C
     low, high = health.get("power_limit_min_w"), health.get("power_limit_max_w")
     if low is not None and high is not None:
         return with_sources(_within_constraints(v, enforced, default, float(low), float(high), model, shown), *sources)
-    if model is not None and model.tdp_w and enforced < TDP_FRACTION * model.tdp_w:
+    floor = _tdp_floor(model)
+    if model is not None and floor and enforced < TDP_FRACTION * floor:
         # NVML's default is NVML's word; the published TDP of the card's PCI device ID is not.
         return with_sources(v.failed(enforced, f"{shown} (NVML), but a {model.name} (PCI device 0x{model.device_id}) is "
-                                               f"published at {model.tdp_w:g} W: {enforced / model.tdp_w:.0%} of it",
+                                               f"published at {model.published_tdp}: {enforced / floor:.0%} of {_low_end(model)}",
                                      _OLD_RECORDING), *sources)
-    published = f"; published {model.tdp_w:g} W ({model.name})" if model and model.tdp_w else ""
+    published = f"; published {model.published_tdp} ({model.name})" if model and model.tdp_w else ""
     return with_sources(v.passed(enforced, shown + published, _OLD_RECORDING), *sources,
                         unconfirmed="NVML's limits alone: no published TDP of this GPU to set them beside")
 
@@ -465,11 +535,25 @@ def _within_constraints(v: Verdict, enforced: float, default: float, low: float,
                ("enforced", enforced)) if not low - 1e-9 <= value <= high + 1e-9]
     if outside:
         return v.failed(enforced, f"{shown}: {'; '.join(outside)} (NVML contradicts itself)")
-    if model is not None and model.tdp_w and high < TDP_FRACTION * model.tdp_w:
+    floor = _tdp_floor(model)
+    if model is not None and floor and high < TDP_FRACTION * floor:
         return v.failed(enforced, f"{shown}, but a {model.name} (PCI device 0x{model.device_id}) is published at "
-                        f"{model.tdp_w:g} W: this card cannot be set above {high / model.tdp_w:.0%} of it")
-    published = f"; published {model.tdp_w:g} W ({model.name})" if model and model.tdp_w else ""
+                        f"{model.published_tdp}: this card cannot be set above {high / floor:.0%} of {_low_end(model)}")
+    published = f"; published {model.published_tdp} ({model.name})" if model and model.tdp_w else ""
     return v.passed(enforced, shown + published)
+
+
+def _low_end(model: Model) -> str:
+    """How a message names the figure a limit is set beside: `it` (one TDP), or a configurable card's low end."""
+    return f"{model.tdp_min_w:g} W" if model.tdp_min_w else "it"
+
+
+def _tdp_floor(model: Model | None) -> float | None:
+    """The published TDP a card's limits are set beside: a configurable-TDP card's lowest (H100 NVL: 350 W of its
+    350-400 W), since a card shipped at the low end of its published range is as sold; else the one figure."""
+    if model is None or not model.tdp_w:
+        return None
+    return model.tdp_min_w or model.tdp_w
 
 
 _NVML_ALONE = "NVML's counters alone: nothing on the host reads them a second way"
@@ -495,8 +579,8 @@ def kernel_failure(v: Verdict, kernel: Reading[KernelLog], pci: str, window: tup
     """The failure the kernel log shows for the GPU at `pci` during the load, or None where it shows none.
 
     A line without a boot-clock time (printk.time=0, dmesg -T, the journal's wall clock) counts as inside the
-    load; a GPU whose PCI address NVML does not give owns every line; an NVRM Xid line that cannot be read
-    fails every GPU, quoted."""
+    load; a GPU whose PCI address NVML does not give owns every line, and a lost-GPU message naming no GPU counts
+    for every GPU; an NVRM Xid line that cannot be read fails every GPU, quoted."""
     assert kernel.value is not None
     log, source = kernel.value, kernel_source(kernel)
     if log.unreadable:
@@ -504,11 +588,13 @@ def kernel_failure(v: Verdict, kernel: Reading[KernelLog], pci: str, window: tup
         return v.failed(len(log.unreadable), f"NVML reported no Xid event, but {source} has {len(log.unreadable)} "
                         f"NVRM Xid line(s) that cannot be read (counted against every GPU): {shown}")
     start, end = window or (0.0, float("inf"))
-    hits = [x for x in log.xids if (not pci or x.pci == pci) and (x.t_s is None or start - 1.0 <= x.t_s <= end + 1.0)]
+    hits = [x for x in log.xids
+            if (not pci or x.pci in (pci, "")) and (x.t_s is None or start - 1.0 <= x.t_s <= end + 1.0)]
     if not hits:
         return None
-    shown = "; ".join(f"[{_when(x)}] Xid {x.xid}: {x.text[:80]}" for x in hits[:3])
+    shown = "; ".join(f"[{_when(x)}] {x.what}: {x.text[:80]}" for x in hits[:3])
     unplaced = " (a line without a boot-clock time counts as inside the load)" if any(x.t_s is None for x in hits) else ""
+    unplaced += " (a message naming no GPU counts for every GPU)" if any(not x.pci for x in hits) else ""
     return v.failed(len(hits), f"NVML reported no Xid event, but {source} shows {len(hits)} for PCI {pci or '(unknown)'} "
                     f"during the load{unplaced}: {shown}")
 
@@ -699,10 +785,12 @@ ROW_REMAPPING = Clause("health.row_remapping", HEALTH, "test_row_remapping", Per
                        lambda s: s.row_remapping)
 THROTTLE = Clause("health.throttle", HEALTH, "test_throttle", PerGpu(), gpuaccept_load, judge_throttle,
                   "no HW slowdown, thermal slowdown or power brake during the load, nor application clocks holding the "
-                  "busy GPU below the clock floor", "samples", lambda s: s.throttle)
+                  "busy GPU below the clock floor, nor a clock below it that no reason explains", "samples",
+                  lambda s: s.throttle)
 CLOCKS = Clause("health.clocks", HEALTH, "test_sm_clock", PerGpu(), gpuaccept_load, judge_clocks,
                 "with `clocks: true` (or `min_clock_fraction`): the median SM clock of the busy GPU after the warmup at "
-                "least that fraction (default 0.85) of the model's boost clock; application clocks holding it lower fail",
+                "least that fraction (default 0.85) of the model's boost clock; application clocks or a lowered power "
+                "limit holding it lower fail",
                 "MHz", lambda s: s.clocks or s.min_clock_fraction is not None)
 PCIE = Clause("health.pcie", HEALTH, "test_pcie_link", PerGpu(), gpuaccept_load, judge_pcie,
               "PCIe generation and width under load", None, lambda s: s.pcie_gen is not None or s.pcie_width is not None)
