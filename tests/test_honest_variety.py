@@ -211,7 +211,7 @@ def test_real_power_limits_pass_against_the_cards_own_default_and_constraints(na
     assert (check.outcome.value, check.message) == ("passed", message)
 
 
-# Constructed (no real output of one was at hand): an H100 NVL (0x2321, published 400 W) its maker ships at a
+# Constructed (no real output of one was at hand): an H100 NVL (0x2321, published 350-400 W) its maker ships at a
 # default of 330 W of its 200-400 W range; NVML's figures as such a card would give them.
 NVL_330 = {"power_limit_enforced_w": 330.0, "power_limit_default_w": 330.0, "power_limit_min_w": 200.0,
            "power_limit_max_w": 400.0}
@@ -220,14 +220,14 @@ NVL_330 = {"power_limit_enforced_w": 330.0, "power_limit_default_w": 330.0, "pow
 def test_a_configurable_tdp_card_below_the_tables_figure_is_judged_on_its_own_limits():
     check = _judge(health_clauses.POWER_LIMIT, NVL_330, "2321")
     assert (check.outcome.value, check.message) == ("passed", "enforced power limit 330 W under load, default 330 W, "
-                                                              "NVML's limit constraints 200-400 W; published 400 W "
+                                                              "NVML's limit constraints 200-400 W; published 350-400 W "
                                                               "(H100 NVL)")
 
 
 def test_an_older_recording_without_constraints_is_judged_as_before_and_says_so():
-    old = {k: v for k, v in NVL_330.items() if k in ("power_limit_enforced_w", "power_limit_default_w")}
+    old = {"power_limit_enforced_w": 280.0, "power_limit_default_w": 280.0}  # 80 % of the range's low end
     check = _judge(health_clauses.POWER_LIMIT, old, "2321")
-    assert check.outcome.value == "failed" and check.message.endswith("is published at 400 W: 82% of it")
+    assert check.outcome.value == "failed" and check.message.endswith("is published at 350-400 W: 80% of 350 W")
     assert check.details["power_limit_constraints"].startswith("not in the recording")
 
 
@@ -235,7 +235,8 @@ def test_an_older_recording_without_constraints_is_judged_as_before_and_says_so(
     ({"power_limit_enforced_w": 250.0}, "capped to 76% of the default"),
     ({"power_limit_default_w": 450.0, "power_limit_enforced_w": 450.0},
      "the default limit 450 W is outside them; the enforced limit 450 W is outside them (NVML contradicts itself)"),
-    ({"power_limit_max_w": 330.0}, "this card cannot be set above 82% of it"),
+    ({"power_limit_max_w": 290.0, "power_limit_default_w": 290.0, "power_limit_enforced_w": 290.0},
+     "this card cannot be set above 83% of 350 W"),
 ])
 def test_a_capped_or_contradictory_limit_still_fails_with_constraints(change, end):
     check = _judge(health_clauses.POWER_LIMIT, {**NVL_330, **change}, "2321")
@@ -402,3 +403,30 @@ def test_a_vgpu_guest_is_counted_identified_and_accepted(accept, tmp_path):
 def test_a_vgpu_profile_name_is_accepted_only_for_its_own_board(device, name, profile_of):
     model = by_device_id(device)
     assert model is not None and vgpu_of(model, name) is profile_of
+
+
+# ---------------------------------------------------------------- a configurable-TDP card (issue 38)
+
+# An H100 NVL (0x2321) is published at 350-400 W, configurable (the H100 datasheet; shared/spec/gpu-figures.md).
+# CONSTRUCTED readings (no real nvidia-smi -q of an H100 NVL was found): the card at 310 W, as issue 38's honest host
+# shipped it, with NVML's constraints, and as a recording made before the constraints were read.
+NVL_310 = {"power_limit_enforced_w": 310.0, "power_limit_default_w": 310.0, "power_limit_min_w": 200.0,
+           "power_limit_max_w": 310.0}
+
+
+def test_an_h100_nvl_at_its_310_w_default_is_judged_against_its_published_range():
+    check = _judge(health_clauses.POWER_LIMIT, NVL_310, "2321")
+    assert check.outcome.value == "passed", check.message
+    assert check.message == ("enforced power limit 310 W under load, default 310 W, NVML's limit constraints 200-310 W; "
+                             "published 350-400 W (H100 NVL)")
+    old = _judge(health_clauses.POWER_LIMIT, {**NVL_310, "power_limit_min_w": None, "power_limit_max_w": None}, "2321")
+    assert old.outcome.value == "passed", old.message
+
+
+def test_an_h100_nvl_capped_below_its_published_range_still_fails():
+    """A shim setting the card's own maximum to 250 W: 71 % of the range's low end, under 85 %."""
+    capped = {**NVL_310, "power_limit_enforced_w": 250.0, "power_limit_default_w": 250.0, "power_limit_max_w": 250.0}
+    check = _judge(health_clauses.POWER_LIMIT, capped, "2321")
+    assert check.outcome.value == "failed"
+    assert check.message.endswith("but a H100 NVL (PCI device 0x2321) is published at 350-400 W: this card cannot be set "
+                                  "above 71% of 350 W")

@@ -24,7 +24,7 @@ PCI_IDS = DATA / "pciids" / "pci.ids-10de.txt"  # pciutils/pciids pci.ids 2026.0
 COMPATIBLE = DATA / "pciids" / "open-gpu-kernel-modules-595.45.04-README-compatible-gpus.md"
 FIGURES = ("memory_bandwidth_gbyte_s", "pcie_gen", "tdp_w", "boost_clock_mhz")
 KEYS = {"name", "form_factor", "memory_gb", "tflops", "nvlink", "nvswitch", "sources", "nvml_name", "nvml_names",
-        "verify", "note", *FIGURES}
+        "verify", "note", "tdp_min_w", *FIGURES}
 PEAK_DTYPES = {"fp64", "tf32", "bf16", "fp16", "fp8"}
 
 # The models the table must cover (NVIDIA data-centre and workstation GPUs since Volta, and the consumer cards
@@ -63,7 +63,7 @@ def test_every_entry_has_a_name_form_factor_memory_and_sources_and_only_positive
     assert all(_positive(entry.get(f)) for f in FIGURES), entry  # a figure unknown is null, never 0
     assert set(entry["tflops"]) <= PEAK_DTYPES and all(_positive(v) and v for v in entry["tflops"].values())
     nvlink = entry["nvlink"]
-    assert set(nvlink) <= {"links", "gbyte_s", "bridge_gbyte_s"} and isinstance(nvlink.get("links", 0), int)
+    assert set(nvlink) <= {"links", "gbyte_s", "link_gbyte_s", "bridge_gbyte_s"} and isinstance(nvlink.get("links", 0), int)
     assert all(_positive(v) for k, v in nvlink.items() if k != "links") and nvlink.get("links", 0) >= 0
     assert bool(nvlink.get("links")) == bool(nvlink.get("gbyte_s"))  # links and their speed come together
     assert set(entry.get("verify", [])) <= {*FIGURES, "tflops", "nvlink.links", "pcie_gen", "fp64"}

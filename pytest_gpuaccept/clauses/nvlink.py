@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import schema
 from ..measurements import GpuModels, HostReading, NvlinkErrorReadings, WithModels
-from ..probes import nvidia_smi, sysfs
+from ..probes import nvidia_smi
 from ..probes._run import Reading
 from ..probes.nvidia_smi import LinkStatus, Topology
 from ..probes.sysfs import sysfs_bus_id
@@ -16,7 +16,7 @@ from ..schema import Key
 from ..subjects import Subject
 from ..units import Bandwidth
 from ..verdict import Check, fmt
-from . import allreduce
+from . import allreduce, plausible
 from .base import Clause, GpuPairs, PerGpu, Section
 from .sources import with_sources
 
@@ -101,6 +101,7 @@ class NvlinkTopology:
     host: Host | None = None
     bridges: dict[str, str] | None = None
     bridges_file: str = ""
+    hypervisor: str | None = None  # what sysfs shows of a hypervisor (plausible.hypervisor); None: none
 
     @property
     def evidence(self) -> tuple[str, ...]:
@@ -120,17 +121,44 @@ def _switches_named(host: Host, models: GpuModels) -> dict[str, list[str]]:
     return named
 
 
+BASEBOARD_GPUS = 8  # the GPUs of one HGX/DGX baseboard: gpus.json's `nvswitch.count` is one baseboard's
+
+
+def baseboards(gpus: int) -> int:
+    """How many baseboards `gpus` GPUs of an NVSwitch system sit on: 8 a board (16 GPUs, as a DGX-2 or a 16-GPU HGX
+    A100, are two boards, their NVSwitches twice one board's)."""
+    return max(1, -(-gpus // BASEBOARD_GPUS))
+
+
+def _unnamed_links(host: Host) -> int:
+    """Active NVLinks whose far end NVML cannot name (no remote PCI address): in a VM, the NVSwitches the guest's PCI
+    bus does not show (NCCL takes them for invisible NVSwitches, NVIDIA/nccl#1182)."""
+    return sum(1 for gpu in host.gpus for link in gpu.nvlinks or () if link.active and not link.remote_bus_id)
+
+
 def phantom_switches(m: NvlinkTopology | WithModels[Topology], model: Model | None) -> tuple[str | None, str]:
     """(why the NVSwitches NVML's links lead into are not in sysfs as the model's NVSwitches, what could not be
     confirmed of them). Each must be an NVIDIA bridge function sysfs lists at that address, with a device ID of the
-    model's NVSwitch, and NVML must name as many as the model's baseboard has (gpus.json `nvswitch`)."""
+    model's NVSwitch, and NVML must name as many as the model's baseboards have (gpus.json `nvswitch`, per board of 8
+    GPUs), no GPU's links reaching more than one board's. Links whose far end NVML cannot name, on a PCI bus that shows
+    no NVSwitch, are a VM's view: the switches are unconfirmed, and the check says so."""
     host = m.host
     if host is None or host.error:
         return None, ""
     named = _switches_named(host, m.models)
-    if not named:
-        return None, ""  # direct links (or none): no switch to confirm
     bridges = m.bridges if isinstance(m, NvlinkTopology) else None
+    vm = m.hypervisor if isinstance(m, NvlinkTopology) else None
+    if not named:
+        unnamed = _unnamed_links(host)
+        if not unnamed:
+            return None, ""  # direct links (or none): no switch to confirm
+        where = (plausible.VM_VIEW + (f"; {vm}" if vm else "")) if bridges == {} else "sysfs not read" \
+            if bridges is None else f"sysfs lists NVIDIA bridge functions at {', '.join(sorted(bridges)[:6])}"
+        return None, (f"NVML names no far end of {unnamed} active NVLinks ({where}): the NVSwitches they lead into "
+                      "are unconfirmed")
+    if vm and bridges == {}:  # a guest: the host's switches, at the host's addresses, are not on the guest's bus
+        return None, (f"NVML says the NVLinks lead into NVSwitches at {', '.join(sorted(named)[:6])}, which the guest's "
+                      f"PCI bus does not show ({plausible.VM_VIEW}; {vm}): unconfirmed")
     if model is None or not model.nvswitch_ids:
         what = model.name if model else "this GPU's device ID"
         return None, f"NVML's links lead into {len(named)} NVSwitch(es); the model table gives no NVSwitch of a {what} to compare"
@@ -146,10 +174,28 @@ def phantom_switches(m: NvlinkTopology | WithModels[Topology], model: Model | No
         ids = " or ".join(f"0x{i}" for i in model.nvswitch_ids)
         return (f"sysfs has device 0x{bridges[alien[0]]} at {alien[0]}, where NVML's links lead, but the NVSwitches of a "
                 f"{model.name} baseboard are {ids}"), ""
-    if model.nvswitch_count is not None and len(named) != model.nvswitch_count:
+    return _miscounted(named, model, len(host.gpus), shown), ""
+
+
+def _miscounted(named: dict[str, list[str]], model: Model, gpus: int, shown: str) -> str | None:
+    """Why the NVSwitches NVML names are not the model's baseboards' (gpus.json `nvswitch.count` per board of 8 GPUs:
+    16 GPUs, 2 boards, twice the switches), or why a GPU's links reach beyond its own board's; None where they are."""
+    if model.nvswitch_count is None:
+        return None
+    boards = baseboards(gpus)
+    if len(named) != model.nvswitch_count * boards:
+        on = "" if boards == 1 else f"; {gpus} GPUs are {boards} baseboards, {model.nvswitch_count * boards} NVSwitches"
         return (f"NVML's links lead into {len(named)} NVSwitches ({shown}); a {model.name} baseboard has "
-                f"{model.nvswitch_count}"), ""
-    return None, ""
+                f"{model.nvswitch_count}{on}")
+    reach: dict[str, int] = {}
+    for ends in named.values():
+        for gpu in ends:
+            reach[gpu] = reach.get(gpu, 0) + 1
+    wide = sorted((gpu for gpu, n in reach.items() if n > model.nvswitch_count), key=lambda g: int(g[3:]))
+    if wide:
+        return (f"NVML says the NVLinks of {wide[0]} lead into {reach[wide[0]]} NVSwitches; a GPU of a {model.name} "
+                f"baseboard reaches its own board's {model.nvswitch_count}")
+    return None
 
 
 def judge_pair(section: NVLink, subject: Subject, measured: NvlinkTopology | WithModels[Topology],
@@ -219,8 +265,8 @@ def judge_links(section: NVLink, subject: Subject, measured: WithModels[LinkStat
     shown = f"{len(active)} links active at {', '.join(f'{s:g}' for s in speeds)} GB/s" if active else "no link active"
     model = measured.models.model(index)
     details: dict[str, Any] = {}
-    if model is not None and model.nvlink_links and model.nvlink_gbyte_s and active:
-        per_link = model.nvlink_gbyte_s / model.nvlink_links / 2  # one direction of one link
+    per_link = model.per_link_gbyte_s if model is not None else None  # one direction of one link (gpus.json)
+    if model is not None and model.nvlink_links and per_link and active:
         details = {"fraction_of_published": round(min(active.values()) / per_link, 4),
                    "published": f"{model.nvlink_links} links of {per_link:g} GB/s each way ({model.name})"}
     return with_sources(v.judged(not problems, len(active), shown + ("; " + "; ".join(problems) if problems else ""), details),
@@ -267,7 +313,7 @@ def gpuaccept_nvlink_status(gpuaccept_state: Session) -> Reading[LinkStatus]:
     return nvidia_smi.read_nvlink_status(gpuaccept_state.runner)
 
 
-SWITCHES_FILE = "sysfs-nvswitches.json"
+SWITCHES_FILE = plausible.SWITCHES_FILE
 
 
 def gpuaccept_nvlink_topology(gpuaccept_state: Session, gpuaccept_topology: Reading[Topology], gpuaccept_models: GpuModels,
@@ -275,10 +321,11 @@ def gpuaccept_nvlink_topology(gpuaccept_state: Session, gpuaccept_topology: Read
     """`topo -m`, with the GPUs' models, NVML's per-link state and the NVSwitches sysfs lists: each pair's NVLinks
     from two sources, the switches they lead into from a third."""
     state = gpuaccept_state
-    reading = state.runner.reading(SWITCHES_FILE, lambda: sysfs.read_nvidia_bridges(state.sys_root))
-    bridges = reading.get("bridges")
+    reading = state.runner.reading(SWITCHES_FILE, lambda: plausible.read_switches(state.sys_root))
+    bridges, vm = reading.get("bridges"), reading.get("hypervisor")
     return NvlinkTopology(gpuaccept_topology, gpuaccept_models, gpuaccept_host.host,
-                          {str(k): str(v) for k, v in bridges.items()} if isinstance(bridges, dict) else None, SWITCHES_FILE)
+                          {str(k): str(v) for k, v in bridges.items()} if isinstance(bridges, dict) else None, SWITCHES_FILE,
+                          str(vm) if vm else None)
 
 
 def gpuaccept_nvlink_links(gpuaccept_nvlink_status: Reading[LinkStatus], gpuaccept_models: GpuModels,

@@ -35,10 +35,28 @@ class Model:
     # The GPU temperature at which the GPU begins its hardware slowdown, where a source publishes it (burnin.temperature
     # sets NVML's threshold beside it); None where the table has none, never guessed
     slowdown_temp_c: float | None = None
+    # What one NVLink carries each way, GB/s (gpus.json `nvlink.link_gbyte_s`): the rate every NVLink cap multiplies
+    # NVML's active link count by; None where the model has no NVLink of its own
+    nvlink_link_gbyte_s: float | None = None
+    # A configurable-TDP card's lowest published TDP (H100 NVL: 350-400 W): tdp_w is the highest; None: one figure
+    tdp_min_w: float | None = None
+
+    @property
+    def published_tdp(self) -> str:
+        """The published TDP as a person reads it: "700 W", or a configurable card's range "350-400 W"."""
+        low = f"{self.tdp_min_w:g}-" if self.tdp_min_w else ""
+        return f"{low}{self.tdp_w:g} W" if self.tdp_w else ""
 
     @property
     def has_nvlink(self) -> bool:
         return bool(self.nvlink_links or self.nvlink_bridge_gbyte_s)
+
+    @property
+    def per_link_gbyte_s(self) -> float | None:
+        """One NVLink's rate each way: the table's per-link figure, else the both-ways figure over the links."""
+        if self.nvlink_link_gbyte_s:
+            return self.nvlink_link_gbyte_s
+        return self.nvlink_gbyte_s / self.nvlink_links / 2 if self.nvlink_gbyte_s and self.nvlink_links else None
 
 
 TABLE_FILE = "pytest_gpuaccept/models/gpus.json"
@@ -73,7 +91,8 @@ def by_device_id(device_id: str) -> Model | None:
                  tuple(sources[s] for s in entry["sources"]), entry.get("nvml_name", ""),
                  entry["nvlink"].get("bridge_gbyte_s"), entry.get("boost_clock_mhz"), tuple(entry.get("nvml_names", ())),
                  tuple(switch.get("device_ids", ())), switch.get("count"), bool(switch.get("nvls", False)),
-                 entry.get("slowdown_temp_c"))
+                 entry.get("slowdown_temp_c"), nvlink_link_gbyte_s=entry["nvlink"].get("link_gbyte_s"),
+                 tdp_min_w=entry.get("tdp_min_w"))
 
 
 # PCIe x16 bandwidth in one direction after line encoding, GB/s: what "x % of published" means for a host link.
