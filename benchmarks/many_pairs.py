@@ -44,7 +44,8 @@ p2p: {{min_bandwidth: "350 GB/s", min_bidirectional: "700 GB/s"}}
 NODE_CONTRACT = 'gpuaccept: 1\nvendor: "Many pairs cluster"\ngpus: {count: 8, model: "H100"}\n'
 CLUSTER = ('  pairs: {min_busbw: "400 GB/s", max_bytes: "16 GiB", budget: 63}\n'
            '  links: {iperf3: {min_throughput: "10 Gb/s", interfaces: [eth0], duration: "1 s"}}\n')
-NVB_HEAD = "nvbandwidth Version: v0.10.0\nBuilt from Git version: v0.10.0\n\nDriver Version: 560.35.03\n\n"
+# v0.6: 64 MiB buffers (from v0.7, 512 MiB: 16 GPUs' 720 figures would take 32 s of copies, not this test's point)
+NVB_HEAD = "nvbandwidth Version: v0.6.0\nBuilt from Git version: v0.6.0\n\nDriver Version: 560.35.03\n\n"
 LOAD_JS = """<script>window.addEventListener("load", () => {
   document.body.setAttribute("data-loaded", String(Math.round(performance.now())));
   document.body.setAttribute("data-rows", String(document.querySelectorAll("tbody.results-table-row").length));
@@ -52,7 +53,8 @@ LOAD_JS = """<script>window.addEventListener("load", () => {
 
 
 def recording(gpus: int) -> dict:
-    """The 8-GPU H100 recording with `gpus` GPUs: each one again, on a bus and with a UUID and serial of its own."""
+    """The 8-GPU H100 recording with `gpus` GPUs: each one again, on a bus and with a UUID and serial of its own, each
+    8 on a baseboard of their own: GPUs 8-15 link into a second board's four NVSwitches (c4-c7)."""
     base = json.loads((DATA / "nvml" / "h100_sxm5_8gpu.json").read_text())
     made = []
     for n in range(gpus):
@@ -60,6 +62,10 @@ def recording(gpus: int) -> dict:
         bus = 0x18 + 0x08 * n
         gpu.update(index=n, uuid=f"GPU-many-{n:04d}-0000-0000-0000-000000000000", serial=f"16523220{n:05d}",
                    pci_bus_id=f"00000000:{bus:02X}:00.0")
+        board = n // len(base["gpus"])
+        for link in gpu.get("nvlinks") or []:
+            switch = int(link["remote_bus_id"].split(":")[1], 16) + 4 * board
+            link["remote_bus_id"] = f"00000000:{switch:02X}:00.0"
         made.append(gpu)
     base["gpus"] = made
     base["cuda_devices"].update(count=gpus, bus_ids=[g["pci_bus_id"][4:].lower() for g in made])
@@ -101,13 +107,19 @@ def host(root: Path, gpus: int) -> list[str]:
     root.mkdir(parents=True, exist_ok=True)
     (root / "nvml.json").write_text(json.dumps(recording(gpus)))
     pci_tree(root / "sys", None, root / "nvml.json")
+    for board in range(1, (gpus + 7) // 8):  # the other boards' NVSwitches, beside the first board's pci_tree lists
+        for n in range(4):
+            switch = root / "sys" / "bus" / "pci" / "devices" / f"0000:{0xc0 + 4 * board + n:02x}:00.0"
+            switch.mkdir(parents=True, exist_ok=True)
+            for name, value in (("vendor", "0x10de"), ("device", "0x22a3"), ("class", "0x068000")):
+                (switch / name).write_text(value + "\n")
     tools = root / "bin"
     tools.mkdir(exist_ok=True)
     (tools / "topo.txt").write_text(topo(gpus))
     (tools / "status.txt").write_text(h100_status(gpus))
     (tools / "nvbandwidth.txt").write_text(nvbandwidth(gpus))
     scripts = {"nvidia-smi": f'case "$1 $2" in "topo -m") cat {tools}/topo.txt;; *) cat {tools}/status.txt;; esac',
-               "nvbandwidth": f"sleep 2.2; cat {tools}/nvbandwidth.txt"}  # its copies take 1.98 s
+               "nvbandwidth": f"sleep 4.2; cat {tools}/nvbandwidth.txt"}  # its copies take 3.96 s
     for name, body in scripts.items():
         (tools / name).write_text(f"#!/bin/sh\n{body}\n")
         (tools / name).chmod(0o755)

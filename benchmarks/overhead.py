@@ -45,9 +45,11 @@ def fake_bin(folder: Path) -> None:
         [f"GPU {gpu}: NVIDIA H100 80GB HBM3 (UUID: GPU-{gpu})"] + [f"\t Link {n}: CRC Errors: 0" for n in range(18)])
     (folder / "status.txt").write_text(status + "\n")
     (folder / "errors.txt").write_text(errors + "\n")
-    # The real RTX 5090 log (to 128 MiB), its rank lines on the recording's GPUs with the printing shell's PID
-    # ($$): the output must be this run's (nccl-tests placement and plausibility), one iteration per size.
+    # The real RTX 5090 log (to 128 MiB), its rank lines on the recording's GPUs, named as NVML names them, with the
+    # printing shell's PID ($$): the output must be this run's (nccl-tests placement, names and plausibility), one
+    # iteration per size. Constructed from the real log: a benchmark of the plugin's cost, not of a host.
     log = (DATA / "allreduce" / "rtx5090_8gpu_pcie_p2p_ncclt2.18.2_no_footer.txt").read_text()
+    log = log.replace("NVIDIA GeForce RTX 5090", "NVIDIA H100 80GB HBM3")
     log = re.sub(r"Pid\s+\d+(.*?device\s+(\d+)\s+)\[[^\]]+\]",
                  lambda m: f"Pid @PID@{m.group(1)}[0x{0x18 + 0x10 * int(m.group(2)):02x}]", log)
     (folder / "allreduce.txt").write_text(log.replace("iters: 20", "iters: 1"))

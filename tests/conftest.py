@@ -35,7 +35,9 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def claimed_seconds(tool: str, text: str) -> float:
     """The least time a copy tool's output says its copies took (0 where it cannot be read): how long a fake
-    of it waits, so that clauses/plausible.py's too_fast sees an honest run."""
+    of it waits, so that clauses/plausible.py's too_fast sees an honest run. The product's own work model, with the
+    defaults of the version the output prints (nvbandwidth v0.7 on: 512 MiB x 16 copies x 2 samples per figure;
+    p2pBandwidthLatencyTest: 800 MB a cell), as the fake's command line gives no -b, -i or --numElems."""
     try:
         if tool == "nvbandwidth":
             return nvbandwidth_work(parse_nvbandwidth(text), ()).seconds

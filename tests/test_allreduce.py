@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DATA, nccl_log, nvml_recording
+from conftest import DATA, nccl_log, nvml_recording, staged_recording
 from judging import Judged, Output, judge
 
-from pytest_gpuaccept.clauses.allreduce import not_this_run
+from pytest_gpuaccept.clauses.allreduce import foreign_cuda, header_fields, not_this_run
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes._run import ToolRun
 from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
@@ -257,10 +257,13 @@ def test_the_torch_workload_output_reads_with_the_same_parser():
 ])
 @pytest.mark.parametrize("delta, outcome", [(-1.0, "passed"), (1.0, "failed")])
 def test_real_8_gpu_logs_judged_as_this_host_prints_them(tmp_path, name, max_bytes, delta, outcome):
-    """The real log with its rank lines on this recording's GPUs and the run's own PID; the table unchanged."""
+    """The real log with its rank lines on this recording's GPUs and the run's own PID; the table unchanged; NVML's
+    GPUs named as the log's rank lines name them (the host the log came from)."""
     expected = EXPECTED[name]["oop_busbw_at_largest"]
+    (model,) = {r.name for r in parse_all_reduce((DATA / "allreduce" / name).read_text()).rank_lines}
+    nvml = staged_recording(tmp_path, "h100_sxm5_8gpu.json", lambda r: [g.update(name=model) for g in r["gpus"]])
     judged = judge(contract(f"{expected + delta:.2f} GB/s", max_bytes=max_bytes, extra="  min_bytes: '8 B'\n", iters=None),
-                   nccl(nccl_log(DATA / "allreduce" / name)), tmp_path)
+                   nccl(nccl_log(DATA / "allreduce" / name)), tmp_path, nvml=Path(nvml.split("=", 1)[1]))
     check = judged.of("allreduce")[0]
     assert check.measured == pytest.approx(expected, abs=0.01)
     assert check.outcome.value == outcome, check.message
@@ -279,3 +282,34 @@ def test_the_real_h200_torch_rank_line_is_placed_on_its_gpu_by_bus_and_device():
     moved["gpus"][0]["pci_bus_id"] = "00000000:00:07.0"  # another slot on the same bus: not this GPU
     assert not_this_run(result, run, parse_host(moved), 1) == [
         "ranks on GPUs NVML does not list here: rank 0 at 0000:00:06 (NVML: GPU0 0000:00:07)"]
+
+
+SCATTER = DATA / "allreduce" / "scatter_aws_a100_2node_srun_prefixed_nccl_info_interleaved.txt"
+
+
+def test_nccls_own_cuda_driver_version_is_read_from_its_info_lines():
+    """The real AWS A100 log (NCCL_DEBUG=INFO): each of its 16 ranks logs `NCCL INFO cudaDriverVersion 12020`."""
+    assert parse_all_reduce(SCATTER.read_text()).cuda_driver_versions == (12020,)
+
+
+@pytest.mark.parametrize("cuda, problems", [
+    ("12.2", []),
+    ("12.6", ["NCCL's log says cudaDriverVersion 12020 (CUDA 12.2), but NVML here says CUDA 12.6: not this host's "
+              "output"]),
+])
+def test_nccls_cuda_driver_version_is_set_beside_nvmls(cuda, problems):
+    reading = json.loads((DATA / "nvml" / "a100_sxm4_40gb_8gpu.json").read_text())
+    assert reading["cuda"] == "12.2"  # the recording's own, as NVML read it
+    reading["cuda"] = cuda
+    assert foreign_cuda(parse_all_reduce(SCATTER.read_text()), parse_host(reading)) == problems
+
+
+def test_a_log_without_nccls_driver_line_leaves_it_unconfirmed_never_failed():
+    log = nccl_log(DATA / "allreduce" / "v100sxm2_1node_8gpu_old_error_column.txt").decode()
+    result = parse_all_reduce(log.replace("@PID@", "4242"))
+    host = parse_host(json.loads((DATA / "nvml" / "h100_sxm5_8gpu.json").read_text()))
+    assert foreign_cuda(result, host) == []
+    assert header_fields(result, host) == {
+        "header_confirmed": ["GPU names and PCI buses of the rank lines"],
+        "header_unconfirmed": ["CUDA: NCCL's cudaDriverVersion is not in the output (NCCL_DEBUG=INFO prints it)",
+                               "driver: nccl-tests does not print it"]}

@@ -1,7 +1,9 @@
 """host_bandwidth and the model table: nvbandwidth's host <-> GPU rows judged per GPU and direction, and
 every figure set beside the published one of the GPU's model, found by the PCI device ID sysfs gives.
 
-A clause's judgement is judged in process (tests/judging.py); one accepted and one rejected host stay whole runs."""
+A clause's judgement is judged in process (tests/judging.py); one accepted and one rejected host stay whole runs.
+Each real nvbandwidth output is judged on the host it ran on, as NVML reads it (its header's driver and CUDA version):
+`nvml/h100_sxm5_8gpu_acceptance_sheet.json` for the H100 runs, a recording staged here for the B300's."""
 
 
 import importlib.util
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from builders import h100_status, p5_log
-from conftest import DATA, nvml_recording, pci_tree
+from conftest import DATA, nvml_recording, pci_tree, staged_recording
 from judging import Output, judge
 
 from pytest_gpuaccept.models import by_device_id
@@ -21,9 +23,19 @@ from pytest_gpuaccept.probes.torch_hostbw import parse_torch_hostbw
 
 H100_RUNS = DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt"
 B300 = DATA / "nvbandwidth" / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt"
+SHEET = "h100_sxm5_8gpu_acceptance_sheet.json"  # H100_RUNS's host: driver 595.71.05, CUDA 13.2 (SOURCES.md)
 
 
 CONTRACT = "gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\n{section}"
+
+
+def host_copy_runs(text: str) -> str:
+    """The Korean sheet's own runs of the two host copy testcases (its last two nvbandwidth runs, one `-t` each),
+    verbatim but for the spreadsheet's closing quote: what nvbandwidth asked for host_to_device_memcpy_ce and
+    device_to_host_memcpy_ce prints, and no more (the sheet's other runs are copies it was not asked for, and the
+    fake would wait the 4.86 s they take besides the 4.97 s of these)."""
+    start = text.rindex("#" * 53, 0, text.index("Running device_to_host_memcpy_ce."))  # its separator line
+    return text[start:].rstrip().removesuffix('"') + "\n"
 
 
 def test_the_model_table_knows_the_h100_sxm5_by_its_device_id():
@@ -35,9 +47,9 @@ def test_the_model_table_knows_the_h100_sxm5_by_its_device_id():
 
 
 def test_each_gpu_and_direction_is_judged_on_its_cell_beside_the_pcie_figure(accept, fake_tools, tmp_path):
-    fake_tools.add("nvbandwidth", H100_RUNS)
+    fake_tools.add("nvbandwidth", host_copy_runs(H100_RUNS.read_text()))
     run = accept(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '50 GB/s'\n"),
-                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+                 nvml_recording(SHEET), pci_tree(tmp_path / "sys", "0x2330", SHEET))
     result = parse_nvbandwidth(H100_RUNS.read_text())
     h2d = result.matrices["host_to_device_memcpy_ce"].cells[0]
     d2h = result.matrices["device_to_host_memcpy_ce"].cells[0]
@@ -53,22 +65,30 @@ def test_each_gpu_and_direction_is_judged_on_its_cell_beside_the_pcie_figure(acc
 
 
 def test_a_slow_host_link_fails_per_gpu_and_direction(accept, fake_tools, tmp_path):
-    fake_tools.add("nvbandwidth", H100_RUNS)
+    fake_tools.add("nvbandwidth", host_copy_runs(H100_RUNS.read_text()))
     run = accept(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '55.3 GB/s'\n"),
-                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+                 nvml_recording(SHEET), pci_tree(tmp_path / "sys", "0x2330", SHEET))
     failed = sorted(c["subject"] for c in run.checks("host_bandwidth") if c["outcome"] != "passed")
     assert failed == [f"GPU{i}:d2h" for i in range(8)]  # D2H 55.18-55.26 GB/s, H2D 55.33-55.37
 
 
-def tree(root, device: str, recording: str = "h100_sxm5_8gpu.json") -> Path:
+def tree(root, device: str, recording: str | Path = "h100_sxm5_8gpu.json") -> Path:
     """conftest.pci_tree's sysfs, as the folder the harness reads."""
     pci_tree(root, device, recording)
     return root
 
 
+def b300_host(tmp_path: Path, driver: str = "610.57.04", cuda: str = "13.3") -> Path:
+    """CONSTRUCTED: the 8-GPU recording reading the driver and CUDA version the real B300 run prints (610.57.04, 13.3),
+    as its host's NVML would; another `driver` makes it a host the run did not come from."""
+    def change(reading):
+        reading.update(driver=driver, cuda=cuda)
+    return Path(staged_recording(tmp_path, "h100_sxm5_8gpu.json", change).split("=", 1)[1])
+
+
 def test_without_a_known_device_id_there_is_no_fraction_but_still_a_judgement(tmp_path):
     judged = judge(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '50 GB/s'\n"),
-                   {"nvbandwidth": Output(H100_RUNS)}, tmp_path, sysfs=tree(tmp_path / "sys", "0xffff"))
+                   {"nvbandwidth": Output(H100_RUNS)}, tmp_path, nvml=SHEET, sysfs=tree(tmp_path / "sys", "0xffff", SHEET))
     check = judged.of("host_bandwidth")[0]
     assert check.outcome.value == "passed" and "published" not in check.message
     assert "fraction_of_published" not in (check.details or {})
@@ -76,14 +96,36 @@ def test_without_a_known_device_id_there_is_no_fraction_but_still_a_judgement(tm
 
 def test_a_gpu_beyond_the_matrix_fails(tmp_path):
     judged = judge(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '50 GB/s'\n"),
-                   {"nvbandwidth": Output(B300)}, tmp_path, sysfs=tree(tmp_path / "sys", "0x2330"))  # 7 columns
+                   {"nvbandwidth": Output(B300)}, tmp_path, nvml=b300_host(tmp_path),
+                   sysfs=tree(tmp_path / "sys", "0x2330"))  # 7 columns
     check = judged.one("host_bandwidth", "GPU7:h2d")
     assert (check.outcome.value, check.message) == ("failed", "GPU7 not in nvbandwidth's matrix: it has 7 GPUs")
 
 
+def test_another_hosts_saved_host_copies_are_rejected_naming_nvmls_driver(tmp_path):
+    """The real H100 run (driver 595.71.05, CUDA 13.2) replayed, as long as its copies took, on H100s whose NVML reads
+    driver 560.35.03 (the 8-GPU recording): not this host's output, every GPU and direction fails naming both."""
+    judged = judge(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '50 GB/s'\n"),
+                   {"nvbandwidth": Output(H100_RUNS)}, tmp_path, sysfs=tree(tmp_path / "sys", "0x2330"))
+    checks = judged.of("host_bandwidth")
+    assert len(checks) == 16 and {c.outcome.value for c in checks} == {"failed"}
+    assert {c.message for c in checks} == {
+        "nvbandwidth's header says driver 595.71.05, but NVML here says driver 560.35.03: not this host's output"}
+    assert judged.verdict == "rejected"
+
+
+def test_the_same_host_copies_on_their_own_host_are_accepted_with_the_header_confirmed(tmp_path):
+    judged = judge(CONTRACT.format(count=8, section="host_bandwidth:\n  min_bandwidth: '50 GB/s'\n"),
+                   {"nvbandwidth": Output(H100_RUNS)}, tmp_path, nvml=SHEET, sysfs=tree(tmp_path / "sys", "0x2330", SHEET))
+    checks = judged.of("host_bandwidth")
+    assert {c.outcome.value for c in checks} == {"passed"} and judged.verdict == "accepted"
+    assert checks[0].details["header_confirmed"] == ["driver 595.71.05", "CUDA 13.2"]
+    assert checks[0].details["header_unconfirmed"] == ["GPU names and PCI addresses: nvbandwidth lists no device"]
+
+
 def test_p2p_figures_are_set_beside_half_the_nvlink_bandwidth_of_the_model(tmp_path):
     judged = judge(CONTRACT.format(count=7, section="p2p:\n  min_bandwidth: '700 GB/s'\n"),
-                   {"nvbandwidth": Output(B300)}, tmp_path, sysfs=tree(tmp_path / "sys", "0x3182"))
+                   {"nvbandwidth": Output(B300)}, tmp_path, nvml=b300_host(tmp_path), sysfs=tree(tmp_path / "sys", "0x3182"))
     check = judged.one("p2p", "GPU0->GPU1")
     assert check.message.endswith("85% of the published 900 GB/s (B300 SXM6 AC NVLink))")
     assert check.details["fraction_of_published"] == pytest.approx(check.measured / 900, abs=1e-3)

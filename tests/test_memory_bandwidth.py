@@ -1,15 +1,20 @@
 """memory_bandwidth: our PyTorch workload's output read back (recomputed, never taken on its word), judged
-against min_bandwidth or a fraction of the published figure of the GPU's model; a CPU figure never passes."""
+against min_bandwidth or a fraction of the published figure of the GPU's model; a CPU figure never passes.
+nvbandwidth's device_local_copy is judged only where its header is this host's (NVML's driver, CUDA version, GPUs)."""
 
 import importlib.util
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import DATA, nvml_recording, pci_tree
+from conftest import DATA, nvml_recording, pci_tree, staged_recording
+from judging import Output, judge
 
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.membw import parse_membw
+from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 RECORDED = (DATA / "torch" / "membw_cpu_2dev.txt").read_text()  # a real CPU run: devices "cpu"
 AS_GPUS = RECORDED.replace('"device": "cpu"', '"device": "cuda:0"', 1).replace('"device": "cpu"', '"device": "cuda:1"', 1)
@@ -88,3 +93,50 @@ def test_the_workload_runs_for_real_on_this_cpu_or_says_pytorch_is_missing():
         assert done.returncode == 0, done.stderr
         copies = parse_membw(done.stdout)
         assert copies[0].device == "cpu" and copies[0].gbyte_s > 0
+
+
+# ------------------------------------------------------------------ nvbandwidth's header against NVML
+
+H20 = (DATA / "nvbandwidth" / "h20-3e_8gpu_v0.8_device_local_copy.txt").read_text()  # driver 550.127.08, CUDA 12060
+NVB_CONTRACT = "gpuaccept: 1\nvendor: V\ngpus: {count: 8}\nmemory_bandwidth: {min_bandwidth: '2000 GB/s', tool: nvbandwidth}\n"
+
+
+def h20_host(tmp_path: Path, driver: str) -> Path:
+    """CONSTRUCTED: the 8-GPU recording as the host of the real H20-3e run: its `Device N: NAME (BUS)` lines as NVML's
+    GPUs (PCI device 0x232c, the H20-3e's in NVIDIA's open-gpu-kernel-modules README), CUDA 12.6 as its header's
+    12060, and the NVIDIA driver given: the run's own 550.127.08, or another host's."""
+    devices = re.findall(r"^Device (\d+): (.+?) \(([0-9a-f:]+)\)$", H20, re.M)
+
+    def change(reading):
+        reading.update(driver=driver, cuda="12.6")
+        for n, name, bus in devices:
+            reading["gpus"][int(n)].update(name=name, pci_bus_id=f"{bus}.0", pci_device_id="0x232c")
+        reading["cuda_devices"]["bus_ids"] = [sysfs_bus_id(g["pci_bus_id"]) for g in reading["gpus"]]
+    return Path(staged_recording(tmp_path, "h100_sxm5_8gpu.json", change).split("=", 1)[1])
+
+
+def _h20_judged(tmp_path: Path, driver: str):
+    nvml = h20_host(tmp_path, driver)
+    pci_tree(tmp_path / "sys", None, nvml)
+    return judge(NVB_CONTRACT, {"nvbandwidth": Output(H20)}, tmp_path, nvml=nvml, sysfs=tmp_path / "sys")
+
+
+def test_another_hosts_saved_local_copy_run_is_rejected_naming_nvmls_driver(tmp_path):
+    """The real H20-3e run replayed, as long as its copies took, on eight H20-3es at the buses it prints whose driver
+    is another (570.133.20): not this host's output, every GPU fails naming both versions."""
+    judged = _h20_judged(tmp_path, "570.133.20")
+    checks = judged.of("memory_bandwidth")
+    assert len(checks) == 8 and {c.outcome.value for c in checks} == {"failed"}
+    assert {c.message for c in checks} == {
+        "nvbandwidth's header says driver 550.127.08, but NVML here says driver 570.133.20: not this host's output"}
+    assert judged.verdict == "rejected"
+
+
+def test_the_same_run_on_its_own_host_is_accepted_with_its_header_confirmed(tmp_path):
+    judged = _h20_judged(tmp_path, "550.127.08")
+    checks = {c.subject: c for c in judged.of("memory_bandwidth")}
+    assert {c.outcome.value for c in checks.values()} == {"passed"} and judged.verdict == "accepted"
+    assert checks["GPU0"].measured == 2232.6
+    assert checks["GPU0"].details["header_confirmed"][:3] == [
+        "driver 550.127.08", "CUDA 12.6", "device 0 NVIDIA H20-3e at PCI 0000:18:00 (NVML GPU0)"]
+    assert checks["GPU0"].details["header_unconfirmed"] == []

@@ -112,11 +112,17 @@ memory_bandwidth: {{{threshold}{tool}}}
 
 def host_of(output: str, tmp_path) -> Path:
     """The NVML recording of the host an nvbandwidth output came from: its `Device N: NAME (BUS)` lines as NVML lists
-    them (the rest as the 8-GPU H100 recording has it), so that the output is this host's (clauses/plausible.py
+    them, its driver and CUDA version as NVML gives them (the rest as the 8-GPU H100 recording has it), so that the output is this host's (clauses/plausible.py
     refuses one that lists GPUs NVML does not have here)."""
     devices = re.findall(r"^Device (\d+): (.+?) \(([0-9a-f:]+)\)$", output, re.M)
+    driver = re.search(r"^Driver Version: (\S+)$", output, re.M)
+    cuda = re.search(r"^CUDA Driver Version: (\d+)", output, re.M)
 
     def change(reading):
+        if driver:  # the header's driver and CUDA version are NVML's on the host that printed it
+            reading["driver"] = driver.group(1)
+        if cuda:
+            reading["cuda"] = f"{int(cuda.group(1)) // 1000}.{int(cuda.group(1)) % 1000 // 10}"
         for n, name, bus in devices:
             reading["gpus"][int(n)].update(name=name, pci_bus_id=f"{bus}.0")
         reading["cuda_devices"]["bus_ids"] = [sysfs_bus_id(g["pci_bus_id"]) for g in reading["gpus"]]

@@ -6,16 +6,18 @@ failing, never passing on a number that went through host memory."""
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DATA, nvml_recording, pci_tree
+from conftest import DATA, nvml_recording, pci_tree, staged_recording
 from judging import Output, judge
 
 from pytest_gpuaccept.contract import ContractError, parse_contract
 from pytest_gpuaccept.probes import ParseError, _run
 from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
 from pytest_gpuaccept.probes.p2p_latency import parse_p2p_latency
+from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 from pytest_gpuaccept.probes.torch_p2p import parse_torch_p2p
 
 NVB = DATA / "nvbandwidth"
@@ -51,12 +53,31 @@ def test_the_p2p_latency_test_reads_as_expected():
 
 
 B300 = (NVB / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_total.txt").read_text()
+P2P_H100 = P2P / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt"
+P2P_H100_BUSES = ("19", "3b", "4c", "5d", "9b", "bb", "cb", "db")  # its `Device: N, ..., pciBusID: BB` lines
+
+
+def host_for(tmp_path, driver: str | None = None, cuda: str | None = None, buses: tuple[str, ...] = ()) -> Path:
+    """CONSTRUCTED: the 8-GPU H100 NVML recording as the host a real output came from: its driver and CUDA version
+    and the PCI buses the output printed (NVML's and CUDA's bus IDs alike), so that the output is this host's."""
+    def change(reading):
+        reading.update({k: v for k, v in (("driver", driver), ("cuda", cuda)) if v})
+        for gpu, bus in zip(reading["gpus"], buses):
+            gpu["pci_bus_id"] = f"00000000:{bus.upper()}:00.0"
+        reading["cuda_devices"]["bus_ids"] = [sysfs_bus_id(g["pci_bus_id"]) for g in reading["gpus"]]
+    return Path(staged_recording(tmp_path, "h100_sxm5_8gpu.json", change).split("=", 1)[1])
 
 
 def b300_host(tmp_path):
     """The NVML recording's GPUs as B300s (0x3182): B300 figures are more than an H100's NVLinks carry."""
     pci_tree(tmp_path / "sys", "0x3182")
     return tmp_path / "sys"
+
+
+def b300_judge(contract: str, tmp_path, output: str = B300):
+    """The B300 output judged on the host it came from: driver 610.57.04, CUDA 13.3 (its header), B300 GPUs."""
+    return judge(contract, {"nvbandwidth": Output(output)}, tmp_path, nvml=host_for(tmp_path, "610.57.04", "13.3"),
+                 sysfs=b300_host(tmp_path))
 
 
 @pytest.mark.parametrize("cut, why", [
@@ -92,8 +113,7 @@ def _judged(judged, clause="p2p"):
 
 
 def test_nvbandwidth_each_ordered_pair_is_judged_on_its_own_cells(tmp_path):
-    judged = judge(CONTRACT.format(count=7, minimum="700 GB/s", extra="  min_bidirectional: '1500 GB/s'\n"),
-                   {"nvbandwidth": Output(B300)}, tmp_path, sysfs=b300_host(tmp_path))
+    judged = b300_judge(CONTRACT.format(count=7, minimum="700 GB/s", extra="  min_bidirectional: '1500 GB/s'\n"), tmp_path)
     result = parse_nvbandwidth(B300)
     write = result.matrices["device_to_device_memcpy_write_ce"].cells
     read = result.matrices["device_to_device_memcpy_read_ce"].cells
@@ -121,16 +141,16 @@ def test_nvbandwidth_a_threshold_just_above_the_weakest_pairs_fails_those_pairs_
     lowest = min(pairs.values())
     weakest = sorted(f"GPU{i}->GPU{j}" for (i, j), value in pairs.items() if value == lowest)
     assert len(weakest) == 4  # four pairs at 764.16 GB/s in the real output: the other 38 stay above
-    judged = judge(CONTRACT.format(count=7, minimum=f"{lowest + 0.005:.3f} GB/s", extra=""),
-                   {"nvbandwidth": Output(B300)}, tmp_path, sysfs=b300_host(tmp_path))
+    judged = b300_judge(CONTRACT.format(count=7, minimum=f"{lowest + 0.005:.3f} GB/s", extra=""), tmp_path)
     failed = sorted(s for s, c in _judged(judged).items() if c.outcome.value != "passed")
     assert failed == weakest
 
 
 def test_p2p_latency_test_a_threshold_1_gb_s_above_a_cell_fails_that_pair_only(tmp_path):
-    output = Output(P2P / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt")
+    nvml = host_for(tmp_path, buses=P2P_H100_BUSES)
     judged = judge(CONTRACT.format(count=8, minimum="366.30 GB/s", extra="  tool: p2pBandwidthLatencyTest\n"),
-                   {"p2pBandwidthLatencyTest": output}, tmp_path)
+                   {"p2pBandwidthLatencyTest": Output(P2P_H100)}, tmp_path, nvml=nvml,
+                   sysfs=Path(pci_tree(tmp_path / "sys", "0x2330", nvml).split("=", 1)[1]))
     checks = _judged(judged)
     assert checks["GPU0->GPU1"].measured == 365.3 and checks["GPU7->GPU6"].measured == 393.08
     assert [s for s, c in checks.items() if c.outcome.value != "passed"] == ["GPU0->GPU1"]
@@ -140,11 +160,10 @@ def test_p2p_latency_test_a_threshold_1_gb_s_above_a_cell_fails_that_pair_only(t
 
 
 def test_a_pair_without_peer_access_fails_and_its_host_memory_figure_is_never_taken(accept, fake_tools, tmp_path):
-    text = (P2P / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt").read_text()
-    text = text.replace("Device=2 CAN Access Peer Device=5", "Device=2 CANNOT Access Peer Device=5")
+    text = P2P_H100.read_text().replace("Device=2 CAN Access Peer Device=5", "Device=2 CANNOT Access Peer Device=5")
     fake_tools.add("p2pBandwidthLatencyTest", text)
     run = accept(CONTRACT.format(count=8, minimum="300 GB/s", extra="  tool: p2pBandwidthLatencyTest\n"),
-                 nvml_recording("h100_sxm5_8gpu.json"))
+                 f"--gpuaccept-nvml={host_for(tmp_path, buses=P2P_H100_BUSES)}")
     check = _checks(run)["GPU2->GPU5"]
     assert (check["outcome"], check["measured"]) == ("failed", None)
     assert "CANNOT Access Peer" in check["message"]
@@ -153,7 +172,8 @@ def test_a_pair_without_peer_access_fails_and_its_host_memory_figure_is_never_ta
 
 def test_nvbandwidth_waiving_peer_copies_fails_every_pair(tmp_path):
     output = Output(NVB / "dcgm_tests_v0.5_json_verbose_1gpu_pcie3_waived_latency.json")
-    judged = judge(CONTRACT.format(count=2, minimum="10 GB/s", extra=""), {"nvbandwidth": output}, tmp_path)
+    judged = judge(CONTRACT.format(count=2, minimum="10 GB/s", extra=""), {"nvbandwidth": output}, tmp_path,
+                   nvml=host_for(tmp_path, "565.02"))
     checks = _judged(judged)
     assert {c.outcome.value for c in checks.values()} == {"failed"} and len(checks) == 2
     assert "nvbandwidth waived device_to_device_memcpy_write_ce, device_to_device_memcpy_read_ce: peer access is " \
@@ -161,8 +181,7 @@ def test_nvbandwidth_waiving_peer_copies_fails_every_pair(tmp_path):
 
 
 def test_more_gpus_contracted_than_the_matrix_has_fail(tmp_path):
-    judged = judge(CONTRACT.format(count=8, minimum="700 GB/s", extra=""), {"nvbandwidth": Output(B300)}, tmp_path,
-                   sysfs=b300_host(tmp_path))
+    judged = b300_judge(CONTRACT.format(count=8, minimum="700 GB/s", extra=""), tmp_path)
     checks = _judged(judged)
     assert checks["GPU0->GPU7"].outcome.value == "failed"
     assert checks["GPU0->GPU7"].message == "GPU0->GPU7 not in the nvbandwidth matrix: it has 7 GPUs"
@@ -187,10 +206,10 @@ def test_corpus_files_are_all_covered():
     assert sorted(p.name for p in P2P.iterdir() if p.name != "EXPECTED.yaml") == sorted(P2P_EXPECTED)
 
 
-def test_the_report_draws_the_pairs_as_a_heat_map(accept, fake_tools):
-    fake_tools.add("p2pBandwidthLatencyTest", P2P / "h100_8gpu_full_p2p_writes_spreadsheet_quoted_no_trailing_spaces.txt")
+def test_the_report_draws_the_pairs_as_a_heat_map(accept, fake_tools, tmp_path):
+    fake_tools.add("p2pBandwidthLatencyTest", P2P_H100)
     run = accept(CONTRACT.format(count=8, minimum="366.30 GB/s", extra="  tool: p2pBandwidthLatencyTest\n"),
-                 nvml_recording("h100_sxm5_8gpu.json"))
+                 f"--gpuaccept-nvml={host_for(tmp_path, buses=P2P_H100_BUSES)}")
     page = run.html
     assert "p2p (GB/s; row: from, column: to)" in page  # its row of the report's Pairs (report/pairs.py)
     assert 'title="GPU0->GPU1: failed">365.3<' in page and 'title="GPU7->GPU6: passed">393.08<' in page

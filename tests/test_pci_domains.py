@@ -1,6 +1,7 @@
 """PCI addresses as domain:bus:device:function everywhere: Azure-style hosts put every GPU on bus 00 of a PCI
 domain of its own (NVML `00000001:00:00.0`, sysfs `0001:00:00.0`, nccl-tests `[0001:00:00]`). A rank is placed on
-a GPU by its whole address; an old bus-only line (`[0x00]`) that several GPUs could answer is not measured."""
+a GPU by its whole address; an old bus-only line (`[0x00]`) that several GPUs could answer, by its CUDA device index
+through CUDA's device list of the run, and is not measured where that list was not read."""
 
 from __future__ import annotations
 
@@ -95,10 +96,12 @@ def test_an_address_in_no_known_form_is_refused_quoting_the_line():
 
 # ------------------------------------------------------------------ placement on NVML's GPUs (constructed hosts)
 
-def azure_reading(domains: list[int] | None = None, devices: list[int] | None = None) -> dict:
-    """CONSTRUCTED: the real 8-GPU H100 recording with the bus IDs an Azure ND H100 v5 VM has, each GPU on bus 00
-    of its own PCI domain (`0000000N:00:00.0`), CUDA's bus IDs to match. `devices`: devices of one bus instead."""
-    reading = json.loads((DATA / "nvml" / "h100_sxm5_8gpu.json").read_text())
+def azure_reading(domains: list[int] | None = None, devices: list[int] | None = None,
+                  source: str = "h100_sxm5_8gpu.json") -> dict:
+    """CONSTRUCTED: the real 8-GPU H100 (or `source`) recording with the bus IDs an Azure ND H100 v5 VM has, each GPU
+    on bus 00 of its own PCI domain (`0000000N:00:00.0`), CUDA's bus IDs to match. `devices`: devices of one bus
+    instead."""
+    reading = json.loads((DATA / "nvml" / source).read_text())
     for n, gpu in enumerate(reading["gpus"]):
         domain = (domains or list(range(1, 9)))[n]
         device = devices[n] if devices else 0
@@ -137,18 +140,46 @@ def test_a_rank_in_a_domain_nvml_does_not_list_is_elsewhere():
                         "GPU6 0007:00:00, GPU7 0008:00:00)"]
 
 
-def test_the_real_every_rank_0x00_lines_on_an_azure_host_are_not_measured_never_shared():
-    """The real 8-rank [0x00] log (nccl issue 583), its 8 lines read against a host whose GPUs sit in 8 domains."""
+def nccl583(change=lambda text: text) -> str:
+    """The real 8-rank [0x00] lines (nccl issue 583: 8 A100-SXM4-40GB of one host), with the `#` the page lost and
+    the PID of the run, and a column header."""
     real = (FOLDER / "nccl583_a100_8gpu_every_rank_bus_0x00_excerpt.txt").read_text()
     text = "".join(f"#{line.lstrip()}\n" for line in real.splitlines() if "Rank" in line)  # the `#` the page lost
-    text = re.sub(r"Pid \d+", "Pid 4242", text) + "#       size  count  type  redop  root  time  algbw  busbw  #wrong\n"
-    problems, unknown = judged(text, azure_reading())
+    return change(re.sub(r"Pid \d+", "Pid 4242", text)) + "#       size  count  type  redop  root  time  algbw  busbw  #wrong\n"
+
+
+A100_AZURE = azure_reading(source="a100_sxm4_40gb_8gpu.json")  # eight A100s, each on bus 00 of a domain of its own
+
+
+def test_the_real_every_rank_0x00_lines_are_placed_by_their_cuda_device_index():
+    """Each `device N [0x00]` line is CUDA's device N of the run: CUDA's device list puts it in domain N+1, one GPU."""
+    assert judged(nccl583(), A100_AZURE) == ([], None)
+
+
+def test_two_real_0x00_lines_naming_one_cuda_device_share_a_gpu():
+    problems, unknown = judged(nccl583(lambda t: t.replace("device  1 [0x00]", "device  0 [0x00]")), A100_AZURE)
+    assert problems == ["ranks share a GPU: ranks 0, 1 all on 0001:00:00 (GPU0)"] and unknown is None
+
+
+def test_the_real_a100_lines_replayed_where_nvml_has_h100s_are_not_this_hosts():
+    problems, _ = judged(nccl583(), azure_reading())
+    assert problems == ["rank 0's line names 'NVIDIA A100-SXM4-40GB' at 0001:00:00, where NVML has GPU0 'NVIDIA H100 "
+                        "80GB HBM3'; rank 1's line names 'NVIDIA A100-SXM4-40GB' at 0002:00:00, where NVML has GPU1 "
+                        "'NVIDIA H100 80GB HBM3'; rank 2's line names 'NVIDIA A100-SXM4-40GB' at 0003:00:00, where NVML "
+                        "has GPU2 'NVIDIA H100 80GB HBM3'; rank 3's line names 'NVIDIA A100-SXM4-40GB' at 0004:00:00, "
+                        "where NVML has GPU3 'NVIDIA H100 80GB HBM3': not this host's output"]
+
+
+def test_without_cudas_device_list_the_real_0x00_lines_are_not_measured_never_shared():
+    """An older recording without CUDA's device list: the bus alone does not say which GPU, nor does anything else."""
+    reading = {k: v for k, v in A100_AZURE.items() if k != "cuda_devices"}
+    problems, unknown = judged(nccl583(), reading)
     assert problems == []  # neither "shared" nor "elsewhere": the lines do not say
     assert unknown == ("where ranks 0, 1, 2, 3, 4, 5, 6, 7 ran is unknown: rank 0's line names PCI bus 0x00 alone "
-                       "(`[0x00]`, as nccl-tests before 2.14.1 prints it), and GPU0 (0001:00:00), GPU1 (0002:00:00), "
+                       "(`[0x00]`, as nccl-tests before 2.14.1 prints it), GPU0 (0001:00:00), GPU1 (0002:00:00), "
                        "GPU2 (0003:00:00), GPU3 (0004:00:00), GPU4 (0005:00:00), GPU5 (0006:00:00), GPU6 (0007:00:00), "
-                       "GPU7 (0008:00:00) all sit on that bus: an nccl-tests that prints [domain:bus:device] tells "
-                       "which GPU each rank ran on")
+                       "GPU7 (0008:00:00) all sit on that bus, and CUDA's device list of this run was not read: an "
+                       "nccl-tests that prints [domain:bus:device] tells which GPU each rank ran on")
 
 
 def test_old_lines_still_place_ranks_where_each_bus_has_one_gpu():
@@ -209,15 +240,27 @@ def test_the_azure_host_whose_ranks_share_a_gpu_is_rejected(accept, fake_tools, 
     assert run.json["verdict"] == "rejected"
 
 
-def test_old_bus_only_lines_on_the_azure_host_are_not_measured(azure_host, tmp_path):
+def test_old_bus_only_lines_on_the_azure_host_are_placed_by_device_index_and_accepted(azure_host, tmp_path):
     _nvml, sysfs, path = azure_host
     judged = judge(contract(), {"all_reduce_perf": Output(azure_log(path, lambda r: "0x00"))}, tmp_path, nvml=path,
                    sysfs=Path(sysfs.split("=", 1)[1]))
     check = judged.of("allreduce")[0]
+    assert check.outcome.value == "passed", check.message
+    assert check.details["header_confirmed"] == ["GPU names and PCI buses of the rank lines"]
+    assert "driver: nccl-tests does not print it" in check.details["header_unconfirmed"]
+
+
+def test_old_bus_only_lines_where_cuda_was_not_read_are_not_measured(tmp_path):
+    reading = {k: v for k, v in azure_reading().items() if k != "cuda_devices"}
+    path = tmp_path / "nvml-azure-without-cuda-constructed.json"
+    path.write_text(json.dumps(reading))
+    sysfs = Path(pci_tree(tmp_path / "sys", recording=path).split("=", 1)[1])
+    judged = judge(contract(), {"all_reduce_perf": Output(azure_log(path, lambda r: "0x00"))}, tmp_path, nvml=path,
+                   sysfs=sysfs)
+    check = judged.of("allreduce")[0]
     assert check.outcome.value == "not_measured"
     assert check.message.startswith("not measured: run: where ranks 0, 1, 2, 3, 4, 5, 6, 7 ran is unknown: "
-                                       "rank 0's line names "
-                                       "PCI bus 0x00 alone")
+                                    "rank 0's line names PCI bus 0x00 alone")
     assert "share" not in check.message
     assert judged.verdict != "accepted"
 

@@ -1,17 +1,21 @@
 """Plausibility (issue 25): a figure above what its path can carry, a run shorter than its own timed work, and an
 all_reduce size the command did not ask for never pass; honest hosts still do (tests/test_p2p.py and friends).
 
-The tool outputs are real (tests/data, with their sources in SOURCES.md). The PCIe link files under sys/ are
-constructed here, in the test's code: the kernel writes `32.0 GT/s PCIe` and `16` into current_link_speed and
-current_link_width of a Gen5 x16 function, and `8.0 GT/s PCIe` for Gen3.
+The tool outputs are real (tests/data, with their sources in SOURCES.md), each judged on the host it came from as NVML
+reads it (its header's driver, CUDA version and PCI bus IDs: `nvml/h100_sxm5_8gpu_acceptance_sheet.json` for the
+Korean sheet's nvbandwidth and p2pBandwidthLatencyTest, a recording staged here with another output's driver): a copy
+tool's header that is not this host's is refused before any figure is read (tests/test_copy_tool_headers.py). The PCIe
+link files under sys/ are constructed here, in the test's code: the kernel writes `32.0 GT/s PCIe` and `16` into
+current_link_speed and current_link_width of a Gen5 x16 function, and `8.0 GT/s PCIe` for Gen3.
 
 A clause's judgement is judged in process (tests/judging.py); one rejected and one accepted host stay whole runs."""
 
+import re
 from pathlib import Path
 
 import pytest
 from builders import pcie_links
-from conftest import DATA, nccl_log, nvml_recording, pci_tree
+from conftest import DATA, nccl_log, nvml_recording, pci_tree, staged_recording
 from judging import Output, judge
 
 from pytest_gpuaccept import models
@@ -31,6 +35,7 @@ B300 = DATA / "nvbandwidth" / "b300_sxm6_7gpu_v0.10.0_ce_full_bidir_read1_read2_
 PCIE_TOPO = DATA / "topo" / "pcie_8gpu_node_sys_no_nic_lmdeploy.txt"  # NODE / SYS between every pair: no NVLink
 P5 = DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt"
 DCGM = DATA / "nvbandwidth" / "dcgm_tests_v0.5_json_verbose_1gpu_pcie3_waived_latency.json"
+SHEET = "h100_sxm5_8gpu_acceptance_sheet.json"  # the host of P2P_H100 and NVB_H100: driver 595.71.05, buses 19, 3b, ...
 
 
 def p2p_contract(count, tool="nvbandwidth", extra=""):
@@ -41,17 +46,25 @@ def host_contract(count=8):
     return f"gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\nhost_bandwidth:\n  min_bandwidth: '10 GB/s'\n"
 
 
+def staged_host(tmp_path, source: str, driver: str, cuda: str | None = None) -> Path:
+    """CONSTRUCTED: the NVML recording `source` reading the driver (and CUDA version) a real output's header prints,
+    as the host that output ran on would."""
+    def change(reading):
+        reading.update({k: v for k, v in (("driver", driver), ("cuda", cuda)) if v})
+    return Path(staged_recording(tmp_path, source, change).split("=", 1)[1])
+
+
 # ------------------------------------------------------------------ 1. never above what the path carries
 
 
 def test_a_pcie_only_host_whose_p2p_tool_prints_nvlink_figures_fails_every_pair(accept, fake_tools, tmp_path):
     """The issue's host: H100s on PCIe only (topo -m: NODE and SYS), sysfs Gen5 x16, and a p2pBandwidthLatencyTest
-    that prints 365-393 GB/s: six times what PCIe Gen5 x16 carries."""
+    that prints 365-393 GB/s: six times what PCIe Gen5 x16 carries (its GPUs at the buses NVML reads here)."""
     fake_tools.add("nvidia-smi", PCIE_TOPO, when="topo -m")
     fake_tools.add("p2pBandwidthLatencyTest", P2P_H100)
-    sysfs = pci_tree(tmp_path / "sys", "0x2330")
-    pcie_links(tmp_path / "sys")
-    run = accept(p2p_contract(8, "p2pBandwidthLatencyTest"), nvml_recording("h100_sxm5_8gpu.json"), sysfs)
+    sysfs = pci_tree(tmp_path / "sys", "0x2330", SHEET)
+    pcie_links(tmp_path / "sys", recording=SHEET)
+    run = accept(p2p_contract(8, "p2pBandwidthLatencyTest"), nvml_recording(SHEET), sysfs)
     checks = {c["subject"]: c for c in run.checks("p2p")}
     assert len(checks) == 56 and {c["outcome"] for c in checks.values()} == {"failed"}
     assert checks["GPU0->GPU1"]["message"] == (
@@ -62,9 +75,9 @@ def test_a_pcie_only_host_whose_p2p_tool_prints_nvlink_figures_fails_every_pair(
     assert run.json["verdict"] == "rejected"
 
 
-def tree(root, device: str) -> Path:
-    """conftest.pci_tree's sysfs, as the folder the harness reads."""
-    pci_tree(root, device)
+def tree(root, device: str, recording: str | Path = "h100_sxm5_8gpu.json") -> Path:
+    """conftest.pci_tree's sysfs, as the folder the harness reads: the functions of `recording`'s GPUs."""
+    pci_tree(root, device, recording)
     return root
 
 
@@ -73,8 +86,10 @@ def outcomes(checks) -> set[str]:
 
 
 def test_a_card_without_nvlink_is_capped_by_its_own_pcie_generation_without_topology_or_sysfs(tmp_path):
-    """RTX 5090s (NVML: NVLink NotSupported; the model has none) and no link files: the model's Gen5 x16 caps it."""
-    judged = judge(p2p_contract(4), {"nvbandwidth": Output(NVB_H100)}, tmp_path, nvml="rtx5090_4gpu.json")
+    """RTX 5090s (NVML: NVLink NotSupported; the model has none; the driver and CUDA version the output prints) and no
+    link files: the model's Gen5 x16 caps it."""
+    nvml = staged_host(tmp_path, "rtx5090_4gpu.json", "595.71.05", "13.2")
+    judged = judge(p2p_contract(4), {"nvbandwidth": Output(NVB_H100)}, tmp_path, nvml=nvml)
     checks = {c.subject: c for c in judged.of("p2p")}
     assert outcomes(checks.values()) == {"failed"}
     message = checks["GPU0->GPU1"].message
@@ -87,7 +102,7 @@ def test_an_h100_pair_is_capped_by_its_nvlinks_and_an_honest_figure_passes(accep
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt", when="topo -m")
     fake_tools.add("p2pBandwidthLatencyTest", P2P_H100)
     run = accept(p2p_contract(8, "p2pBandwidthLatencyTest", "  min_bidirectional: '700 GB/s'\n"),
-                 nvml_recording("h100_sxm5_8gpu.json"), pci_tree(tmp_path / "sys", "0x2330"))
+                 nvml_recording(SHEET), pci_tree(tmp_path / "sys", "0x2330", SHEET))
     assert {c["outcome"] for c in run.checks()} == {"passed"}
     check = run.checks("p2p")[0]
     assert check["details"]["physical_cap"] == 450
@@ -100,9 +115,9 @@ def test_an_h100_pair_is_capped_by_its_nvlinks_and_an_honest_figure_passes(accep
 
 def test_a_host_copy_above_the_gpus_pcie_link_fails(tmp_path):
     """H100s whose links sysfs shows at Gen3 x16 (8 GT/s): the 55 GB/s host copies they print cannot be."""
-    sysfs = tree(tmp_path / "sys", "0x2330")
-    pcie_links(tmp_path / "sys", speed="8.0 GT/s PCIe")
-    judged = judge(host_contract(), {"nvbandwidth": Output(NVB_H100)}, tmp_path, sysfs=sysfs)
+    sysfs = tree(tmp_path / "sys", "0x2330", SHEET)
+    pcie_links(tmp_path / "sys", speed="8.0 GT/s PCIe", recording=SHEET)
+    judged = judge(host_contract(), {"nvbandwidth": Output(NVB_H100)}, tmp_path, nvml=SHEET, sysfs=sysfs)
     checks = {c.subject: c for c in judged.of("host_bandwidth")}
     assert outcomes(checks.values()) == {"failed"}
     assert checks["GPU0:h2d"].message == ("GPU0:h2d host to GPU reads 55.37 GB/s but the path is PCIe Gen3 x16, "
@@ -110,17 +125,18 @@ def test_a_host_copy_above_the_gpus_pcie_link_fails(tmp_path):
 
 
 def test_the_same_host_copies_pass_on_gen5_links(tmp_path):
-    sysfs = tree(tmp_path / "sys", "0x2330")
-    pcie_links(tmp_path / "sys")
-    judged = judge(host_contract(), {"nvbandwidth": Output(NVB_H100)}, tmp_path, sysfs=sysfs)
+    sysfs = tree(tmp_path / "sys", "0x2330", SHEET)
+    pcie_links(tmp_path / "sys", recording=SHEET)
+    judged = judge(host_contract(), {"nvbandwidth": Output(NVB_H100)}, tmp_path, nvml=SHEET, sysfs=sysfs)
     assert outcomes(judged.of("host_bandwidth")) == {"passed"}
     details = judged.of("host_bandwidth")[0].details
     assert (details["physical_cap"], details["physical_cap_source"]) == (
-        63, "PCIe Gen5 x16; from sysfs 0000:18:00.0 (max_link_speed, max_link_width)")
+        63, "PCIe Gen5 x16; from sysfs 0000:19:00.0 (max_link_speed, max_link_width)")
 
 
 def test_without_a_cap_the_figure_is_taken_on_the_tools_word_and_says_so(tmp_path):
-    judged = judge(host_contract(), {"nvbandwidth": Output(NVB_H100)}, tmp_path, sysfs=tree(tmp_path / "sys", "0xffff"))
+    judged = judge(host_contract(), {"nvbandwidth": Output(NVB_H100)}, tmp_path, nvml=SHEET,
+                   sysfs=tree(tmp_path / "sys", "0xffff", SHEET))
     check = judged.of("host_bandwidth")[0]
     assert check.outcome.value == "passed"
     assert check.message.endswith("; no physical cap (GPU0's PCIe link is unknown (no sysfs link files, no model)): "
@@ -145,14 +161,16 @@ def test_an_unreadable_link_is_no_link():
 
 
 def test_the_work_of_real_outputs():
-    """B300 nvbandwidth: 196 figures counted (7 + 7 + 7 + 7 host, 42 read, 42 write, 42 read1, 42 write1; no read2,
-    write2 or total: the same copies) at 64 MiB x 16 each. H100 p2pBandwidthLatencyTest: 4 matrices of 64 cells,
-    200 MB each one way and 400 MB each both ways."""
+    """B300 nvbandwidth v0.10: 196 figures counted (7 + 7 + 7 + 7 host, 42 read, 42 write, 42 read1, 42 write1; no
+    read2, write2 or total: the same copies), each 512 MiB x 16 copies x 2 of its 3 samples = 16 GiB; `-b 64`, an
+    eighth of that. H100 p2pBandwidthLatencyTest: 4 matrices of 64 cells, 800 MB each one way and 1.6 GB each both
+    ways, a diagonal cell's figure counting its bytes twice."""
     work = plausible.nvbandwidth_work(parse_nvbandwidth(B300.read_text()), ())
-    assert work.nbytes == 196 * 2**30 and work.seconds == pytest.approx(0.80, abs=0.01)
-    assert plausible.nvbandwidth_work(parse_nvbandwidth(B300.read_text()), ("-b", "512")).nbytes == 196 * 8 * 2**30
+    assert work.nbytes == 196 * 16 * 2**30 and work.seconds == pytest.approx(12.84, abs=0.01)
+    assert plausible.nvbandwidth_work(parse_nvbandwidth(B300.read_text()), ("-b", "64")).nbytes == 196 * 2 * 2**30
     work = plausible.p2p_latency_work(parse_p2p_latency(P2P_H100.read_text()))
-    assert work.nbytes == 128 * 200e6 + 128 * 400e6 and work.seconds == pytest.approx(0.80, abs=0.01)
+    assert work.nbytes == 2 * (56 * 800e6 + 8 * 1600e6) + 2 * (56 * 1600e6 + 8 * 3200e6)
+    assert work.nbytes == 345.6e9 and work.seconds == pytest.approx(3.22, abs=0.01)
 
 
 def test_a_run_shorter_than_its_work_is_not_a_measurement():
@@ -164,21 +182,27 @@ def test_a_run_shorter_than_its_work_is_not_a_measurement():
 
 
 def test_a_p2p_tool_that_finishes_instantly_fails(tmp_path):
+    """On the host it came from (NVML's buses are the ones it prints), printed at once: 3.22 s of copies in no time."""
     judged = judge(p2p_contract(8, "p2pBandwidthLatencyTest"), {"p2pBandwidthLatencyTest": Output(P2P_H100, seconds=0)},
-                   tmp_path, sysfs=tree(tmp_path / "sys", "0x2330"))
+                   tmp_path, nvml=SHEET, sysfs=tree(tmp_path / "sys", "0x2330", SHEET))
     messages = {c.message for c in judged.of("p2p")}
     assert outcomes(judged.of("p2p")) == {"failed"} and len(messages) == 1
     (message,) = messages
-    assert message.startswith("`") and "but reports moving 71.5 GiB" in message
-    assert message.endswith("s of copies (10,000,000 ints x 5 repeats per figure): not a measurement")
+    assert re.fullmatch(r"`p2pBandwidthLatencyTest` ran 0\.0\d s but reports moving 321\.9 GiB at 107 GB/s on average, "
+                        r"3\.22 s of copies \(40,000,000 ints x 5 repeats per figure\): not a measurement", message), message
+    honest = judge(p2p_contract(8, "p2pBandwidthLatencyTest"), {"p2pBandwidthLatencyTest": Output(P2P_H100)},
+                   tmp_path / "honest", nvml=SHEET, sysfs=tree(tmp_path / "sys2", "0x2330", SHEET))
+    assert outcomes(honest.of("p2p")) == {"passed"}
 
 
 @pytest.mark.parametrize("sleep, outcome", [(0, "failed"), (None, "passed")])
 def test_an_nvbandwidth_that_finishes_instantly_fails_host_bandwidth(tmp_path, sleep, outcome):
-    """DCGM's nvbandwidth v0.5 output (one GPU, 12.4 and 13.2 GB/s host copies: 1.26 s of copies at 64 MiB x 16):
-    printed at once it fails; printed after as long as its copies took (the harness's default) it passes."""
-    judged = judge(host_contract(1), {"nvbandwidth": Output(DCGM, seconds=sleep)}, tmp_path,
-                   sysfs=tree(tmp_path / "sys", "0x2330"))
+    """DCGM's nvbandwidth v0.5 output (one GPU, 12.4 and 13.2 GB/s host copies among 14 figures: 2.53 s of copies at
+    64 MiB x 16 x 2 of 3 samples each), on a host whose NVML reads its driver 565.02: printed at once it fails;
+    printed after as long as its copies took (the harness's default) it passes."""
+    nvml = staged_host(tmp_path, "h100_sxm5_8gpu.json", "565.02")
+    judged = judge(host_contract(1), {"nvbandwidth": Output(DCGM, seconds=sleep)}, tmp_path, nvml=nvml,
+                   sysfs=tree(tmp_path / "sys", "0x2330", nvml))
     checks = judged.of("host_bandwidth")
     assert len(checks) == 2 and outcomes(checks) == {outcome}
     assert all(("not a measurement" in c.message) == (outcome == "failed") for c in checks)

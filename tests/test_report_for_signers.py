@@ -18,7 +18,9 @@ from pytest_gpuaccept.report import compact_report
 from pytest_gpuaccept.report.pairs import grouped
 from pytest_gpuaccept.verdict import Check
 
-H100_8GPU = DATA / "nvml" / "h100_sxm5_8gpu.json"
+# The host the nvbandwidth output came from (driver 595.71.05, its GPUs' buses): tests/data/SOURCES.md
+SHEET = "h100_sxm5_8gpu_acceptance_sheet.json"
+H100_8GPU = DATA / "nvml" / SHEET
 NVB = DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt"
 FULL = (Path(__file__).resolve().parent.parent / "contracts" / "h100_sxm5_8gpu.yaml").read_text()
 
@@ -31,7 +33,7 @@ def rejected_8gpu(accept, fake_tools, tmp_path):
     fake_tools.add("nvidia-smi", h100_status(8), when="nvlink -s")
     fake_tools.add("nvidia-smi", h100_errors(8), when="nvlink -e")
     fake_tools.add("nvbandwidth", NVB)
-    fake_tools.add_nccl(nccl_log(DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt"), iters=1)
+    fake_tools.add_nccl(nccl_log(DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt", SHEET), iters=1)
     fake_tools.add("train-job", "training\n", hang=120)
     reading = json.loads(H100_8GPU.read_text())
     reading["utilisation"] = {"interval_s": 0.2, "fields": UTILISATION_FIELDS, "gpus": [
@@ -44,7 +46,7 @@ def rejected_8gpu(accept, fake_tools, tmp_path):
                 .replace("workload: builtin", "workload: [train-job]").replace('duration: "30 s"', 'duration: "1 s"')
                 .replace("repeats: 2", "repeats: 1\n  args: ['-n', '1']")
                 .replace('max_bytes: "8 GiB"', 'max_bytes: "16 GiB"'))  # the P5 log's sweep ends at 16 GiB
-    run = accept(contract, f"--gpuaccept-nvml={recording}", pci_tree(tmp_path / "sys"))
+    run = accept(contract, f"--gpuaccept-nvml={recording}", pci_tree(tmp_path / "sys", recording=SHEET))
     assert run.json["verdict"] == "rejected"
     return run
 

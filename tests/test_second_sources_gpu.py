@@ -5,8 +5,9 @@ second source.
 
 The tool outputs are real (tests/data, SOURCES.md); where a fraud needs other figures, the real output is edited
 here, in code, with its SUM lines added up again so that the parser reads it whole. The NVML states are the
-constructed recordings of tests/data/nvml, staged here; the sysfs trees are built here in the kernel's layout and
-wording (`32.0 GT/s PCIe`, `16`)."""
+constructed recordings of tests/data/nvml, staged here; a real nvbandwidth output is judged on the host it ran on
+(`h100_sxm5_8gpu_acceptance_sheet.json`: the driver and CUDA version its header prints), never on another's. The
+sysfs trees are built here in the kernel's layout and wording (`32.0 GT/s PCIe`, `16`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ NVB_H20 = DATA / "nvbandwidth" / "h20-3e_8gpu_v0.8_device_local_copy.txt"
 XD670 = DATA / "topo" / "h100_hgx_xd670_8gpu_nv18_12nic_ansi.txt"
 B200_TOPO = DATA / "topo" / "b200_8gpu_nv18_16nic_lines_repr.txt"
 H100_8 = "h100_sxm5_8gpu.json"
+SHEET = "h100_sxm5_8gpu_acceptance_sheet.json"  # NVB_H100's host: driver 595.71.05, CUDA 13.2 (SOURCES.md)
 BAD = ("failed", "not_measured")
 
 
@@ -48,6 +50,15 @@ def scaled(text: str, cases: tuple[str, ...], factor: float) -> str:
     return "\n".join(out) + "\n"
 
 
+def host_copy_runs(text: str) -> str:
+    """The Korean sheet's own runs of the two host copy testcases (its last two nvbandwidth runs, one `-t` each),
+    verbatim but for the spreadsheet's closing quote: what nvbandwidth asked for host_to_device_memcpy_ce and
+    device_to_host_memcpy_ce prints, and no more (the sheet's other runs are copies it was not asked for, and the
+    fake would wait the 4.86 s they take besides the 4.97 s of these)."""
+    start = text.rindex("#" * 53, 0, text.index("Running device_to_host_memcpy_ce."))  # its separator line
+    return text[start:].rstrip().removesuffix('"') + "\n"
+
+
 def gpus(count: int = 8, extra: str = "") -> str:
     return f"gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\n{extra}"
 
@@ -65,10 +76,11 @@ def accepted(judged) -> None:
     assert bad == [] and judged.verdict == "accepted"
 
 
-def honest_hgx(root) -> Path:
-    """The HGX H100's sysfs: its GPUs (0x2330) on Gen5 x16 links and its four NVSwitches (0x22a3)."""
-    pci_tree(root, "0x2330")
-    pcie_links(root)
+def honest_hgx(root, nvml: str = SHEET) -> Path:
+    """The HGX H100's sysfs: its GPUs (0x2330, at `nvml`'s bus IDs) on Gen5 x16 links and its four NVSwitches
+    (0x22a3)."""
+    pci_tree(root, "0x2330", nvml)
+    pcie_links(root, recording=nvml)
     return root
 
 
@@ -92,19 +104,29 @@ def staged(tmp_path, source: str, change) -> Path:
 
 def test_a_cat_of_a_saved_nvbandwidth_log_is_not_a_measurement(tmp_path):
     """nvbandwidth replaced by a script that `cat`s a saved log (one process runs every testcase): whatever it is
-    asked, it prints the log at once (seconds=0). The H100's copies: instant, the p2p and host figures claim 0.61 s of
-    copies the run never had time for. The H20's local copies (8 GiB at 1.1 TB/s) would fit in its 10 ms; but the log
-    names the GPUs it ran on, H20-3es at other addresses: not this host's."""
+    asked, it prints the log at once (seconds=0). The H100's copies, on the host it ran on: instant, the p2p and host
+    figures claim 9.83 s of copies the run never had time for. The H20's local copies (8 x 16 GiB at 1.1 TB/s, 0.12 s)
+    do not fit in its 10 ms either; and printed after as long as they took, the log still names the GPUs it ran on,
+    H20-3es where NVML has H100s: not this host's."""
     contract = gpus(extra="p2p: {min_bandwidth: '10 GB/s'}\nhost_bandwidth: {min_bandwidth: '10 GB/s'}\n")
-    judged = judge(contract, {"nvbandwidth": Output(NVB_H100, seconds=0)}, tmp_path / "h100",
+    judged = judge(contract, {"nvbandwidth": Output(NVB_H100, seconds=0)}, tmp_path / "h100", nvml=SHEET,
                    sysfs=honest_hgx(tmp_path / "sys"))
     for clause in ("p2p", "host_bandwidth"):
         failing = rejected_by(judged, clause)
         assert len(failing) == len(judged.of(clause)) == {"p2p": 56}.get(clause, 16), clause
-        assert all(c.message.endswith("not a measurement") for c in failing), (clause, failing[0].message)
+        assert all(c.message.endswith("9.83 s of copies (512 MiB x 16 copies x 2 of 3 samples per figure): not a "
+                                      "measurement") for c in failing), (clause, failing[0].message)
     assert " ran 0.0" in judged.of("p2p")[0].message
-    judged = judge(gpus(extra="memory_bandwidth: {min_bandwidth: '10 GB/s', tool: nvbandwidth}\n"),
-                   {"nvbandwidth": Output(NVB_H20, seconds=0)}, tmp_path / "h20", sysfs=honest_hgx(tmp_path / "sys2"))
+    contract = gpus(extra="memory_bandwidth: {min_bandwidth: '10 GB/s', tool: nvbandwidth}\n")
+    judged = judge(contract, {"nvbandwidth": Output(NVB_H20, seconds=0)}, tmp_path / "h20",
+                   sysfs=honest_hgx(tmp_path / "sys2", H100_8))
+    failing = rejected_by(judged, "memory_bandwidth")
+    assert len(failing) == len(judged.of("memory_bandwidth")) == 8
+    assert {c.message for c in failing} == {
+        "`nvbandwidth -t device_local_copy` ran 0.05 s but reports moving 128 GiB at 1.12e+03 GB/s on average, 0.12 s "
+        "of copies (512 MiB x 16 copies x 2 of 3 samples per figure): not a measurement"}
+    judged = judge(contract, {"nvbandwidth": Output(NVB_H20)}, tmp_path / "h20-waited",
+                   sysfs=honest_hgx(tmp_path / "sys3", H100_8))
     failing = rejected_by(judged, "memory_bandwidth")
     assert len(failing) == len(judged.of("memory_bandwidth")) == 8
     assert all(c.message.endswith("lists Device 0: NVIDIA H20-3e at PCI 00000000:18:00, where NVML has GPU0 "
@@ -114,7 +136,7 @@ def test_a_cat_of_a_saved_nvbandwidth_log_is_not_a_measurement(tmp_path):
 def test_1300_gb_s_over_h100_nvlinks_is_physically_impossible(tmp_path):
     nvb = scaled(NVB_H100.read_text(), ("device_to_device_memcpy_read_ce", "device_to_device_memcpy_write_ce"), 3.3)
     judged = judge(gpus(extra="p2p: {min_bandwidth: '350 GB/s'}\n"),
-                   {"nvidia-smi topo": Output(XD670), "nvbandwidth": Output(nvb)}, tmp_path,
+                   {"nvidia-smi topo": Output(XD670), "nvbandwidth": Output(nvb)}, tmp_path, nvml=SHEET,
                    sysfs=honest_hgx(tmp_path / "sys"))
     failing = rejected_by(judged, "p2p")
     assert len(failing) == 56
@@ -128,19 +150,19 @@ def test_1300_gb_s_over_h100_nvlinks_is_physically_impossible(tmp_path):
 def test_190_gb_s_host_copies_on_a_gen5_x16_link_are_physically_impossible(tmp_path):
     nvb = scaled(NVB_H100.read_text(), ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce"), 3.44)
     judged = judge(gpus(extra="host_bandwidth: {min_bandwidth: '50 GB/s'}\n"), {"nvbandwidth": Output(nvb)}, tmp_path,
-                   sysfs=honest_hgx(tmp_path / "sys"))
+                   nvml=SHEET, sysfs=honest_hgx(tmp_path / "sys"))
     failing = rejected_by(judged, "host_bandwidth")
     assert len(failing) == 16
     check = {c.subject: c for c in failing}["GPU0:h2d"]
     assert re.fullmatch(r"GPU0:h2d host to GPU reads 19\d\.\d+ GB/s but the path is PCIe Gen5 x16, at most 63 GB/s each "
                         r"way: physically impossible \(nvbandwidth\)", check.message), check.message
     assert (check.details["physical_cap"], check.details["physical_cap_source"]) == (
-        63, "PCIe Gen5 x16; from sysfs 0000:18:00.0 (max_link_speed, max_link_width)")
+        63, "PCIe Gen5 x16; from sysfs 0000:19:00.0 (max_link_speed, max_link_width)")
 
 
 def test_every_bandwidth_check_of_an_honest_hgx_carries_its_cap_and_its_source(tmp_path):
     contract = gpus(extra="p2p: {min_bandwidth: '350 GB/s'}\nhost_bandwidth: {min_bandwidth: '50 GB/s'}\n")
-    judged = judge(contract, {"nvidia-smi topo": Output(XD670), "nvbandwidth": Output(NVB_H100)}, tmp_path,
+    judged = judge(contract, {"nvidia-smi topo": Output(XD670), "nvbandwidth": Output(NVB_H100)}, tmp_path, nvml=SHEET,
                    sysfs=honest_hgx(tmp_path / "sys"))
     accepted(judged)
     for check in judged.of("p2p") + judged.of("host_bandwidth"):
@@ -236,7 +258,7 @@ def _two_switches(reading: dict) -> None:
                           "baseboard has 4"),
 ], ids=["no NVSwitch in sysfs", "another model's NVSwitches", "fewer NVSwitches than the baseboard has"])
 def test_phantom_nvswitches_fail_every_nvlink_pair(tmp_path, sysfs_change, nvml_change, message):
-    sysfs = honest_hgx(tmp_path / "sys")
+    sysfs = honest_hgx(tmp_path / "sys", H100_8)
     if sysfs_change:
         sysfs_change(tmp_path / "sys")
     nvml = staged(tmp_path, H100_8, nvml_change) if nvml_change else H100_8
@@ -355,7 +377,7 @@ def _renamed(name: str, device: str, mib: int, links: bool = True):
 def test_an_honest_hgx_h100_is_accepted_with_every_new_check(tmp_path):
     contract = gpus(extra="  model: 'H100 SXM5'\n  memory: '80 GB'\nnvlink: {every_pair: true, min_links: 18}\n"
                           "p2p: {min_bandwidth: '350 GB/s'}\nhost_bandwidth: {min_bandwidth: '50 GB/s'}\n")
-    judged = judge(contract, {"nvidia-smi topo": Output(XD670), "nvbandwidth": Output(NVB_H100)}, tmp_path,
+    judged = judge(contract, {"nvidia-smi topo": Output(XD670), "nvbandwidth": Output(NVB_H100)}, tmp_path, nvml=SHEET,
                    sysfs=honest_hgx(tmp_path / "sys"))
     accepted(judged)
     assert judged.of("nvlink")[0].details["sources"] == ["`nvidia-smi topo -m`", "NVML's links", "sysfs NVSwitches"]
@@ -413,10 +435,10 @@ def test_honest_pcie_and_nvl_cards_are_accepted(tmp_path, name, device, mib):
 def test_the_report_lists_the_clauses_taken_on_one_sources_word(accept, fake_tools, tmp_path):
     """An unknown device ID: no published capacity for gpus.memory, no cap for host_bandwidth; the driver version is
     NVML's alone. Each is a sentence of the report's box; the checks with two sources are not in it."""
-    fake_tools.add("nvbandwidth", NVB_H100)
+    fake_tools.add("nvbandwidth", host_copy_runs(NVB_H100.read_text()))
     contract = gpus(extra="  memory: '80 GB'\n  driver: '>=550'\nhost_bandwidth: {min_bandwidth: '50 GB/s'}\n")
     unknown = _renamed("NVIDIA H100 80GB HBM3", "0xffff", 81559)  # a device ID the table lacks, NVML and sysfs agreeing
-    run = accept(contract, staged_recording(tmp_path, H100_8, unknown), pci_tree(tmp_path / "sys", "0xffff"))
+    run = accept(contract, staged_recording(tmp_path, SHEET, unknown), pci_tree(tmp_path / "sys", "0xffff", SHEET))
     assert run.json["verdict"] == "accepted", [(c["clause"], c["message"]) for c in run.checks() if c["outcome"] != "passed"]
     page = run.html
     assert "What we could not confirm" in page

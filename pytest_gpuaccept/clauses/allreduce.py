@@ -11,7 +11,7 @@ from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes import nccl_tests, nvidia_smi, option_value
 from ..probes._run import parse_run
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
-from ..probes.sysfs import pci_address, pci_name
+from ..probes.sysfs import pci_address, pci_name, sysfs_bus_id
 from ..schema import Key
 from ..subjects import Subject, gpu_count
 from ..units import Bandwidth, Size, human_bytes, parse_size
@@ -86,7 +86,9 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
         largest = result.largest
         if largest is not None and (best is None or largest.oop_busbw_gbyte_s > best.oop_busbw_gbyte_s):
             best = largest
-    details = {"tables": tables, "tool": m.tool}
+    details: dict[str, Any] = {"tables": tables, "tool": m.tool}
+    if m.readings and m.readings[0].value is not None:
+        details.update(header_fields(m.readings[0].value, m.host))
     if problems:
         if best is None:
             return v.not_measured("; ".join(problems), details)
@@ -101,7 +103,7 @@ def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Cont
         {**details, **extra, **cap.details}
     check = plausible.over_ceiling(v, best.oop_busbw_gbyte_s, minimum, cap.gbyte_s * (1 + plausible.MARGIN)
                                    if cap.gbyte_s else None, f"physically impossible: {cap.path}, at most "
-                                   f"{cap.gbyte_s:g} GB/s + {plausible.MARGIN:.0%}", "busbw", found, where, suffix) \
+                                   f"{cap.gbyte_s or 0:g} GB/s + {plausible.MARGIN:.0%}", "busbw", found, where, suffix) \
         or v.at_least(best.oop_busbw_gbyte_s, minimum, "busbw", found, where=where, suffix=suffix)
     return plausible.confirmed(check, m.tool, cap)
 
@@ -154,7 +156,8 @@ def not_this_run(result: NcclResult, run: ToolRun, host: Host | None, gpu_count:
             problems.append(f"ranks ran as PID {', '.join(map(str, strangers[:4]))}, not as the process gpuaccept "
                             f"started (PID {run.pid}): this output is not this run's")
     if ranks and host is not None and not host.error:
-        problems += _misplaced(ranks, _nvml_places(host, gpu_count))
+        problems += _misplaced(ranks, _nvml_places(host, gpu_count), _cuda_order(host), host)
+    problems += foreign_cuda(result, host)
     asked = asked_iters(run.argv)
     if result.iters is not None and result.iters != asked:
         problems.append(f"the output says iters: {result.iters}, the run was asked for {asked}: not this run's output")
@@ -184,26 +187,52 @@ def _nvml_places(host: Host, gpu_count: int) -> dict[int, tuple[int, int, int]]:
     return places
 
 
-def _candidates(rank: RankLine, places: dict[int, tuple[int, int, int]]) -> list[int]:
-    """The GPUs a rank's line can name: the one at its domain:bus:device, or, from an old bus-only line, every
-    GPU on that bus, whatever its domain and device (one: placed; several: where it ran is unknown)."""
+def _cuda_order(host: Host) -> dict[int, int]:
+    """NVML's index of the GPU at each CUDA ordinal, as CUDA's own device list of this run's environment orders them
+    (probes/nvml.py: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER honoured, as in the tool gpuaccept starts with the
+    same environment); empty where that list was not read."""
+    cuda = host.cuda_devices
+    if cuda is None or cuda.error is not None:
+        return {}
+    by_bus = {sysfs_bus_id(g.pci_bus_id): g.index for g in host.gpus if g.pci_bus_id}
+    return {ordinal: by_bus[bus] for ordinal, bus in enumerate(cuda.bus_ids) if bus in by_bus}
+
+
+def _candidates(rank: RankLine, places: dict[int, tuple[int, int, int]], order: dict[int, int]) -> list[int]:
+    """The GPUs a rank's line can name: the one at its domain:bus:device; from an old bus-only line, every GPU on
+    that bus, narrowed where several sit on it (PCI domains of their own, or devices of one bus) to the one at the
+    line's CUDA device index (`order`: CUDA's device list), where that one is on the bus (one: placed; several:
+    where it ran is unknown)."""
     if rank.address is not None:
         return [i for i, place in places.items() if place == rank.address]
-    return [i for i, place in places.items() if place[1] == rank.bus]
+    on_bus = [i for i, place in places.items() if place[1] == rank.bus]
+    if len(on_bus) > 1 and order.get(rank.device) in on_bus:
+        return [order[rank.device]]
+    return on_bus
 
 
-def _misplaced(ranks: tuple[RankLine, ...], places: dict[int, tuple[int, int, int]]) -> list[str]:
-    """Ranks on a GPU NVML does not list, and ranks that share a GPU, among those their lines place."""
+def _misplaced(ranks: tuple[RankLine, ...], places: dict[int, tuple[int, int, int]], order: dict[int, int],
+               host: Host) -> list[str]:
+    """Ranks on a GPU NVML does not list, ranks that share a GPU, and ranks whose line names another GPU model than
+    NVML's GPU there, among those their lines place."""
     problems = []
-    elsewhere = [r for r in ranks if not _candidates(r, places)]
+    elsewhere = [r for r in ranks if not _candidates(r, places, order)]
     if elsewhere:
         problems.append("ranks on GPUs NVML does not list here: " + ", ".join(
             f"rank {r.rank} at {r.shown}" for r in elsewhere[:4]) +
             f" (NVML: {', '.join(f'GPU{i} {pci_name(p)}' for i, p in sorted(places.items()))})")
+    names = {g.index: g.name for g in host.gpus}
     shared: dict[int, list[int]] = {}
+    renamed = []
     for r in ranks:
-        if len(found := _candidates(r, places)) == 1:
+        if len(found := _candidates(r, places, order)) == 1:
             shared.setdefault(found[0], []).append(r.rank)
+            nvml = names.get(found[0], "")
+            if r.name and r.name.strip().lower() != nvml.strip().lower():
+                renamed.append(f"rank {r.rank}'s line names {r.name!r} at {pci_name(places[found[0]])}, where NVML "
+                               f"has GPU{found[0]} {nvml!r}")
+    if renamed:
+        problems.append("; ".join(renamed[:4]) + ": not this host's output")
     crowded = {index: rs for index, rs in shared.items() if len(rs) > 1}
     if crowded:
         problems.append("ranks share a GPU: " + "; ".join(
@@ -214,8 +243,9 @@ def _misplaced(ranks: tuple[RankLine, ...], places: dict[int, tuple[int, int, in
 
 def unplaced_ranks(result: NcclResult, host: Host | None, gpu_count: int) -> str | None:
     """Why where the ranks ran cannot be told, or None: an old bus-only rank line (`[0x00]`) names a bus that
-    several of the host's GPUs sit on (in PCI domains of their own, or as devices of one bus). Never read as
-    "shared": the line does not say which GPU, so the run is not measured."""
+    several of the host's GPUs sit on (in PCI domains of their own, or as devices of one bus), and its CUDA device
+    index does not name one of them through CUDA's device list (not read). Never read as "shared": the line does not
+    say which GPU, so the run is not measured."""
     if host is None or host.error:
         return None
     lined = {r.rank for r in result.rank_lines}
@@ -223,15 +253,48 @@ def unplaced_ranks(result: NcclResult, host: Host | None, gpu_count: int) -> str
         return (f"where ranks {', '.join(map(str, bare[:8]))} ran is unknown: their `# Rank` lines give no "
                 "`Pid ... device N [address]`")
     places = _nvml_places(host, gpu_count)
-    unknown = [(r, found) for r in result.rank_lines if len(found := _candidates(r, places)) > 1]
+    order = _cuda_order(host)
+    unknown = [(r, found) for r in result.rank_lines if len(found := _candidates(r, places, order)) > 1]
     if not unknown:
         return None
     rank, found = unknown[0]
     ranks = ", ".join(str(r.rank) for r, _ in unknown)
+    why = "CUDA's device list of this run was not read" if not order else \
+        f"CUDA's device {rank.device} is not one of them"
     return (f"where ranks {ranks} ran is unknown: rank {rank.rank}'s line names PCI bus 0x{rank.bus:02x} alone "
-            f"(`[0x{rank.bus:02x}]`, as nccl-tests before 2.14.1 prints it), and "
-            f"{', '.join(f'GPU{i} ({pci_name(places[i])})' for i in found)} all sit on that bus: "
+            f"(`[0x{rank.bus:02x}]`, as nccl-tests before 2.14.1 prints it), "
+            f"{', '.join(f'GPU{i} ({pci_name(places[i])})' for i in found)} all sit on that bus, and {why}: "
             "an nccl-tests that prints [domain:bus:device] tells which GPU each rank ran on")
+
+
+def foreign_cuda(result: NcclResult, host: Host | None) -> list[str]:
+    """NCCL's own `cudaDriverVersion N` lines (NCCL_DEBUG=INFO) against NVML's CUDA version: another is another
+    host's output. Absent lines are unconfirmed (header_fields), never a failure."""
+    if host is None or host.error or host.cuda is None:
+        return []
+    other = sorted({v for v in result.cuda_driver_versions if plausible.cuda_version(v) != host.cuda.strip()})
+    if not other:
+        return []
+    return [f"NCCL's log says cudaDriverVersion {other[0]} (CUDA {plausible.cuda_version(other[0])}), but NVML here "
+            f"says CUDA {host.cuda}: not this host's output"]
+
+
+def header_fields(result: NcclResult, host: Host | None) -> dict[str, list[str]]:
+    """What of the output's own word on where it ran NVML confirmed, and what the output does not say (unconfirmed):
+    the GPU each rank line names, and NCCL's CUDA driver version where NCCL_DEBUG=INFO printed it."""
+    if host is None or host.error:
+        return {"header_unconfirmed": ["nccl-tests' rank lines and versions: NVML was not read"]}
+    confirmed, unconfirmed = [], []
+    if result.rank_lines:
+        confirmed.append("GPU names and PCI buses of the rank lines")
+    else:
+        unconfirmed.append("GPU names and PCI addresses: no `# Rank` lines")
+    if result.cuda_driver_versions and host.cuda:
+        confirmed.append(f"CUDA {host.cuda} (NCCL's cudaDriverVersion)")
+    else:
+        unconfirmed.append("CUDA: NCCL's cudaDriverVersion is not in the output (NCCL_DEBUG=INFO prints it)")
+    unconfirmed.append("driver: nccl-tests does not print it")
+    return {"header_confirmed": confirmed, "header_unconfirmed": unconfirmed}
 
 
 def asked_size(argv: tuple[str, ...] | list[str], *flags: str) -> int | None:

@@ -3,8 +3,10 @@
 nvbandwidth `host_to_device_memcpy_ce` and `device_to_host_memcpy_ce` print one row (the CPU) and a
 column per GPU: cell [0][i] is GPU i's figure, `GPU<i>:h2d` and `GPU<i>:d2h`. Each is shown beside the
 PCIe x16 figure of the GPU's generation (from its PCI device ID), as a fraction of it. A figure above what
-the GPU's PCIe link carries fails, and a run shorter than its own timed copies is not a measurement
-(plausible.py).
+the GPU's PCIe link carries fails, and a run shorter than its own timed copies, or one whose header (driver, CUDA
+version, GPU names and PCI addresses) is not what NVML reads here, is not a measurement (plausible.py). What of the
+header NVML confirmed, and what the header lacks, is in each check's details (`header_confirmed`,
+`header_unconfirmed`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from ..contract import Contract
     from ..probes._run import ToolRunner
     from ..probes.nvbandwidth import NvBandwidth
+    from ..probes.nvml import Host
     from ..probes.torch_hostbw import HostBw
     from ..session import Session
 
@@ -64,11 +67,14 @@ class HostCopies:
     paths: plausible.Paths | None = None  # what each GPU's host link can carry (plausible.py)
     too_fast: str | None = None  # the run ended before the copies it reports could, or printed another host's GPUs
     waived: str | None = None  # nvbandwidth waived a testcase this clause needs: every GPU fails, quoting it
+    header: dict[str, list[str]] = field(default_factory=dict)  # what of nvbandwidth's header NVML confirmed, and not
 
 
-def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, paths: plausible.Paths | None = None) -> HostCopies:
-    """One row each for h2d and d2h; a run shorter than its copies, or one listing another host's GPUs (the paths'
-    NVML GPUs), is not a measurement."""
+def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, paths: plausible.Paths | None = None,
+                     host: Host | None = None) -> HostCopies:
+    """One row each for h2d and d2h; a run shorter than its copies, one listing another host's GPUs (the paths' NVML
+    GPUs), or one whose header is not NVML's `host` (another driver or CUDA version: plausible.foreign_header) is not
+    a measurement."""
     evidence = reading.evidence + models.evidence
     result = reading.value
     if result is None:
@@ -86,9 +92,10 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, paths: pl
         for index, value in enumerate(matrix.cells[0]):
             if value is not None:
                 figures[(index, aspect)] = value
+    foreign, header = plausible.foreign_header("nvbandwidth", plausible.nvbandwidth_said(result), host)
     too_fast = plausible.not_a_measurement(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()),
-                                           paths.gpus if paths else ())
-    return HostCopies(evidence, None, figures, min(columns), models, paths=paths, too_fast=too_fast)
+                                           paths.gpus if paths else ()) or foreign
+    return HostCopies(evidence, None, figures, min(columns), models, paths=paths, too_fast=too_fast, header=header)
 
 
 def from_torch(reading: Reading[HostBw], models: GpuModels, gpus: int, paths: plausible.Paths | None = None) -> HostCopies:
@@ -112,7 +119,7 @@ def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Con
     if m.waived:
         return v.failed(None, m.waived)
     if m.too_fast:
-        return v.failed(None, m.too_fast)
+        return v.failed(None, m.too_fast, dict(m.header))
     if subject.gpu >= m.columns:
         return v.failed(None, f"GPU{subject.gpu} not in {m.tool}'s matrix: it has {m.columns} GPUs")
     value = m.figures.get((subject.gpu, subject.aspect))
@@ -125,9 +132,10 @@ def judge(section: HostBandwidth, subject: Subject, m: HostCopies, contract: Con
     cap = plausible.host_cap(m.paths, subject.gpu) if m.paths else plausible.Cap(None, "the paths were not read")
     implausible = plausible.beyond(value, cap, f"{subject} {direction}")
     if implausible:
-        return plausible.confirmed(plausible.with_paths(v, m.paths).failed(value, f"{implausible} ({m.tool})", cap.details),
-                                   m.tool, cap)
+        return plausible.confirmed(plausible.with_paths(v, m.paths).failed(value, f"{implausible} ({m.tool})",
+                                                                           {**cap.details, **m.header}), m.tool, cap)
     details.update(cap.details)
+    details.update(m.header)
     where = f", host buffer on CPUs {m.cpus[subject.gpu]}" if m.cpus.get(subject.gpu) else ""
     if m.cpus.get(subject.gpu):
         details["host_cpus"] = m.cpus[subject.gpu]
@@ -157,7 +165,7 @@ def gpuaccept_host_copies(gpuaccept_state: Session, gpuaccept_contract: Contract
         return from_torch(reading, gpuaccept_models, count, paths)
     nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(  # an older bundle's own run, replayed
         state.runner, nvbandwidth_cases(gpuaccept_contract, state.runner), key="nvbandwidth_host")
-    return from_nvbandwidth(nvb, gpuaccept_models, paths)
+    return from_nvbandwidth(nvb, gpuaccept_models, paths, state.host())
 
 
 CLAUSE = Clause("host_bandwidth", SECTION, "test_host_bandwidth", PerGpuAspect(("h2d", "d2h"), "`GPU<i>:h2d`, `GPU<i>:d2h`"),

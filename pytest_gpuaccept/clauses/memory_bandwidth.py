@@ -13,7 +13,9 @@ our PyTorch workload (`tool: torch`, and the default without nvbandwidth):
 The threshold is `min_bandwidth`, or `min_fraction_of_peak` of the published figure of the GPU's model,
 found by its PCI device ID (a model the table lacks: not measured). A figure above the published one by
 more than MARGIN is no measurement of that memory, nor is a run that ended before the copies it reports
-could have (clauses/plausible.py): either fails, naming the figures.
+could have, nor one whose header (driver, CUDA version, GPU names and PCI addresses) is not what NVML reads
+here (clauses/plausible.py): each fails, naming the figures or both sources. What of the header NVML confirmed,
+and what the header lacks, is in each check's details (`header_confirmed`, `header_unconfirmed`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from ..probes._run import ToolRunner
     from ..probes.membw import MemCopy
     from ..probes.nvbandwidth import NvBandwidth
-    from ..probes.nvml import Gpu
+    from ..probes.nvml import Gpu, Host
     from ..session import Session
 
 TOOLS = ("nvbandwidth", "torch")
@@ -90,6 +92,7 @@ class MemoryCopies:
     waived: str | None = None
     copies: dict[int, LocalCopy] = field(default_factory=dict)
     too_fast: str | None = None  # the run ended before the copies it reports could, or printed another host's GPUs
+    header: dict[str, list[str]] = field(default_factory=dict)  # what of nvbandwidth's header NVML confirmed, and not
 
 
 def from_torch(reading: Reading[dict[int, MemCopy]], models: GpuModels) -> MemoryCopies:
@@ -104,9 +107,11 @@ def from_torch(reading: Reading[dict[int, MemCopy]], models: GpuModels) -> Memor
                         too_fast=too_fast)
 
 
-def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, gpus: Sequence[Gpu] = ()) -> MemoryCopies:
+def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, gpus: Sequence[Gpu] = (),
+                     host: Host | None = None) -> MemoryCopies:
     """device_local_copy's one row: cell [0][i] is GPU i, bytes copied per second; judged as twice that. A run shorter
-    than its copies, or one listing GPUs NVML does not have here (`gpus`), is not a measurement."""
+    than its copies, one listing GPUs NVML does not have here (`gpus`), or one whose header is not NVML's `host` (another
+    driver or CUDA version: plausible.foreign_header) is not a measurement."""
     evidence = reading.evidence + models.evidence
     result = reading.value
     if result is None:
@@ -119,9 +124,10 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], models: GpuModels, gpus: Seq
         return MemoryCopies("nvbandwidth", evidence, models, f"nvbandwidth printed no {LOCAL_COPY} row in GB/s")
     copies = {index: LocalCopy(2 * value, f"nvbandwidth {LOCAL_COPY} {value:g} GB/s copied, x 2: read + written")
               for index, value in enumerate(matrix.cells[0]) if value is not None}
+    foreign, header = plausible.foreign_header("nvbandwidth", plausible.nvbandwidth_said(result), host)
     too_fast = plausible.not_a_measurement(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()),
-                                           gpus)
-    return MemoryCopies("nvbandwidth", evidence, models, copies=copies, too_fast=too_fast)
+                                           gpus) or foreign
+    return MemoryCopies("nvbandwidth", evidence, models, copies=copies, too_fast=too_fast, header=header)
 
 
 def _minimum(section: MemoryBandwidth, m: MemoryCopies, index: int, v: Verdict) -> float | Check:
@@ -151,7 +157,7 @@ def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract:
     if m.waived:
         return v.failed(None, f"GPU{index}: {m.waived}")
     if m.too_fast:
-        return v.failed(None, m.too_fast)
+        return v.failed(None, m.too_fast, dict(m.header))
     copy = m.copies.get(index)
     if copy is None:
         return v.failed(None, f"GPU{index} was not measured ({m.tool} measured GPUs {sorted(m.copies)})")
@@ -163,6 +169,7 @@ def judge(section: MemoryBandwidth, subject: Subject, m: MemoryCopies, contract:
     details, note = fraction_note(copy.gbyte_s, published, what)
     cap = _cap(m, index)
     details.update(cap.details)
+    details.update(m.header)
     # Sanity before the threshold (ReFrame's sanity apart from performance): a copy faster than the memory can be
     # is no measurement, whatever the contract asks.
     what, suffix = f"GPU{index} device-local copy", f" ({copy.how}{note}{plausible.unchecked(cap)})"
@@ -206,7 +213,8 @@ def gpuaccept_memory_copies(gpuaccept_state: Session, gpuaccept_contract: Contra
     cases = nvbandwidth_cases(gpuaccept_contract, runner)
     if cases:
         nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(runner, cases, key="nvbandwidth_local")  # older bundle
-        return from_nvbandwidth(nvb, gpuaccept_models, gpuaccept_state.host().gpus)
+        host = gpuaccept_state.host()
+        return from_nvbandwidth(nvb, gpuaccept_models, host.gpus, host)
     reading = membw.run_membw(runner, gpu_count(gpuaccept_contract), section.size.nbytes, section.repeats)
     return from_torch(reading, gpuaccept_models)
 

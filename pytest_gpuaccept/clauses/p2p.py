@@ -17,7 +17,9 @@ to GPU j, and the pairs without peer access. How each tool's cells map to subjec
 
 Every figure is also held to what it could physically be (plausible.py): a pair's figure above what its
 NVLinks or PCIe link carry fails, and a run that ended before the copies it prints could have is not a
-measurement (every pair fails).
+measurement (every pair fails); so is one whose header (nvbandwidth's driver and CUDA version, either tool's GPU names
+and PCI addresses) is not what NVML reads here. Header fields a tool does not print are listed unconfirmed in each
+check's details (`header_unconfirmed`), those NVML confirmed under `header_confirmed`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from ..probes._run import ToolRunner
     from ..probes.nvbandwidth import NvBandwidth
     from ..probes.nvidia_smi import Topology
-    from ..probes.nvml import Gpu
+    from ..probes.nvml import Gpu, Host
     from ..probes.p2p_latency import P2pLatency
     from ..probes.torch_p2p import TorchP2p
     from ..session import Session
@@ -92,6 +94,7 @@ class P2pView:
     models: GpuModels | None = None  # for "x % of the published figure"
     paths: plausible.Paths | None = None  # what each pair's path can carry (plausible.py)
     too_fast: str | None = None  # the run ended before the copies it reports could, or printed another host's GPUs
+    header: dict[str, list[str]] = field(default_factory=dict)  # what of the tool's header NVML confirmed, and not
 
 
 def _offdiag(cells: tuple[tuple[float | None, ...], ...]) -> dict[tuple[int, int], float | None]:
@@ -103,7 +106,8 @@ def with_models(view: P2pView, models: GpuModels, paths: plausible.Paths | None 
     return replace(view, models=models, paths=paths, evidence=view.evidence + models.evidence)
 
 
-def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool, gpus: Sequence[Gpu] = ()) -> P2pView:
+def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool, gpus: Sequence[Gpu] = (),
+                     host: Host | None = None) -> P2pView:
     view = P2pView("nvbandwidth", reading.evidence, reading.failure)
     result = reading.value
     if result is None:
@@ -136,20 +140,23 @@ def from_nvbandwidth(reading: Reading[NvBandwidth], bidirectional: bool, gpus: S
             other = cells.get((c, r))
             if r < c and value is not None and other is not None:
                 view.both_ways[(r, c)] = min(value, other)
+    foreign, header = plausible.foreign_header("nvbandwidth", plausible.nvbandwidth_said(result), host)
     too_fast = plausible.not_a_measurement(reading.run, plausible.nvbandwidth_work(result, reading.run.argv if reading.run else ()),
-                                           gpus)
-    return replace(view, matrix_gpus=min(sizes, default=0), too_fast=too_fast)
+                                           gpus) or foreign
+    return replace(view, matrix_gpus=min(sizes, default=0), too_fast=too_fast, header=header)
 
 
-def from_p2p_latency(reading: Reading[P2pLatency], bidirectional: bool) -> P2pView:
+def from_p2p_latency(reading: Reading[P2pLatency], bidirectional: bool, host: Host | None = None) -> P2pView:
     result = reading.value
     if result is None:
         return P2pView(TOOLS[1], reading.evidence, reading.failure)
     writes = result.matrices.get("unidirectional_p2p_enabled_writes") or result.matrices.get("unidirectional_p2p_enabled")
     if writes is None:
         return P2pView(TOOLS[1], reading.evidence, "no Unidirectional P2P=Enabled matrix in the output")
+    foreign, header = plausible.foreign_header(TOOLS[1], plausible.p2p_latency_said(result), host)
+    work = plausible.p2p_latency_work(result, reading.run.argv if reading.run else ())
     view = P2pView(TOOLS[1], reading.evidence, matrix_gpus=len(writes),
-                   too_fast=plausible.too_fast(reading.run, plausible.p2p_latency_work(result)))
+                   too_fast=plausible.too_fast(reading.run, work) or foreign, header=header)
     connectivity = result.matrices.get("connectivity")
     for (i, j), value in _offdiag(writes).items():
         if (i, j) in result.no_peer_access or (connectivity is not None and connectivity[i][j] == 0):
@@ -203,7 +210,7 @@ def _unmeasurable(v: Verdict, m: P2pView, pairs: list[tuple[int, int]]) -> Check
     if m.no_peer_anywhere:
         return v.failed(None, m.no_peer_anywhere)
     if m.too_fast:
-        return v.failed(None, m.too_fast)
+        return v.failed(None, m.too_fast, dict(m.header))
     for i, j in pairs:
         if (i, j) in m.no_peer:
             return v.failed(None, f"GPU{i}->GPU{j}: {m.no_peer[(i, j)]}")
@@ -230,9 +237,11 @@ def judge_one_way(section: P2p, subject: Subject, m: P2pView, contract: Contract
     implausible = plausible.beyond(highest, cap, f"p2p GPU{i}->GPU{j}")
     if implausible:
         return plausible.confirmed(plausible.with_paths(v, m.paths).failed(
-            highest, f"{implausible} ({m.tool} {high_label})", {"figures": shown, "tool": m.tool, **cap.details}), m.tool, cap)
+            highest, f"{implausible} ({m.tool} {high_label})", {"figures": shown, "tool": m.tool, **cap.details, **m.header}),
+        m.tool, cap)
     details, note = fraction_note(lowest, *published(m, i, j, both=False))
-    check = v.at_least(lowest, minimum, f"GPU{i}->GPU{j}", {"figures": shown, "tool": m.tool, **details, **cap.details},
+    check = v.at_least(lowest, minimum, f"GPU{i}->GPU{j}", {"figures": shown, "tool": m.tool, **details, **cap.details,
+                                                           **m.header},
                        suffix=(f" ({m.tool}: {shown} GB/s" if len(figures) > 1 else f" ({m.tool} {label}") +
                        f"{note}{plausible.unchecked(cap)})")
     return plausible.confirmed(check, m.tool, cap)
@@ -260,9 +269,10 @@ def judge_both_ways(section: P2p, subject: Subject, m: P2pView, contract: Contra
     implausible = plausible.beyond(value, cap, f"p2p GPU{i}<->GPU{j}", "both ways together")
     if implausible:
         return plausible.confirmed(plausible.with_paths(v, m.paths).failed(
-            value, f"{implausible} ({m.tool})", {"tool": m.tool, **cap.details}), m.tool, cap)
+            value, f"{implausible} ({m.tool})", {"tool": m.tool, **cap.details, **m.header}), m.tool, cap)
     details, note = fraction_note(value, *published(m, i, j, both=True))
-    check = v.at_least(value, section.min_bidirectional.gbyte_s, f"GPU{i}<->GPU{j}", {"tool": m.tool, **details, **cap.details},
+    check = v.at_least(value, section.min_bidirectional.gbyte_s, f"GPU{i}<->GPU{j}",
+                       {"tool": m.tool, **details, **cap.details, **m.header},
                        suffix=f" ({m.tool}, both directions at once{note}{plausible.unchecked(cap)})")
     return plausible.confirmed(check, m.tool, cap)
 
@@ -289,11 +299,12 @@ def gpuaccept_p2p(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuacc
     if section.tool == "torch":
         reading = torch_p2p.run_torch_p2p(runner, count, section.size.nbytes, section.repeats, both)
         return with_models(from_torch(reading, count), gpuaccept_models, paths)
+    host = gpuaccept_state.host()
     if section.tool == "p2pBandwidthLatencyTest":
-        return with_models(from_p2p_latency(p2p_latency.run_p2p_latency(runner), both), gpuaccept_models, paths)
+        return with_models(from_p2p_latency(p2p_latency.run_p2p_latency(runner), both, host), gpuaccept_models, paths)
     nvb = gpuaccept_nvbandwidth or nvbandwidth.run_nvbandwidth(runner, nvbandwidth_cases(gpuaccept_contract, runner),
                                                                key="nvbandwidth_p2p")  # an older bundle's, replayed
-    return with_models(from_nvbandwidth(nvb, both, paths.gpus), gpuaccept_models, paths)
+    return with_models(from_nvbandwidth(nvb, both, paths.gpus, host), gpuaccept_models, paths)
 
 
 ONE_WAY = Clause("p2p", SECTION, "test_p2p_bandwidth", OrderedGpuPairs(), gpuaccept_p2p, judge_one_way,

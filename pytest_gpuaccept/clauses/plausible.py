@@ -12,16 +12,25 @@ Two questions are asked of every figure the p2p and host_bandwidth clauses judge
    whatever the slot. A card in a slower slot is therefore capped at its own maximum (lenient, never a false
    rejection); the slot's trained link is judged by `health.pcie_gen` and `pcie_width`. The
    NVLinks of a pair are counted by `nvidia-smi topo -m` (NV#) and by NVML (active links whose far end is
-   the peer or an NVSwitch); where both read, the lower count is the path. A figure above the cap by more
+   the peer or an NVSwitch, or whose far end NVML cannot name: in a VM the NVSwitches are not on the guest's PCI
+   bus, and NCCL too takes such links for invisible NVSwitches, NVIDIA/nccl#1182); where both read, the lower count
+   is the path. Every rate is the model's per-link one (gpus.json `nvlink.link_gbyte_s`), never PCIe's for a GPU
+   whose NVLinks NVML counts active. Where a GPU's links lead into switches sysfs does not list as NVIDIA bridge
+   functions (a VM's view), NVML's active links x that rate are the cap, and the cap says so. A figure above the cap by more
    than MARGIN fails, naming both numbers and the path. Where no cap can be computed (no model, no
    topology, no sysfs), the figure is taken on the tool's word, and the message says so.
 2. **Did the run last as long as its own work?** The copies a tool reports took at least bytes / rate
    each; their sum is the least wall time the run can have had. A run that ended sooner (ToolRun.duration_s)
-   did not measure what it prints. The bytes per reported figure: nvbandwidth 64 MiB x 16 copies (the
-   smallest default of any version: v0.2-v0.4 copy 64 MiB, later ones 512 MiB, 16 times each; `-b` MiB
-   on the command line where given), counting one stream of a bidirectional testcase;
-   p2pBandwidthLatencyTest 10,000,000 ints x 5 repeats = 200 MB per cell, 400 MB per bidirectional cell
-   (cuda-samples' numElems and repeat, fixed); our PyTorch workloads print their own timings.
+   did not measure what it prints. The copies per reported figure (probes/nvbandwidth.py `copies`): nvbandwidth's
+   buffer (`-b` MiB, else 64 MiB to v0.6 and 512 MiB from v0.7, 64 MiB where no version is printed) x 16 copies
+   (`--loopCount`) in each sample at or below the median printed, 2 of its 3 (`-i`; all of them with `-m`),
+   counting one stream of a bidirectional testcase; p2pBandwidthLatencyTest (probes/p2p_latency.py `cell_bytes`)
+   40,000,000 ints (`--numElems=N`) x 5 repeats = 800 MB per cell, twice that both ways, and a diagonal cell's
+   figure counts its bytes twice; our PyTorch workloads print their own timings.
+3. **Is it this host's output?** What a copy tool's header says of where it ran (nvbandwidth's driver and CUDA
+   driver version, every tool's device names and PCI addresses) is set beside NVML's (`foreign_header`): another
+   driver, another CUDA version, or a GPU NVML does not have there fails; a field the header lacks is listed as
+   unconfirmed in the check's details, never failed.
 """
 
 from __future__ import annotations
@@ -29,11 +38,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..models import TABLE_FILE
-from ..probes import option_value
-from ..probes.sysfs import link_gen, link_width, pci_address, read_pci_links, sysfs_bus_id
+from ..probes.nvbandwidth import copies as nvbandwidth_copies
+from ..probes.p2p_latency import cell_bytes as p2p_cell_bytes
+from ..probes.sysfs import link_gen, link_width, pci_address, pci_name, read_nvidia_bridges, read_pci_links, sysfs_bus_id
 from ..units import human_bytes
 from ..verdict import fmt
 from .sources import with_sources
@@ -44,7 +55,7 @@ if TYPE_CHECKING:
     from ..probes._run import Reading, ToolRun
     from ..probes.nvbandwidth import NvBandwidth
     from ..probes.nvidia_smi import Topology
-    from ..probes.nvml import Gpu
+    from ..probes.nvml import Gpu, Host
     from ..probes.p2p_latency import P2pLatency
     from ..session import Session
     from ..verdict import Check, Verdict
@@ -55,9 +66,39 @@ SLACK_S = 0.05  # and a run may end 5 % + 50 ms before its timed work (timer and
 # 4, 8, 15.75, 31.5, 63, 126.
 PCIE_LANE_GBYTE_S = {1: 0.25, 2: 0.5, 3: 15.75 / 16, 4: 31.5 / 16, 5: 63.0 / 16, 6: 126.0 / 16}
 LINKS_FILE = "sysfs-pci-links.json"
+SWITCHES_FILE = "sysfs-nvswitches.json"  # the NVIDIA bridge functions (NVSwitches) sysfs lists, bus ID -> device ID
+VM_VIEW = "a VM's view: no NVSwitch in sysfs"  # NVLinks into switches the PCI bus does not show
+# What a guest's DMI says of the machine it runs on (Hyper-V "Virtual Machine", QEMU/KVM, GCE, VMware, VirtualBox)
+VM_DMI = ("virtual machine", "kvm", "qemu", "google compute engine", "vmware", "virtualbox")
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace").strip() or None
+    except OSError:
+        return None
+
+
+def hypervisor(sys_root: Path) -> str | None:
+    """What sysfs shows of a hypervisor beneath this kernel, in words; None where it shows none: Hyper-V's VMBus
+    devices (Azure), Xen's `hypervisor/type`, or DMI naming a virtual machine. The kernel writes these, not a tool."""
+    vmbus = sys_root / "bus" / "vmbus" / "devices"
+    if vmbus.is_dir() and any(vmbus.iterdir()):
+        return "Hyper-V: sysfs bus/vmbus lists its devices"
+    if xen := _text(sys_root / "hypervisor" / "type"):
+        return f"{xen}: sysfs hypervisor/type"
+    for name in ("product_name", "sys_vendor"):
+        value = _text(sys_root / "class" / "dmi" / "id" / name)
+        if value and any(vm in value.lower() for vm in VM_DMI):
+            return f"{value}: sysfs DMI {name}"
+    return None
+
+
+def read_switches(sys_root: Path) -> dict[str, Any]:
+    """`sysfs-nvswitches.json`: every NVIDIA bridge function (NVSwitch) the PCI bus lists, bus ID -> device ID, and
+    what sysfs shows of a hypervisor (a guest sees no NVSwitch: its NVLinks lead into switches of the host's)."""
+    return {**read_nvidia_bridges(sys_root), "hypervisor": hypervisor(sys_root)}
 C2C_MODELS = ("GH200", "GB200", "GB300")  # the host link is NVLink-C2C, not PCIe: no PCIe cap applies
-NVB_BUFFER_MIB, NVB_LOOPS = 64, 16
-P2P_LATENCY_CELL_BYTES = 10_000_000 * 4 * 5
 
 
 # ------------------------------------------------------------------ the PCIe links, from sysfs
@@ -100,6 +141,8 @@ class Paths:
     gpus: tuple[Gpu, ...] = ()  # NVML's GPUs, with their NVLinks
     links: dict[int, PcieLink | None] | None = None  # None: sysfs not read
     evidence: tuple[str, ...] = ()
+    switches: dict[str, str] | None = None  # NVIDIA bridge functions (NVSwitches) sysfs lists; None: not read
+    hypervisor: str | None = None  # what sysfs shows of a hypervisor (a VM), in words; None: none shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,25 +153,32 @@ class Cap:
     gbyte_s: float | None
     path: str
     source: str = ""
+    note: str = ""  # what the check's message adds of how the cap was reached (a VM's view)
 
     @property
     def details(self) -> dict[str, Any]:
         """The cap as every bandwidth check's details carry it: the figure (None: unknown) and its source."""
         return {"physical_cap": None if self.gbyte_s is None else round(self.gbyte_s, 3),
-                "physical_cap_source": f"{self.path}; from {self.source}" if self.source else self.path}
+                "physical_cap_source": f"{self.path}; from {self.source}" if self.source else self.path,
+                **({"physical_cap_note": self.note} if self.note else {})}
 
 
 def read_paths(state: Session, models: GpuModels, topology: Reading[Topology] | None = None) -> Paths:
-    """The session's paths: NVML's host reading, sysfs's PCIe links (kept as evidence) and `topo -m` if read."""
+    """The session's paths: NVML's host reading, sysfs's PCIe links and NVSwitches (kept as evidence) and `topo -m` if
+    read."""
     host = state.host()
     reading = state.runner.reading(LINKS_FILE, lambda: read_pci_links(
         state.sys_root, {g.index: g.pci_bus_id for g in host.gpus if g.pci_bus_id}))
     entries = reading.get("gpus")
     links = None if not isinstance(entries, dict) else {int(i): parse_pci_link(e) for i, e in entries.items()
                                                         if str(i).isdigit() and isinstance(e, dict)}
+    switched = state.runner.reading(SWITCHES_FILE, lambda: read_switches(state.sys_root))
+    bridges, vm = switched.get("bridges"), switched.get("hypervisor")
+    switches = {str(k): str(v) for k, v in bridges.items()} if isinstance(bridges, dict) else None
     topo = topology.value if topology is not None else None
-    evidence = (LINKS_FILE, *(topology.evidence if topo is not None and topology is not None else ()))
-    return Paths(models, topo, tuple(host.gpus) if not host.error else (), links, evidence)
+    evidence = (LINKS_FILE, SWITCHES_FILE, *(topology.evidence if topo is not None and topology is not None else ()))
+    return Paths(models, topo, tuple(host.gpus) if not host.error else (), links, evidence, switches,
+                 str(vm) if vm else None)
 
 
 def _model(paths: Paths, index: int) -> Model | None:
@@ -136,7 +186,8 @@ def _model(paths: Paths, index: int) -> Model | None:
 
 
 def _nvml_links(paths: Paths, i: int, j: int) -> int | None:
-    """NVML's active NVLinks from GPU i that reach GPU j, directly or through an NVSwitch; None: not read."""
+    """NVML's active NVLinks from GPU i that reach GPU j, directly or through an NVSwitch (a far end that is no GPU,
+    or one NVML cannot name: a VM's invisible switch); None: not read."""
     by_index = {g.index: g for g in paths.gpus}
     if i not in by_index or j not in by_index:
         return None
@@ -145,8 +196,8 @@ def _nvml_links(paths: Paths, i: int, j: int) -> int | None:
         return None  # not read, or NVML would not say (NotSupported: a card without NVLink, or a vGPU guest)
     peer = sysfs_bus_id(by_index[j].pci_bus_id) if by_index[j].pci_bus_id else None
     other_gpus = {sysfs_bus_id(g.pci_bus_id) for g in paths.gpus if g.pci_bus_id and g.index != j}
-    return sum(1 for link in gpu.nvlinks if link.active and link.remote_bus_id and (
-        sysfs_bus_id(link.remote_bus_id) == peer or sysfs_bus_id(link.remote_bus_id) not in other_gpus))
+    return sum(1 for link in gpu.nvlinks if link.active and (not link.remote_bus_id or (
+        sysfs_bus_id(link.remote_bus_id) == peer or sysfs_bus_id(link.remote_bus_id) not in other_gpus)))
 
 
 def nvlinks_between(paths: Paths, i: int, j: int) -> tuple[int | None, str]:
@@ -179,10 +230,10 @@ def _pcie(paths: Paths, index: int) -> tuple[float, str, str] | None:
 
 
 def _per_link(model: Model, links: int) -> tuple[float, str] | None:
-    """What `links` NVLinks of a model carry each way: links x (both-ways figure / link count / 2); a bridged
-    card pair, half its bridge's figure."""
-    if model.nvlink_gbyte_s and model.nvlink_links:
-        rate = model.nvlink_gbyte_s / model.nvlink_links / 2
+    """What `links` NVLinks of a model carry each way: links (at most the model's) x its per-link rate (gpus.json
+    `nvlink.link_gbyte_s`); a bridged card pair, half its bridge's figure."""
+    rate = model.per_link_gbyte_s
+    if rate and model.nvlink_links:
         return min(links, model.nvlink_links) * rate, f"{rate:g} GB/s per link ({model.name})"
     if model.nvlink_bridge_gbyte_s:
         return model.nvlink_bridge_gbyte_s / 2, f"an NVLink bridge of {model.nvlink_bridge_gbyte_s:g} GB/s ({model.name})"
@@ -231,19 +282,22 @@ def host_cap(paths: Paths, index: int) -> Cap:
     return Cap(*pcie)
 
 
-def _gpu_links(paths: Paths, index: int, count: int) -> tuple[int | None, bool | None]:
-    """NVML's active NVLinks of GPU `index` that reach another of GPUs 0..count-1 or an NVSwitch, and whether any
-    leads into a switch; (None, None) where NVML's per-link state was not read."""
+def _gpu_links(paths: Paths, index: int, count: int) -> tuple[int | None, bool | None, bool]:
+    """NVML's active NVLinks of GPU `index` that reach another of GPUs 0..count-1 or an NVSwitch (a far end that is
+    no GPU, or one NVML cannot name), whether any leads into a switch, and whether those switches are unseen: sysfs
+    lists no NVIDIA bridge function at any far end (a VM's view); (None, None, False) where NVML's per-link state was
+    not read."""
     by_index = {g.index: g for g in paths.gpus}
     gpu = by_index.get(index)
     if gpu is None or gpu.nvlinks is None or gpu.nvlink_error:
-        return None, None
+        return None, None, False
     peers = {sysfs_bus_id(g.pci_bus_id) for g in paths.gpus if g.pci_bus_id and g.index < count and g.index != index}
     others = {sysfs_bus_id(g.pci_bus_id) for g in paths.gpus if g.pci_bus_id} | set(paths.models.sysfs_gpus or ()
                                                                                     if paths.models else ())
-    ends = [sysfs_bus_id(n.remote_bus_id) for n in gpu.nvlinks if n.active and n.remote_bus_id]
-    switched = [e for e in ends if e not in others]
-    return sum(1 for e in ends if e in peers) + len(switched), bool(switched)
+    ends = [sysfs_bus_id(n.remote_bus_id) if n.remote_bus_id else None for n in gpu.nvlinks if n.active]
+    switched = [e for e in ends if e is None or e not in others]
+    unseen = bool(switched) and paths.switches is not None and not any(e in paths.switches for e in switched if e)
+    return sum(1 for e in ends if e in peers) + len(switched), bool(switched), unseen
 
 
 def _reduce_in_switch(model: Model, switched: bool | None) -> bool:
@@ -267,23 +321,32 @@ def allreduce_cap(paths: Paths, count: int) -> Cap:
         model = _model(paths, index)
         if model is None:
             return Cap(None, f"GPU{index} is not in the model table: no link figure")
-        links, switched = _gpu_links(paths, index, count)
+        links, switched, unseen = _gpu_links(paths, index, count)
         carried = _per_link(model, model.nvlink_links if links is None else links) if (links or model.has_nvlink) else None
+        if links and carried is None and model.has_nvlink:  # NVLinks with no rate to multiply: never PCIe's cap
+            return Cap(None, f"GPU{index} has {links} active NVLinks (NVML), but the model table gives no per-link rate "
+                             f"of a {model.name}")
         if links == 0 or carried is None:
             pcie = _pcie(paths, index)
             if pcie is None:
                 return Cap(None, f"GPU{index} has no NVLink and its PCIe link is unknown")
-            caps.append(Cap(pcie[0], f"GPU{index}'s {pcie[1]}", pcie[2]))
+            down = links == 0 and model.has_nvlink  # NVML read the links of an NVLink model: none active
+            caps.append(Cap(pcie[0], f"GPU{index}'s {pcie[1]}" + (" (NVML: no NVLink active)" if down else ""),
+                            pcie[2] + ("; NVML for the NVLinks, none active" if down else "")))
             continue
         value, rate = carried
-        counted = "its NVLinks (the model's count; NVML's links not read)" if links is None else f"{links} NVLinks (NVML)"
+        counted = "NVLinks (the model's count; NVML's links not read)" if links is None else \
+            f"{links} NVLinks (NVML; {VM_VIEW})" if unseen else f"{links} NVLinks (NVML)"
+        vm = f" ({paths.hypervisor})" if paths.hypervisor else ""
+        note = f"{VM_VIEW}{vm}: the cap is NVML's {links} active NVLinks of GPU{index} x {rate}" if unseen else ""
+        links_from = f"NVML for the links ({VM_VIEW})" if unseen else "NVML for the links"
         if model.nvlink_links and _reduce_in_switch(model, switched):
             factor = 2 * (count - 1) / count
             caps.append(Cap(value * factor, f"GPU{index}'s {counted} x {rate}, x {factor:g} for reduction in the NVSwitch",
-                            f"NVML for the links, the model table ({TABLE_FILE}) for their rate and switches"))
+                            f"{links_from}, the model table ({TABLE_FILE}) for their rate and switches", note))
         else:
             caps.append(Cap(value, f"GPU{index}'s {counted} x {rate}",
-                            f"NVML for the links, the model table ({TABLE_FILE}) for their rate"))
+                            f"{links_from}, the model table ({TABLE_FILE}) for their rate", note))
     return min(caps, key=lambda c: c.gbyte_s if c.gbyte_s is not None else float("inf"))
 
 
@@ -320,8 +383,10 @@ def confirmed(check: Check, tool: str, cap: Cap) -> Check:
 
 
 def unchecked(cap: Cap) -> str:
-    """The note a figure gets where the path's cap is unknown."""
-    return "" if cap.gbyte_s is not None else f"; no physical cap ({cap.path}): taken on the tool's word"
+    """The note a figure gets where the path's cap is unknown, or where it says how the cap was reached (a VM's view)."""
+    if cap.gbyte_s is not None:
+        return f"; {cap.note}" if cap.note else ""
+    return f"; no physical cap ({cap.path}): taken on the tool's word"
 
 
 # ------------------------------------------------------------------ the run's time against its own work
@@ -337,10 +402,10 @@ class Work:
 
 
 def nvbandwidth_work(result: NvBandwidth, argv: tuple[str, ...] | list[str]) -> Work:
-    """Every GB/s cell, one stream of each bidirectional testcase: bufferSize x 16 copies at its rate."""
-    size = option_value(argv, "-b", "--bufferSize")
-    mib = int(size) if size and size.isdigit() else NVB_BUFFER_MIB
-    per_cell = mib * 2**20 * NVB_LOOPS
+    """Every GB/s cell, one stream of each bidirectional testcase: the copies its figure bounds (probes/nvbandwidth.py
+    `copies`: the buffer x loop count in each sample at or below the median) at its rate."""
+    counted = nvbandwidth_copies(result, argv)
+    per_cell = counted.per_figure
     nbytes = seconds = 0.0
     for key, matrix in result.matrices.items():
         if matrix.unit != "GB/s" or key.endswith(("_read2", "_write2", "_total")):
@@ -348,20 +413,24 @@ def nvbandwidth_work(result: NvBandwidth, argv: tuple[str, ...] | list[str]) -> 
         for value in (c for row in matrix.cells for c in row if c):
             nbytes += per_cell
             seconds += per_cell / (value * 1e9)
-    return Work(nbytes, seconds, f"{mib} MiB x {NVB_LOOPS} copies per figure")
+    return Work(nbytes, seconds, counted.basis)
 
 
-def p2p_latency_work(result: P2pLatency) -> Work:
-    """Every bandwidth cell: 200 MB of copies (400 MB both ways) at its rate."""
+def p2p_latency_work(result: P2pLatency, argv: tuple[str, ...] | list[str] = ()) -> Work:
+    """Every bandwidth cell: 800 MB of copies (`--numElems`; twice that both ways) at its rate, a diagonal cell's
+    bytes counted twice as its figure counts them (read and written)."""
+    per_cell = p2p_cell_bytes(argv)
     nbytes = seconds = 0.0
     for key, cells in result.matrices.items():
         if key.startswith(("latency", "connectivity")):
             continue
-        per_cell = P2P_LATENCY_CELL_BYTES * (2 if key.startswith("bidirectional") else 1)
-        for value in (c for row in cells for c in row if c > 0):
-            nbytes += per_cell
-            seconds += per_cell / (value * 1e9)
-    return Work(nbytes, seconds, "10,000,000 ints x 5 repeats per figure")
+        for r, row in enumerate(cells):
+            for c, value in enumerate(row):
+                if value > 0:
+                    counted = per_cell * (2 if key.startswith("bidirectional") else 1) * (2 if r == c else 1)
+                    nbytes += counted
+                    seconds += counted / (value * 1e9)
+    return Work(nbytes, seconds, f"{per_cell // 20:,} ints x 5 repeats per figure")
 
 
 def torch_work(text: str) -> Work:
@@ -403,6 +472,90 @@ def foreign_devices(run: ToolRun | None, gpus: Sequence[Gpu]) -> str | None:
         if match.group(2).strip().lower() != gpu.name.strip().lower():
             return f"{said}, where NVML has GPU{gpu.index} {gpu.name!r}: not this host's output"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """What a tool's header says of where it ran (None: it does not say): the NVIDIA driver, CUDA's driver API version
+    (cuDriverGetVersion, 12080 for 12.8), and each device as (CUDA ordinal, name, (domain, bus, device) or None)."""
+
+    driver: str | None = None
+    cuda_driver: int | None = None
+    devices: tuple[tuple[int, str, tuple[int, int, int] | None], ...] = ()
+
+
+def _place(bus_id: str | None) -> tuple[int, int, int] | None:
+    address = pci_address(bus_id) if bus_id else None
+    return None if address is None else address[:3]
+
+
+def nvbandwidth_said(result: NvBandwidth) -> Said:
+    """nvbandwidth's header: `Driver Version`, `CUDA Driver Version`, and its `Device N: NAME (BUS)` lines (the p2p
+    clause's; memory_bandwidth and host_bandwidth judge the same run)."""
+    return Said(result.driver, result.cuda_driver, tuple((d.ordinal, d.name, _place(d.bus_id)) for d in result.devices))
+
+
+def p2p_latency_said(result: P2pLatency) -> Said:
+    """p2pBandwidthLatencyTest's `Device: N, NAME, pciBusID: B, pciDeviceID: D, pciDomainID:M` lines (no driver)."""
+    addresses = result.pci_addresses or (None,) * len(result.gpus)
+    return Said(devices=tuple((n, name, where) for n, (name, where) in enumerate(zip(result.gpus, addresses))))
+
+
+def cuda_version(number: int) -> str:
+    """cuDriverGetVersion's 12080 as NVML's nvmlSystemGetCudaDriverVersion is shown (probes/nvml.py): `12.8`."""
+    return f"{number // 1000}.{(number % 1000) // 10}"
+
+
+def _said_devices(tool: str, said: Said, host: Host) -> tuple[str | None, list[str], list[str]]:
+    """Each device line against NVML's GPU at its PCI address, or (a line with the name alone) at its CUDA ordinal as
+    CUDA's device list in this run's environment (CUDA_VISIBLE_DEVICES honoured) orders them."""
+    places = {where[:3]: gpu for gpu in host.gpus if (where := pci_address(gpu.pci_bus_id)) is not None}
+    cuda = host.cuda_devices
+    ordered = list(cuda.bus_ids) if cuda is not None and cuda.error is None else None
+    by_bus = {sysfs_bus_id(g.pci_bus_id): g for g in host.gpus if g.pci_bus_id}
+    confirmed, unconfirmed = [], []
+    for ordinal, name, address in said.devices:
+        shown = f"{tool}'s device {ordinal} {name!r}"
+        if address is not None:
+            gpu = places.get(address)
+            if gpu is None:
+                listed = ", ".join(f"GPU{g.index} {sysfs_bus_id(g.pci_bus_id)}" for g in host.gpus if g.pci_bus_id)
+                return f"{shown} is at PCI {pci_name(address)}, where NVML lists no GPU here (NVML: {listed})", [], []
+            at = f"at PCI {pci_name(address)}"
+        elif ordered is not None and ordinal < len(ordered) and ordered[ordinal] in by_bus:
+            gpu, at = by_bus[ordered[ordinal]], f"CUDA device {ordinal} ({ordered[ordinal]})"
+        else:
+            unconfirmed.append(f"{shown}: no PCI address, and CUDA's device list was not read")
+            continue
+        if name.strip().lower() != gpu.name.strip().lower():
+            return f"{shown} is {at}, where NVML has GPU{gpu.index} {gpu.name!r}", [], []
+        confirmed.append(f"device {ordinal} {name} {at} (NVML GPU{gpu.index})")
+    return None, confirmed, unconfirmed
+
+
+def foreign_header(tool: str, said: Said, host: Host | None) -> tuple[str | None, dict[str, list[str]]]:
+    """Why a tool's header is not this host's (another NVIDIA driver, CUDA version or GPU than NVML reads here: a
+    saved output of another host replayed), or None; and the details every check of the run carries: which of
+    its fields NVML confirmed, and which the header lacks (unconfirmed, never a failure)."""
+    if host is None or host.error:
+        return None, {"header_unconfirmed": [f"{tool}'s header: NVML was not read"]}
+    confirmed: list[str] = []
+    unconfirmed: list[str] = []
+    for what, printed, nvml in (("driver", said.driver, host.driver),
+                                ("CUDA", cuda_version(said.cuda_driver) if said.cuda_driver else None, host.cuda)):
+        if printed is None or nvml is None:
+            unconfirmed.append(f"{what}: {tool} does not print it" if printed is None else f"{what}: NVML did not say")
+        elif printed.strip() != nvml.strip():
+            return (f"{tool}'s header says {what} {printed}, but NVML here says {what} {nvml}: not this host's output",
+                    {"header_confirmed": confirmed})
+        else:
+            confirmed.append(f"{what} {printed}")
+    why, devices, unplaced = _said_devices(tool, said, host)
+    if why is not None:
+        return f"{why}: not this host's output", {"header_confirmed": confirmed}
+    if not said.devices:
+        unplaced.append(f"GPU names and PCI addresses: {tool} lists no device")
+    return None, {"header_confirmed": confirmed + devices, "header_unconfirmed": unconfirmed + unplaced}
 
 
 def not_a_measurement(run: ToolRun | None, work: Work, gpus: Sequence[Gpu]) -> str | None:

@@ -29,6 +29,8 @@ _NCCL_VERSION = re.compile(r"^#?\s*NCCL version\s+(\S+)")
 _COMPILED_WITH = re.compile(r"^#\s*NCCL Tests compiled with NCCL\s+(\S+)")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
+# NCCL_DEBUG=INFO: `host:pid:tid [dev] NCCL INFO cudaDriverVersion 12020` (cuDriverGetVersion, per rank)
+_CUDA_DRIVER = re.compile(r"NCCL INFO cudaDriverVersion (\d+)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class NcclResult:
     rank_lines: tuple[RankLine, ...] = ()
     iters: int | None = None  # as the header says (`warmup iters: 5 iters: 20`)
     warmup_iters: int | None = None
+    cuda_driver_versions: tuple[int, ...] = ()  # NCCL INFO `cudaDriverVersion N` lines, where NCCL_DEBUG=INFO
 
     def timed_seconds(self, iters: int) -> float:
         """The least wall time the table implies: every size's out-of-place and in-place time x iterations."""
@@ -151,11 +154,15 @@ class _Log:
     collective: str | None = None
     avg: float | None = None
     validation_off: bool = False
+    cuda_drivers: set[int] = field(default_factory=set)
 
     def read(self, raw: str) -> None:
         """One line: an error, a rank's placement, a fact of the run, the table's header, a row, or noise."""
         stripped = _PREFIX.sub("", raw, count=1).strip()
         if not stripped:
+            return
+        if "cudaDriverVersion" in stripped and (driver := _CUDA_DRIVER.search(stripped)):
+            self.cuda_drivers.add(int(driver.group(1)))
             return
         if self.may_have_errors and _ERROR_LINE.search(stripped):
             self.errors.append(stripped)
@@ -204,7 +211,7 @@ class _Log:
         return NcclResult(tuple(self.rows), max(self.ranks) + 1 if self.ranks else None, self.n_gpus, self.max_bytes,
                           self.tests_version, self.nccl_version, self.collective, self.avg, check, tuple(self.errors),
                           self.validation_off, tuple(self.rank_lines), iters[1] if iters else None,
-                          iters[0] if iters else None)
+                          iters[0] if iters else None, tuple(sorted(self.cuda_drivers)))
 
 
 def parse_rank_line(line: str) -> RankLine | None:

@@ -17,6 +17,13 @@ cannot run (peer access not possible, a single GPU) is printed `Waiving <testcas
 `Waived: ` in its place (v0.5 and later) or `"status": "Waived"` (JSON): it is kept as waived, with the
 words printed, never as a number. A verification ASSERT, an abort or an error line, a cut or elided
 matrix: ParseError, quoting the line.
+
+The header is kept as the tool's word on where it ran, for a judge to set beside NVML's (clauses/plausible.py):
+
+    CUDA Runtime Version: 12060                      (v0.2-v0.8; v0.10: `13.3 (13030)`)
+    CUDA Driver Version: 12060                       (v0.10: `CUDA Driver Version (API): 13.3 (13030)`)
+    Driver Version: 560.35.05
+    Device 0: NVIDIA A100-SXM4-40GB (00000000:99:00)  (v0.2-v0.4: the name alone; v0.10 lists none)
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import ParseError
+from . import ParseError, option_value
 from ._run import Reading, ToolRunner, parse_run
 
 TOOL = "nvbandwidth"
@@ -35,6 +42,11 @@ _SUM = re.compile(r"^SUM (\w+) ([\d.]+)\s*$")
 _COV = re.compile(r"^COEFFICIENT_OF_VARIATION (\w+) ([\d.]+)\s*$")
 _VERSION = re.compile(r"nvbandwidth Version: (\S+)")
 _DRIVER = re.compile(r"^Driver Version: (\S+)")
+# cuDriverGetVersion as printed: `12080` (v0.2-v0.8), `13.3 (13030)` (v0.10, `CUDA Driver Version (API)`)
+_CUDA_DRIVER = re.compile(r"^CUDA Driver Version(?: \(API\))?: (?:\S+ \()?(\d+)\)?\s*$")
+_CUDA_RUNTIME = re.compile(r"^CUDA Runtime Version: (?:\S+ \()?(\d+)\)?\s*$")
+# `Device 0: NVIDIA H20-3e (00000000:18:00)` (v0.5 on), `Device 0: NVIDIA H100 80GB HBM3` (v0.2-v0.4)
+_DEVICE = re.compile(r"^Device (\d+): (.+?)(?: \(([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2})\))?\s*$")
 _FAILURE = re.compile(r"ASSERT|Abort|Segmentation fault|CUDA_ERROR|cudaError|^ERROR|FAILED|failed with", re.IGNORECASE)
 _WAIVING = re.compile(r"^Waiving (\w+)\.\s*$")  # v0.2-v0.4: the testcase named
 _WAIVED = re.compile(r"^Waived:")  # v0.5 and later, text output: `Waived: ` and nothing else
@@ -53,12 +65,24 @@ class Matrix:
 
 
 @dataclass(frozen=True, slots=True)
+class Device:
+    """A `Device N: NAME (BUS)` line: CUDA's ordinal, cuDeviceGetName, and the PCI address where printed."""
+
+    ordinal: int
+    name: str
+    bus_id: str | None  # `00000000:18:00` (domain:bus:device); None where the version prints the name alone
+
+
+@dataclass(frozen=True, slots=True)
 class NvBandwidth:
     version: str | None
-    driver: str | None
+    driver: str | None  # `Driver Version:` (nvbandwidth reads it from NVML: the host's NVML must say the same)
     matrices: dict[str, Matrix] = field(default_factory=dict)
     waived: frozenset[str] = frozenset()
     waived_lines: dict[str, str] = field(default_factory=dict)  # each waived testcase: what nvbandwidth printed
+    cuda_driver: int | None = None  # cuDriverGetVersion (12080 is CUDA 12.8); None where not printed
+    cuda_runtime: int | None = None
+    devices: tuple[Device, ...] = ()
 
     def matrix(self, key: str) -> Matrix | None:
         return self.matrices.get(key)
@@ -170,6 +194,19 @@ def _name_the_waived(announced: list[tuple[str | None, str]], order: tuple[str, 
     return named
 
 
+_HEADER = (("version", _VERSION), ("driver", _DRIVER), ("cuda_driver", _CUDA_DRIVER), ("cuda_runtime", _CUDA_RUNTIME))
+
+
+def _header(line: str, header: dict[str, str], devices: list[Device]) -> None:
+    """A header line: the first of each field is kept (several runs concatenated: the first run's), and the
+    `Device N:` lines in order."""
+    for key, pattern in _HEADER:
+        if key not in header and (match := (pattern.search(line) if key == "version" else pattern.match(line))):
+            header[key] = match.group(1)
+    if (match := _DEVICE.match(line)) and int(match.group(1)) == len(devices):
+        devices.append(Device(int(match.group(1)), match.group(2).strip(), match.group(3)))
+
+
 def parse_nvbandwidth(text: str, asked: tuple[str, ...] = ()) -> NvBandwidth:
     """Every matrix of a text output (several runs concatenated are read in turn), or its `-j` JSON.
 
@@ -181,7 +218,8 @@ def parse_nvbandwidth(text: str, asked: tuple[str, ...] = ()) -> NvBandwidth:
     if stripped.startswith("{"):
         return parse_nvbandwidth_json(stripped)
     lines = text.splitlines()
-    version = driver = None
+    header: dict[str, str] = {}
+    devices: list[Device] = []
     matrices: dict[str, Matrix] = {}
     waived: dict[str, str] = {}
     announced: list[tuple[str | None, str]] = []
@@ -190,10 +228,7 @@ def parse_nvbandwidth(text: str, asked: tuple[str, ...] = ()) -> NvBandwidth:
     while n < len(lines):
         line = lines[n].strip().strip('"')
         n += 1
-        if (match := _VERSION.search(line)) and version is None:
-            version = match.group(1)
-        if (match := _DRIVER.match(line)) and driver is None:
-            driver = match.group(1)
+        _header(line, header, devices)
         if _FAILURE.search(line):
             raise ParseError(TOOL, "the run reported a failure", line)
         if match := _RUNNING.match(line):
@@ -212,7 +247,10 @@ def parse_nvbandwidth(text: str, asked: tuple[str, ...] = ()) -> NvBandwidth:
     waived.update(_name_the_waived(announced, asked or ALL_TESTCASES, bool(asked)))
     if not matrices and not waived:
         raise ParseError(TOOL, "no matrix and no waived testcase in the output")
-    return NvBandwidth(version, driver, matrices, frozenset(waived), waived)
+    cuda_driver, cuda_runtime = header.get("cuda_driver"), header.get("cuda_runtime")
+    return NvBandwidth(header.get("version"), header.get("driver"), matrices, frozenset(waived), waived,
+                       int(cuda_driver) if cuda_driver else None, int(cuda_runtime) if cuda_runtime else None,
+                       tuple(devices))
 
 
 def parse_nvbandwidth_json(text: str) -> NvBandwidth:
@@ -248,8 +286,66 @@ def parse_nvbandwidth_json(text: str) -> NvBandwidth:
         matrices[name] = Matrix(name, description, _unit(description), cells, printed)
     version = root.get("version")
     driver = root.get("Driver Version")
+    devices = []
+    for n, said in enumerate(root.get("GPU Device list") or ()):
+        match = _DEVICE.match(f"Device {n}: {said}".strip())
+        if match:
+            devices.append(Device(n, match.group(2).strip(), match.group(3)))
+    # -j has no `CUDA Driver Version` key; its `CUDA Runtime Version` holds cuDriverGetVersion's number in v0.5-v0.8
+    # (main() overwrites the runtime's before printing), which a fixed release would not: kept as printed, never
+    # compared with NVML's CUDA version.
+    runtime = root.get("CUDA Runtime Version")
     return NvBandwidth(str(version) if version else None, str(driver) if driver else None, matrices, frozenset(waived),
-                       waived)
+                       waived, None, int(runtime) if isinstance(runtime, int) else None, tuple(devices))
+
+
+# ------------------------------------------------------------------ what each figure stands for
+
+# nvbandwidth's defaults (common.h): a buffer of 64 MiB (v0.2-v0.6) or 512 MiB (v0.7 on: 64d6837, "V0.7 (#32)"),
+# copied loopCount 16 times per sample after WARMUP_COUNT 4 untimed copies (memcpy.cpp), in testSamples 3 samples;
+# the figure printed is the samples' median (PerformanceStatistic::median), or their mean with --useMean.
+BUFFER_MIB_BEFORE_V07, BUFFER_MIB_FROM_V07 = 64, 512
+LOOP_COUNT, TEST_SAMPLES, WARMUP_COPIES = 16, 3, 4
+_NUMBER = re.compile(r"^v?(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Copies:
+    """The copies behind each GB/s figure of a run whose time is bounded by the figure: `buffer_bytes` x `loops`
+    copies in each of `timed_samples` samples (of `samples`)."""
+
+    buffer_bytes: int
+    loops: int
+    samples: int
+    timed_samples: int
+    basis: str
+
+    @property
+    def per_figure(self) -> int:
+        return self.buffer_bytes * self.loops * self.timed_samples
+
+
+def _whole(argv: tuple[str, ...] | list[str], *names: str) -> int | None:
+    value = option_value(argv, *names)
+    return int(value) if value is not None and value.isdigit() and int(value) > 0 else None
+
+
+def copies(result: NvBandwidth, argv: tuple[str, ...] | list[str]) -> Copies:
+    """What each figure of `result` stands for, from the command line (`-b`/`--bufferSize` MiB, `--loopCount`,
+    `-i`/`--testSamples`, `-m`/`--useMean`) and else the defaults of the version it printed (64 MiB where the version
+    is not printed: the smallest of any). The samples whose copies the figure bounds: all of them under --useMean
+    (their harmonic mean is at most their mean); else those at or below the median, n // 2 + 1 of n. Warm-up copies
+    and faster samples are left out: the least time the figure implies, never more."""
+    version = _NUMBER.match(result.version or "")
+    default = BUFFER_MIB_FROM_V07 if version and (int(version.group(1)), int(version.group(2))) >= (0, 7) \
+        else BUFFER_MIB_BEFORE_V07
+    mib = _whole(argv, "-b", "--bufferSize") or default
+    loops = _whole(argv, "--loopCount") or LOOP_COUNT
+    samples = _whole(argv, "-i", "--testSamples") or TEST_SAMPLES
+    mean = any(word in ("-m", "--useMean") for word in argv)
+    timed = samples if mean else samples // 2 + 1
+    return Copies(mib * 2**20, loops, samples, timed,
+                  f"{mib} MiB x {loops} copies x {timed} of {samples} samples per figure")
 
 
 # Testcases the p2p clause runs; see docs/contract.md for how each cell maps to a subject.
