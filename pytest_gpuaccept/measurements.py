@@ -17,11 +17,13 @@ if TYPE_CHECKING:
     from .probes.ethtool import LinkSettings
     from .probes.ib_write_bw import WriteBw
     from .probes.imex import ImexDomain
+    from .probes.imex_channels import Channel as ImexChannel
     from .probes.iperf3 import Iperf3Runs
     from .probes.iproute import Route
     from .probes.kernel_log import KernelLog
     from .probes.nccl_tests import MnnvlSeen, NcclResult
     from .probes.nvidia_smi import LinkErrors
+    from .probes.nvlink_counters import Traffic
     from .probes.nvml import GpuSeries, Host
     from .probes.sysfs import Function, IbPort
 
@@ -244,12 +246,18 @@ class ClusterAllReduce:
 @dataclass(frozen=True, slots=True)
 class ImexView:
     """One tray's `nvidia-imex-ctl -N`: the IMEX domain as its daemon sees it, the tray's own IPv4 addresses (which
-    entry of every view is this tray), or why there is no view."""
+    entry of every view is this tray), or why there is no view; and the tray's IMEX channel devices."""
 
     domain: ImexDomain | None
     addresses: tuple[str, ...]
     problem: str | None
     evidence: tuple[str, ...] = ()
+    # What the driver exposes beside the daemon's word (probes/imex_channels.py): the channel devices the tray's
+    # `ls -ln /dev/nvidia-caps-imex-channels` lists, the major /proc/devices gives them, or why they were not read.
+    channels: tuple[ImexChannel, ...] = ()
+    channel_major: int | None = None
+    channel_problem: str | None = "not read"
+    channel_listing: str | None = None  # what `ls` said where it could not list the folder
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +272,8 @@ class ImexViews:
 class DomainAllReduce:
     """cluster.nvlink_domain.min_busbw: one all_reduce over every GPU of every tray with NCCL's INFO lines, which
     say per tray whether its ranks reached the others over NVLink (MNNVL) or over the network; with the trays' own
-    runs (`cluster`: their hostnames and NVML's cliques, which NCCL's lines are read against)."""
+    runs (`cluster`: their hostnames and NVML's cliques, which NCCL's lines are read against) and each tray's NVLink
+    and NIC counters around it (`traffic`), which say it beside NCCL."""
 
     cluster: ClusterRun
     nodes: tuple[str, ...]
@@ -273,6 +282,8 @@ class DomainAllReduce:
     result: PairResult | None
     mnnvl: dict[str, MnnvlSeen] = field(default_factory=dict)
     error: str | None = None
+    # Each tray's NVLink and NIC counters around the run (probes/nvlink_counters.py): which fabric carried it.
+    traffic: dict[str, Traffic] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

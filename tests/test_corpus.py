@@ -39,10 +39,10 @@ def test_every_file_has_its_source():
 
 
 def test_every_file_is_read_by_a_test_that_names_it():
-    """A test module, a benchmark a test runs, or an EXPECTED.yaml names the file (its name, or its folder
-    read whole by a glob)."""
+    """A test module, the builders the test modules share, a benchmark a test runs, or an EXPECTED.yaml names the
+    file (its name, or its folder read whole by a glob)."""
     benchmarks = TESTS.parent / "benchmarks"
-    readers = "\n".join(p.read_text() for p in [*TESTS.glob("test_*.py"), *benchmarks.glob("*.py"),
+    readers = "\n".join(p.read_text() for p in [*TESTS.glob("test_*.py"), TESTS / "builders.py", *benchmarks.glob("*.py"),
                                                  *DATA.rglob("EXPECTED.yaml")] if p.name != Path(__file__).name)
     unread = [f for f in corpus() if Path(f).name not in readers and f"{Path(f).parent}/*" not in readers]
     assert unread == []

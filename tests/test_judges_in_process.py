@@ -25,6 +25,7 @@ import json
 import re
 from pathlib import Path
 
+from builders import honest_channels, honest_traffic
 from conftest import DATA, claimed_seconds
 from pynvml import NVML_ERROR_INSUFFICIENT_RESOURCES
 
@@ -349,11 +350,13 @@ def test_nvlink_domain_fabric_a_tray_with_the_real_insufficient_resources_regist
 
 def imex_views(text_of: dict[str, str]) -> ImexViews:
     """Each tray's view (its `nvidia-imex-ctl -N` text, parsed) and its own address: tray h<k+1> is node #k of the
-    real output. That every tray prints the real output one node printed is the construction."""
+    real output, its IMEX channel devices an honest tray's (builders.honest_channels). That every tray prints the real
+    output one node printed is the construction."""
     views = {}
     for tray_name, text in text_of.items():
         domain = parse_domain(text)
-        views[tray_name] = ImexView(domain, (domain.nodes[int(tray_name[1:]) - 1].address,), None, (f"imex-{tray_name}.txt",))
+        views[tray_name] = ImexView(domain, (domain.nodes[int(tray_name[1:]) - 1].address,), None, (f"imex-{tray_name}.txt",),
+                                    **honest_channels())
     return ImexViews(views)
 
 
@@ -382,7 +385,8 @@ def test_nvlink_domain_imex_every_tray_of_the_real_18_node_domain_passes_and_so_
     assert_check(checks[1], Outcome.PASSED, "READY", None,
                  "h2: IMEX READY and connected to all 17 other nodes in every tray's view (its own: domain UP)")
     assert checks[1].details["addresses"] == ["172.31.48.98"]
-    assert checks[1].details["sources"] == ["its own nvidia-imex-ctl", "17 other trays' nvidia-imex-ctl"]
+    assert checks[1].details["sources"] == ["its own nvidia-imex-ctl", "17 other trays' nvidia-imex-ctl",
+                                            "the driver's IMEX channel devices (/dev/nvidia-caps-imex-channels, /proc/devices)"]
     # IMEX 570.00 on 2 GH200 nodes: no Version column, 2-space grid, no blank line before the domain state
     older = imex_views({"h1": IMEX_2.read_text(), "h2": IMEX_2.read_text()})
     pair = nvlink_domain.judge_imex(section, Subject.whole("h2"), older, contract)
@@ -411,7 +415,7 @@ def domain_allreduce(run: ClusterRun, mnnvl: dict) -> DomainAllReduce:
     assert table.ranks == 72 and table.largest is not None
     result = PairResult(0, table.largest.oop_busbw_gbyte_s, human_bytes(table.largest.size_bytes), None,
                         ("nvlink-domain-allreduce.txt",))
-    return DomainAllReduce(run, tuple(run.nodes), (), 4, result, mnnvl)
+    return DomainAllReduce(run, tuple(run.nodes), (), 4, result, mnnvl, traffic={t: honest_traffic() for t in run.nodes})
 
 
 def mnnvl_everywhere() -> dict:

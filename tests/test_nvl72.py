@@ -14,22 +14,30 @@ NCCL INFO lines in the real lines' formats, one per rank on its tray.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from builders import CHANNELS_LS, ETH, HONEST_DEVICES, IB_PORT, SMI_IDLE, SMI_TRAINING, four_gpus, honest_traffic
 from conftest import DATA, pci_tree
 from netns_cluster import Cluster, missing_tools
 
-from pytest_gpuaccept.clauses import registry
+from pytest_gpuaccept.clauses import nvlink_domain, registry
+from pytest_gpuaccept.cluster.engine import NodeState
 from pytest_gpuaccept.contract import ContractError, parse_contract
+from pytest_gpuaccept.measurements import ClusterRun, DomainAllReduce, ImexView, ImexViews, NodeOutcome, PairResult
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.imex import parse_domain
+from pytest_gpuaccept.probes.imex_channels import parse_listing, parse_major
 from pytest_gpuaccept.probes.nccl_tests import mnnvl_by_host, parse_all_reduce
+from pytest_gpuaccept.probes.nvlink_counters import Traffic, parse_nic_counters, parse_throughput
 from pytest_gpuaccept.probes.nvml import fabric_health_problems
+from pytest_gpuaccept.subjects import Subject
 
 NVL72 = DATA / "nvl72"
 IMEX_18 = NVL72 / "imex_ctl_N_18node_all_connected_aws_pcluster_doc.txt"
@@ -93,6 +101,185 @@ def test_the_fabric_health_mask_real_values():
     # insufficient resources with an all-zero UUID (what gpus[].fabric then records: status not 0).
     assert f"ClusterUUID                       : {UUID}" in FABRIC_SMI.read_text()
     assert "Insufficient Resources" in FABRIC_REFUSED.read_text()
+
+
+# ------------------------------------------------------------------ the IMEX channel devices (the driver's word)
+
+DEVICES_MODPROBE = NVL72 / "proc_devices_grep_nvidia_modprobe_issue9.txt"
+DEVICES_DRA = NVL72 / "proc_devices_imex_and_caps_dradriver_pr304.txt"
+
+
+def test_the_real_imex_channel_listing_and_proc_devices_lines():
+    channels = parse_listing(CHANNELS_LS.read_text())
+    assert [(c.name, c.kind, c.major, c.minor) for c in channels] == [
+        ("channel0", "c", 508, 0), ("channel1", "c", 508, 1), ("channel2047", "c", 508, 2047)]
+    assert parse_major(DEVICES_MODPROBE.read_text()) == 234  # the poster's "(major number)" note after the name
+    # `511 nvidia-caps` is another driver's major, not the channels' (the bug of dra-driver-nvidia-gpu#304)
+    assert parse_major(DEVICES_DRA.read_text()) == 234
+    assert parse_major("Character devices:\n  1 mem\n511 nvidia-caps\n") is None
+    assert parse_listing("total 0\n") == ()
+    with pytest.raises(ParseError, match="/proc/devices: no '<major> <name>' line"):
+        parse_major("cat: /proc/devices: Permission denied\n")
+
+
+def imex_views_with(channels: dict[str, tuple[str | None, str]]) -> ImexViews:
+    """Every tray's view is the real 18-node one (tray h<k+1> is node #k, all READY); each tray's channels are the
+    given `ls` text (None: `ls` could not open the folder) and /proc/devices text."""
+    domain = parse_domain(IMEX_18.read_text())
+    views = {}
+    for k in range(TRAYS):
+        name = f"h{k + 1}"
+        listing, devices = channels[name]
+        views[name] = ImexView(domain, (domain.nodes[k].address,), None, (f"imex-{name}.txt",),
+                               parse_listing(listing or ""), parse_major(devices), None,
+                               None if listing is not None else
+                               "ls: cannot access '/dev/nvidia-caps-imex-channels': No such file or directory")
+    return ImexViews(views)
+
+
+def judge_imex_of(views: ImexViews, tray: str):
+    contract = parse_contract(CONTRACT)
+    return nvlink_domain.judge_imex(nvlink_domain.SECTION.of(contract), Subject.whole(tray), views, contract)
+
+
+
+
+def test_a_tray_whose_driver_exposes_its_channel_devices_passes_imex():
+    views = imex_views_with({f"h{t}": (CHANNELS_LS.read_text(), HONEST_DEVICES) for t in range(1, TRAYS + 1)})
+    check = judge_imex_of(views, "h4")
+    assert check.passed, check.message
+    assert check.details["channels"][0] == "channel0 c 508:0" and check.details["channel_major"] == 508
+    assert "the driver's IMEX channel devices (/dev/nvidia-caps-imex-channels, /proc/devices)" in check.details["sources"]
+
+
+def test_a_tray_whose_daemon_says_ready_with_no_channel_device_is_rejected_naming_it():
+    trays = {f"h{t}": (CHANNELS_LS.read_text(), HONEST_DEVICES) for t in range(1, TRAYS + 1)}
+    trays["h4"] = (None, HONEST_DEVICES)
+    check = judge_imex_of(imex_views_with(trays), "h4")
+    assert check.outcome.value == "failed" and check.measured == "no channel"
+    assert check.message == ("h4: IMEX READY per nvidia-imex-ctl, but /dev/nvidia-caps-imex-channels has no channel "
+                             "device of major 508 (/proc/devices's nvidia-caps-imex-channels): `ls -ln "
+                             "/dev/nvidia-caps-imex-channels` said: ls: cannot access '/dev/nvidia-caps-imex-channels': "
+                             "No such file or directory")
+    assert judge_imex_of(imex_views_with(trays), "h5").passed  # its peers keep theirs
+
+
+def test_channel_devices_of_another_major_or_no_driver_major_are_rejected():
+    trays = {f"h{t}": (CHANNELS_LS.read_text(), HONEST_DEVICES) for t in range(1, TRAYS + 1)}
+    # the two real texts together: the listing's nodes are major 508, the driver's channels are 234
+    trays["h2"] = (CHANNELS_LS.read_text(), DEVICES_DRA.read_text())
+    trays["h3"] = (CHANNELS_LS.read_text(), "Character devices:\n195 nvidia\n511 nvidia-caps\n")
+    views = imex_views_with(trays)
+    other = judge_imex_of(views, "h2")
+    assert other.measured == "no channel" and other.message == (
+        "h2: IMEX READY per nvidia-imex-ctl, but /dev/nvidia-caps-imex-channels has no channel device of major 234 "
+        "(/proc/devices's nvidia-caps-imex-channels): it lists channel0 (character device 508:0), channel1 (character "
+        "device 508:1), channel2047 (character device 508:2047)")
+    none = judge_imex_of(views, "h3")
+    assert none.message == ("h3: IMEX READY per nvidia-imex-ctl, but /proc/devices has no nvidia-caps-imex-channels "
+                            "line: the driver exposes no IMEX channel")
+
+
+def test_channels_that_could_not_be_read_are_not_measured_not_passed():
+    domain = parse_domain(IMEX_18.read_text())
+    views = ImexViews({f"h{k + 1}": ImexView(domain, (domain.nodes[k].address,), None) for k in range(TRAYS)})
+    check = judge_imex_of(views, "h1")
+    assert check.outcome.value == "not_measured" and check.message == (
+        "not measured: h1: IMEX READY per nvidia-imex-ctl, but its IMEX channel devices were not read: not read")
+
+
+# ------------------------------------------------------------------ the trays' NVLink and NIC counters
+
+
+
+def test_the_real_nvlink_data_counters_of_an_idle_and_a_training_h800():
+    idle, training = parse_throughput(SMI_IDLE.read_text()), parse_throughput(SMI_TRAINING.read_text())
+    assert list(idle) == [0] and idle[0].uuid == "GPU-34bf77d1-c686-6821-79a8-32d326c5039c" and len(idle[0].links) == 8
+    assert idle[0].links[0] == (5863784 * 1024, 5863677 * 1024)
+    moved = Traffic(idle, training, {ETH: 10}, {ETH: 10}).nvlink_tx()
+    assert moved == {0: (training[0].tx_bytes - idle[0].tx_bytes)} and moved[0] == 11_081_339_563 * 1024  # 10.3 TiB over 8 links
+
+
+def test_nvlink_counters_cut_short_or_of_another_kind_are_an_error_not_idle_links():
+    text = SMI_IDLE.read_text()
+    with pytest.raises(ParseError, match="only its Data Tx counter"):
+        parse_throughput(text.replace("         Link 7: Data Rx: 5863146 KiB\n", ""))
+    with pytest.raises(ParseError, match="unexpected line"):
+        parse_throughput(text.replace("Data Tx", "Raw Tx"))  # `-gt r` counts protocol overhead too: not this reading
+    with pytest.raises(ParseError, match="no GPU with an NVLink data counter"):
+        parse_throughput("")
+    # the NIC counters as `grep -H` prints them (constructed paths and values): port_xmit_data counts 4-byte words
+    assert parse_nic_counters(f"{IB_PORT}:100\n{ETH}:7\n/sys/class/net/lo/statistics/tx_bytes:99\n") == {
+        IB_PORT: 400, ETH: 7}
+    with pytest.raises(ParseError, match="unexpected line reading the NIC counters"):
+        parse_nic_counters("grep: /sys/class/net: Permission denied\n")
+
+
+def domain_run(traffic: dict[str, Traffic]) -> DomainAllReduce:
+    """The domain's all_reduce as judged (constructed around real values): the real 72-rank table's 834.57 GB/s at
+    8 GiB, every tray's NCCL lines the real GB200 tray's with `MNNVL 1` on its 4 communicators, and `traffic`."""
+    trays = [f"h{t}" for t in range(1, TRAYS + 1)]
+    nodes = {t: NodeOutcome(NodeState(t, True, True, "IDLE", 4), f"nodes/{t}", {"host": tray_recording(t)}, None)
+             for t in trays}
+    real = mnnvl_by_host(MNNVL_LINES.read_text())["gb200a-04"]
+    mnnvl = {t: dataclasses.replace(real, comm_flags=(1,) * 4, nodes=(18,) * 4) for t in trays}
+    return DomainAllReduce(ClusterRun("slurm", nodes, ()), tuple(trays), (), 4,
+                           PairResult(0, 834.57, "8 GiB", None, ()), mnnvl, traffic=traffic)
+
+
+def judge_busbw_of(run: DomainAllReduce):
+    contract = parse_contract(CONTRACT)
+    return nvlink_domain.judge_busbw(nvlink_domain.SECTION.of(contract), Subject.whole("domain"), run, contract)
+
+
+def test_mnnvl_with_every_trays_nvlink_counters_moving_and_its_nics_quiet_is_accepted():
+    check = judge_busbw_of(domain_run({f"h{t}": honest_traffic() for t in range(1, TRAYS + 1)}))
+    assert check.passed, check.message
+    assert check.details["traffic"]["h3"]["nic_tx_bytes"] == {ETH: 11_200, IB_PORT: 500}
+
+
+def test_mnnvl_claimed_but_a_trays_nvlink_counters_did_not_move_is_rejected_naming_them():
+    traffic = {f"h{t}": honest_traffic() for t in range(1, TRAYS + 1)}
+    still = four_gpus(SMI_IDLE.read_text())
+    traffic["h5"] = dataclasses.replace(honest_traffic(), nvlink_after=still)
+    check = judge_busbw_of(domain_run(traffic))
+    assert check.outcome.value == "failed" and check.measured == 834.57
+    assert check.message.startswith(
+        "not over the NVLink domain: h5: GPU0's NVLink Data Tx (nvidia-smi nvlink -gt d) "
+        "grew 0 bytes during the all_reduce, under the 8 GiB (8589934592 bytes) one pass of the largest size sends; "
+        "h5: GPU1's"), check.message
+    assert "h4" not in check.message and "h6" not in check.message
+
+
+def test_mnnvl_claimed_but_a_trays_nic_carried_the_bytes_is_rejected_naming_the_counter():
+    traffic = {f"h{t}": honest_traffic() for t in range(1, TRAYS + 1)}
+    # h9's NVLink moved (its GPUs talk among themselves), and its InfiniBand port sent 100 GiB
+    traffic["h9"] = dataclasses.replace(honest_traffic(), nic_after={IB_PORT: 2_200_305_029 + 100 * 2**30,
+                                                                      ETH: 81_931_204})
+    check = judge_busbw_of(domain_run(traffic))
+    assert check.outcome.value == "failed"
+    assert (f"h9: its NICs sent 107374193600 bytes during the all_reduce (>= 32 GiB; most {IB_PORT} +107374182400 "
+            f"bytes): the network carried it") in check.message, check.message
+    assert "h8" not in check.message
+
+
+def test_trays_whose_counters_were_not_read_or_went_down_fail_the_domain():
+    traffic = {f"h{t}": honest_traffic() for t in range(1, TRAYS + 1)}
+    del traffic["h2"]
+    traffic["h3"] = Traffic(problem="`nvidia-smi nvlink -gt d` before: exit code 9")
+    traffic["h4"] = dataclasses.replace(honest_traffic(), nvlink_before=four_gpus(SMI_TRAINING.read_text()),
+                                        nvlink_after=four_gpus(SMI_IDLE.read_text()))
+    message = judge_busbw_of(domain_run(traffic)).message
+    assert "h2: its NVLink and NIC counters were not read;" in message
+    assert "h3: its NVLink and NIC counters were not read (`nvidia-smi nvlink -gt d` before: exit code 9)" in message
+    assert ("h4: GPU0's NVLink Data Tx counters (nvidia-smi nvlink -gt d) went down or changed links during the "
+            "all_reduce: reset, not counted") in message
+    traffic = {f"h{t}": honest_traffic() for t in range(1, TRAYS + 1)}
+    one = parse_throughput(SMI_TRAINING.read_text())  # the real reading: one GPU, where 4 ranks ran
+    traffic["h6"] = dataclasses.replace(honest_traffic(), nvlink_before=parse_throughput(SMI_IDLE.read_text()),
+                                        nvlink_after=one)
+    assert judge_busbw_of(domain_run(traffic)).message == (
+        "not over the NVLink domain: h6: nvidia-smi nvlink -gt d lists 1 GPUs with NVLink counters, 4 ranks ran there")
 
 
 # ------------------------------------------------------------------ the contract
@@ -215,6 +402,23 @@ if [ -e "@DIR@/imex-down/$host" ]; then
 fi
 exec cat "@DIR@/imex/$host.txt"
 '''
+NVIDIA_SMI = r'''#!/bin/sh
+# `nvidia-smi nvlink -gt d` on a tray: its GPUs' NVLink data counters, grown by one all_reduce's worth since the
+# tray's previous reading (a count kept per host); nothing else is asked of it here.
+[ "$*" = "nvlink -gt d" ] || { echo "fake nvidia-smi: only 'nvlink -gt d'" >&2; exit 2; }
+host=$(hostname)
+n=$(cat "@DIR@/smi-count/$host" 2>/dev/null || echo 0)
+echo $((n + 1)) > "@DIR@/smi-count/$host"
+still=0; [ -e "@DIR@/nvlink-still/$host" ] && still=1
+for gpu in 0 1 2 3; do
+  echo "GPU $gpu: NVIDIA GB200 (UUID: GPU-$host-$gpu)"
+  for link in $(seq 0 17); do
+    grew=$((n * 22967000)); [ $still = 1 ] && grew=0
+    echo "         Link $link: Data Tx: $((5863784 + grew)) KiB"
+    echo "         Link $link: Data Rx: $((5863677 + grew)) KiB"
+  done
+done
+'''
 ALL_REDUCE = r'''#!/bin/sh
 # one rank of the 72: rank 0 prints the job's output, the others are the GPUs these trays do not have
 [ "${SLURM_PROCID:-0}" = 0 ] || exit 0
@@ -226,7 +430,7 @@ def stage(cluster: Cluster, folder: Path, *, fabric: dict[str, dict] | None = No
           fallback: str | None = None) -> tuple[Path, Path, Path]:
     """The trays' recordings, sysfs, IMEX views and all_reduce output for one run: (tools, recording, sysfs)."""
     tools, nvml, sysfs = folder / "bin", folder / "nvml", folder / "sys"
-    for path in (tools, nvml, folder / "imex", folder / "imex-down"):
+    for path in (tools, nvml, folder / "imex", folder / "imex-down", folder / "smi-count", folder / "nvlink-still"):
         path.mkdir(parents=True, exist_ok=True)
     base = tray_recording("h0")
     (nvml / "gb200.json").write_text(json.dumps(base))
@@ -237,7 +441,7 @@ def stage(cluster: Cluster, folder: Path, *, fabric: dict[str, dict] | None = No
     if imex_down:
         (folder / "imex-down" / imex_down).touch()
     (folder / "nccl.txt").write_text(nccl_log(fallback))
-    for name, body in (("nvidia-imex-ctl", TOOLS), ("all_reduce_perf", ALL_REDUCE)):
+    for name, body in (("nvidia-imex-ctl", TOOLS), ("all_reduce_perf", ALL_REDUCE), ("nvidia-smi", NVIDIA_SMI)):
         (tools / name).write_text(body.replace("@DIR@", str(folder)))
         (tools / name).chmod(0o755)
     staged = json.loads((DATA / "nvml" / "h100_sxm5_4gpu.json").read_text())
@@ -245,6 +449,17 @@ def stage(cluster: Cluster, folder: Path, *, fabric: dict[str, dict] | None = No
         gpu["pci_device_id"] = "0x2941"
     (folder / "sysfs-source.json").write_text(json.dumps(staged))
     pci_tree(sysfs, recording=folder / "sysfs-source.json")
+    # The trays' NIC: one interface whose transmit counter the all_reduce over NVLink leaves alone (constructed).
+    (sysfs / "class" / "net" / "eth0" / "statistics").mkdir(parents=True, exist_ok=True)
+    (sysfs / "class" / "net" / "eth0" / "statistics" / "tx_bytes").write_text("81920004\n")
+    # What the trays' driver exposes (read under the stand-in tree's parent, cluster/domain.py channel_paths): the
+    # channels' major in /proc/devices' real line format and channel0 as a real character device of it (constructed).
+    (folder / "proc").mkdir(exist_ok=True)
+    (folder / "proc" / "devices").write_text(HONEST_DEVICES)
+    channels = folder / "dev" / "nvidia-caps-imex-channels"
+    channels.mkdir(parents=True, exist_ok=True)
+    if not (channels / "channel0").exists():
+        os.mknod(channels / "channel0", stat.S_IFCHR | 0o666, os.makedev(508, 0))
     return tools, nvml / "gb200.json", sysfs
 
 
@@ -296,9 +511,17 @@ def test_an_honest_18_tray_rack_is_accepted(rack, tmp_path):
     busbw = checks["min_busbw"]["domain"]
     assert busbw["measured"] == 834.57 and busbw["unit"] == "GB/s" and busbw["details"]["physical_cap"] > 834.57
     assert "MNNVL on every tray" in busbw["message"]
-    assert {"all_reduce_perf's table", "NCCL's MNNVL lines"} <= set(busbw["details"]["sources"])
+    assert {"all_reduce_perf's table", "NCCL's MNNVL lines",
+            "each tray's NVLink and NIC counters (nvidia-smi nvlink -gt d, sysfs)"} <= set(busbw["details"]["sources"])
+    # each tray's own counters moved: 18 links x 22967000 KiB a GPU over NVLink, nothing through its NIC
+    h2 = busbw["details"]["traffic"]["h2"]
+    assert h2["problem"] is None and h2["nvlink_tx_bytes"] == {f"GPU{g}": 18 * 22967000 * 1024 for g in range(4)}
+    assert list(h2["nic_tx_bytes"].values()) == [0] and list(h2["nic_tx_bytes"])[0].endswith("/eth0/statistics/tx_bytes")
     # a tray's IMEX state is confirmed by the 17 other trays' views; its fabric is its NVML's word, said so
-    assert checks["imex"]["h2"]["details"]["sources"] == ["its own nvidia-imex-ctl", "17 other trays' nvidia-imex-ctl"]
+    assert checks["imex"]["h2"]["details"]["sources"] == [
+        "its own nvidia-imex-ctl", "17 other trays' nvidia-imex-ctl",
+        "the driver's IMEX channel devices (/dev/nvidia-caps-imex-channels, /proc/devices)"]
+    assert checks["imex"]["h2"]["details"]["channels"] == ["channel0 c 508:0"]
     assert "NVML's word" in checks["fabric"]["h2"]["details"]["unconfirmed"]
     assert "clique 32766" in checks["fabric"]["h7"]["message"]
     # every tray's fabric reading is in the results, as its own run read it
@@ -325,6 +548,20 @@ def test_imex_down_on_one_tray_is_rejected_naming_that_tray(rack, tmp_path):
     bad = failing(domain_checks(results)["imex"])
     assert list(bad) == ["h3"], bad
     assert "IMEX did not answer" in bad["h3"] and "connection refused" in bad["h3"]
+
+
+def test_a_tray_whose_nccl_says_mnnvl_but_whose_nvlink_counters_did_not_move_is_rejected(rack, tmp_path):
+    (tmp_path / "nvlink-still").mkdir()
+    (tmp_path / "nvlink-still" / "h12").touch()
+    code, results, out = login_run(rack, tmp_path)
+    assert code != 0 and results["verdict"] == "rejected"
+    busbw = domain_checks(results)["min_busbw"]["domain"]
+    assert busbw["outcome"] == "failed" and busbw["measured"] == 834.57
+    assert busbw["message"].startswith(
+        "not over the NVLink domain: h12: GPU0's NVLink Data Tx (nvidia-smi nvlink -gt d) grew 0 bytes during the "
+        "all_reduce, under the 8 GiB (8589934592 bytes) one pass of the largest size sends"), busbw["message"]
+    assert "h11" not in busbw["message"] and "h13" not in busbw["message"]
+    assert busbw["details"]["mnnvl"]["h12"]["comm"] == [1, 1, 1, 1]  # what NCCL claimed for it
 
 
 def test_an_all_reduce_that_fell_back_to_the_network_is_rejected_naming_the_tray(rack, tmp_path):

@@ -7,11 +7,15 @@
   refused). From each tray's own NVML reading (`gpus[].fabric`, docs/nvml-recording.md), as its results carry it.
 - `cluster.nvlink_domain.imex`, per tray: `nvidia-imex-ctl -N` on the tray answers, and in every tray's view of the
   IMEX domain this tray is READY and connected to every other node. A tray blamed by others' views alone fails
-  too: a daemon that answers for itself but that no peer reaches shares no memory.
+  too: a daemon that answers for itself but that no peer reaches shares no memory. Beside the daemons' word, the
+  driver's: a channel<N> character device in /dev/nvidia-caps-imex-channels of the major /proc/devices gives
+  `nvidia-caps-imex-channels` (no channel, no memory imported through IMEX).
 - `cluster.nvlink_domain.min_busbw`, the domain: one all_reduce over every GPU of every tray (NCCL_DEBUG=INFO).
   Its busbw counts only if NCCL's own lines say every tray's ranks reached the others over NVLink (`MNNVL 1` on
   each communicator, no channel `via NET/...`), in the clique NVML gave the tray; a tray that fell back to the
-  network, or logged nothing that proves MNNVL, fails the check by name.
+  network, or logged nothing that proves MNNVL, fails the check by name. Beside NCCL's word, each tray's counters
+  read before and after it: every GPU's NVLink Data Tx (`nvidia-smi nvlink -gt d`) grew by at least max_bytes, and
+  the tray's NICs (sysfs port_xmit_data, tx_bytes) sent less than its GPUs' max_bytes together.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 from ..cluster.domain import run_domain_allreduce, run_imex
 from ..cluster.engine import engine_for
 from ..models import TABLE_FILE, Model, all_models, answers_to
+from ..probes.imex_channels import DEVICES, DRIVER_NAME, FOLDER
 from ..probes.nvml import FABRIC_COMPLETED, FABRIC_STATES, fabric_health_problems
 from ..subjects import Subject
+from ..units import human_bytes
 from ..verdict import Check
 from . import cluster
 from .base import Clause, HostWide
@@ -32,7 +38,7 @@ from .sources import with_sources
 
 if TYPE_CHECKING:
     from ..contract import Contract
-    from ..measurements import ClusterRun, DomainAllReduce, ImexViews, NodeOutcome
+    from ..measurements import ClusterRun, DomainAllReduce, ImexView, ImexViews, NodeOutcome
     from ..session import Session
     from .cluster import ClusterSection, NvlinkDomain
 
@@ -148,6 +154,23 @@ def _blame(views: ImexViews, tray: str) -> list[str]:
     return said
 
 
+def channel_problem(view: ImexView) -> str | None:
+    """Why the tray has no IMEX channel a process could import memory through, or None: the driver registered no
+    `nvidia-caps-imex-channels` major (/proc/devices), or no `channel<N>` in the folder is a character device of it."""
+    if view.channel_major is None:
+        return f"{DEVICES} has no {DRIVER_NAME} line: the driver exposes no IMEX channel"
+    if any(c.kind == "c" and c.major == view.channel_major for c in view.channels):
+        return None
+    if view.channel_listing is not None:
+        found = f"`ls -ln {FOLDER}` said: {view.channel_listing}"
+    elif view.channels:
+        found = "it lists " + ", ".join(f"{c.name} ({'character device' if c.kind == 'c' else f'type {c.kind}'} "
+                                        f"{c.major}:{c.minor})" for c in view.channels[:4])
+    else:
+        found = "it lists no channel"
+    return (f"{FOLDER} has no channel device of major {view.channel_major} ({DEVICES}'s {DRIVER_NAME}): {found}")
+
+
 def judge_imex(section: ClusterSection, subject: Subject, views: ImexViews, contract: Contract) -> Check:
     v = IMEX.verdict(subject)
     if views.error is not None:
@@ -166,6 +189,14 @@ def judge_imex(section: ClusterSection, subject: Subject, views: ImexViews, cont
     blamed = _blame(views, subject.local)
     if blamed:
         return v.failed("not ready", f"{subject.local}: {'; '.join(blamed[:4])}", details)
+    details["channels"] = [f"{c.name} {c.kind} {c.major}:{c.minor}" for c in view.channels]
+    details["channel_major"] = view.channel_major
+    if view.channel_problem is not None:
+        return v.not_measured(f"{subject.local}: IMEX READY per nvidia-imex-ctl, but its IMEX channel devices were not "
+                              f"read: {view.channel_problem}", details)
+    no_channel = channel_problem(view)
+    if no_channel is not None:
+        return v.failed("no channel", f"{subject.local}: IMEX READY per nvidia-imex-ctl, but {no_channel}", details)
     unlisted = [n for n, o in views.views.items() if o.addresses and not any(view.domain.by_address(a) for a in o.addresses)]
     state = view.domain.state
     if state != "UP" and not any(_blame(views, n) for n in views.views if n != subject.local):
@@ -176,6 +207,7 @@ def judge_imex(section: ClusterSection, subject: Subject, views: ImexViews, cont
                               + (f"; its view lists no {', '.join(unlisted[:3])}" if unlisted else ""), details)
     return with_sources(check, "its own nvidia-imex-ctl",
                         f"{len(seen_by)} other trays' nvidia-imex-ctl" if seen_by else "",
+                        f"the driver's IMEX channel devices ({FOLDER}, {DEVICES})",
                         unconfirmed="no other tray's IMEX view to compare with")
 
 
@@ -202,6 +234,39 @@ def _not_mnnvl(run: DomainAllReduce) -> list[str]:
         elif cliques and {c for c, _state in seen.cliques} - {c for _u, c in cliques}:
             found.append(f"{tray}: NCCL read clique {sorted({c for c, _s in seen.cliques})}, NVML "
                          f"{sorted(c for _u, c in cliques)}")
+    return found
+
+
+def traffic_problems(run: DomainAllReduce, floor_bytes: int) -> list[str]:
+    """The trays whose own counters deny that the all_reduce crossed NVLink: a GPU whose NVLink Data Tx grew by less
+    than `floor_bytes` (one pass of the largest size: a ring or NVSwitch all_reduce sends at least its whole buffer
+    over NVLink, and nccl-tests runs it 25 times and more), or NICs that sent as much as the tray's GPUs' floor
+    together (the network carried it); counters not read fail too."""
+    found = []
+    for tray in run.nodes:
+        traffic = run.traffic.get(tray)
+        if traffic is None or traffic.problem is not None:
+            found.append(f"{tray}: its NVLink and NIC counters were not read"
+                         + (f" ({traffic.problem})" if traffic is not None else ""))
+            continue
+        if len(traffic.nvlink_after) < run.ranks_per_node:
+            found.append(f"{tray}: nvidia-smi nvlink -gt d lists {len(traffic.nvlink_after)} GPUs with NVLink counters, "
+                         f"{run.ranks_per_node} ranks ran there")
+        for gpu, grew in traffic.nvlink_tx().items():
+            if grew is None:
+                found.append(f"{tray}: GPU{gpu}'s NVLink Data Tx counters (nvidia-smi nvlink -gt d) went down or "
+                             f"changed links during the all_reduce: reset, not counted")
+            elif grew < floor_bytes:
+                found.append(f"{tray}: GPU{gpu}'s NVLink Data Tx (nvidia-smi nvlink -gt d) grew {grew} bytes during "
+                             f"the all_reduce, under the {human_bytes(floor_bytes)} ({floor_bytes} bytes) one pass of "
+                             f"the largest size sends")
+        nics = traffic.nic_tx()
+        sent = sum(n for n in nics.values() if n is not None)
+        limit = floor_bytes * run.ranks_per_node
+        if sent >= limit:
+            top = max(nics, key=lambda p: nics[p] or 0)
+            found.append(f"{tray}: its NICs sent {sent} bytes during the all_reduce (>= {human_bytes(limit)}; most "
+                         f"{top} +{nics[top]} bytes): the network carried it")
     return found
 
 
@@ -237,7 +302,9 @@ def judge_busbw(section: ClusterSection, subject: Subject, run: DomainAllReduce,
     if result.problem is not None:
         return v.not_measured(result.problem, details)
     assert result.busbw is not None
-    off = _not_mnnvl(run)
+    details["traffic"] = {t: {"problem": c.problem, "nvlink_tx_bytes": {f"GPU{g}": b for g, b in c.nvlink_tx().items()},
+                              "nic_tx_bytes": c.nic_tx()} for t, c in run.traffic.items()}
+    off = _not_mnnvl(run) + traffic_problems(run, keys.max_bytes.nbytes)
     if off:
         return v.but(required=f">= {keys.min_busbw.gbyte_s:g} over NVLink", threshold=keys.min_busbw.gbyte_s).failed(
             result.busbw, f"not over the NVLink domain: {'; '.join(off[:6])}" + (f" and {len(off) - 6} more trays"
@@ -250,6 +317,7 @@ def judge_busbw(section: ClusterSection, subject: Subject, run: DomainAllReduce,
         or v.at_least(result.busbw, keys.min_busbw.gbyte_s, "all_reduce busbw", found, where=where, suffix=suffix)
     return with_sources(check,
                         "all_reduce_perf's table", "NCCL's MNNVL lines", "NVML's cliques (the trays' own runs)",
+                        "each tray's NVLink and NIC counters (nvidia-smi nvlink -gt d, sysfs)",
                         "the model table (the cap)" if cap.gbyte_s else "")
 
 
@@ -277,12 +345,14 @@ FABRIC = Clause("cluster.nvlink_domain.fabric", SECTION, "test_nvlink_domain_fab
                 lambda s: s.nvlink_domain is not None and s.nvlink_domain.fabric)
 IMEX = Clause("cluster.nvlink_domain.imex", SECTION, "test_nvlink_domain_imex", cluster.PerNode(), gpuaccept_nvlink_imex,
               judge_imex, "`nvidia-imex-ctl -N` answers on the tray, and every tray's view of the IMEX domain lists it "
-                          "READY and connected to every other node", None,
+                          "READY and connected to every other node; the driver exposes an IMEX channel device on it",
+              None,
               lambda s: s.nvlink_domain is not None and s.nvlink_domain.imex)
 BUSBW = Clause("cluster.nvlink_domain.min_busbw", SECTION, "test_nvlink_domain_allreduce", HostWide("domain", "`domain`"),
                gpuaccept_nvlink_allreduce, judge_busbw,
                "one all_reduce (nccl-tests, MPI, one rank per GPU, NCCL_DEBUG=INFO) over every GPU of every tray, counted "
-               "only where NCCL says each tray's ranks used MNNVL (no fall-back to the network)", "GB/s",
+               "only where NCCL says each tray's ranks used MNNVL (no fall-back to the network) and each tray's NVLink "
+               "counters moved while its NICs' did not", "GB/s",
                lambda s: s.nvlink_domain is not None and s.nvlink_domain.min_busbw is not None)
 CLAUSES = (FABRIC, IMEX, BUSBW)
 MEASUREMENTS = (gpuaccept_nvlink_imex, gpuaccept_nvlink_allreduce)
