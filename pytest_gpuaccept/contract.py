@@ -168,6 +168,10 @@ def _cross_checks(v: schema.Validator, sections: dict[str, Any], lines: dict[str
         if section.needs_gpu_count and not has_count and gpus is not schema.INVALID:
             schema.at_line(v, line, section.name,
                            "needs gpus.count: this clause is judged over the host's GPUs, add gpus.count")
+        if section.needs_gpu_count and getattr(gpus, "mig", None) is not None:
+            schema.at_line(v, line, section.name, "judges whole GPUs, and gpus.mig sells MIG slices: a MIG device "
+                           "has no peer access or NVLink to another, no DCGM diag or per-GPU utilisation in NVML, and "
+                           "the published figures are a whole GPU's; remove it, or contract whole GPUs")
         if section.cross_check is not None and value is not schema.INVALID:
             for key, message in section.cross_check(value, sections):
                 schema.at_line(v, line, key, message)

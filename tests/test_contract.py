@@ -53,7 +53,8 @@ def problems(text: str) -> list[str]:
 
 @pytest.mark.parametrize("extra, expected", [
     ("  memry: '80 GB'\n",
-     "vendor.yaml:5: gpus.memry: unknown key (did you mean 'memory'?); expected one of: count, model, memory, driver, cuda, form_factor, persistence_mode"),
+     "vendor.yaml:5: gpus.memry: unknown key (did you mean 'memory'?); expected one of: count, model, memory, driver, cuda, form_factor, persistence_mode, "
+     "mig, modified_memory"),
     ("  memory: 80\n", "vendor.yaml:5: gpus.memory: expected a size such as '8 GiB', got 80"),
     ("  driver: 550\n", "vendor.yaml:5: gpus.driver: expected a version specifier such as '>=550' (quoted), got 550"),
     ("  driver: '>>550'\n", "vendor.yaml:5: gpus.driver: expected a PEP 440 version specifier such as '>=550', got '>>550'"),
@@ -116,7 +117,8 @@ def test_every_problem_is_listed_not_just_the_first():
     assert found == [
         "vendor.yaml:1: vendor: missing: expected the vendor's name, e.g. vendor: \"Example GPU Cloud\"",
         "vendor.yaml:3: gpus.count: expected a whole number from 1 to 64, got -1",
-        "vendor.yaml:4: gpus.modle: unknown key (did you mean 'model'?); expected one of: count, model, memory, driver, cuda, form_factor, persistence_mode",
+        "vendor.yaml:4: gpus.modle: unknown key (did you mean 'model'?); expected one of: count, model, memory, driver, cuda, form_factor, persistence_mode, "
+     "mig, modified_memory",
     ]
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from builders import CLUSTER_CLAUSES, COUNT_CLAUSES, EVERY_CLAUSE_CONTRACT
+from builders import APART_CLAUSES, CLUSTER_CLAUSES, EVERY_CLAUSE_CONTRACT
 
 from pytest_gpuaccept import suite
 from pytest_gpuaccept.clauses import registry
@@ -75,13 +75,13 @@ def test_every_clause_has_one_suite_test_and_every_suite_test_one_clause():
 def test_plan_covers_every_clause_of_a_full_contract():
     expected = registry.expected_checks(EVERY_CLAUSE, lambda: HOST_NAMES)
     assert [c.key for c in registry.present_clauses(EVERY_CLAUSE)] == [
-        c for c in registry.ALL_CLAUSES if c not in COUNT_CLAUSES | CLUSTER_CLAUSES]
-    assert {clause for clause, _subject in expected} == set(registry.ALL_CLAUSES) - COUNT_CLAUSES - CLUSTER_CLAUSES
-    assert registry.not_in_contract(EVERY_CLAUSE) == [c for c in registry.ALL_CLAUSES if c in COUNT_CLAUSES | CLUSTER_CLAUSES]
+        c for c in registry.ALL_CLAUSES if c not in APART_CLAUSES | CLUSTER_CLAUSES]
+    assert {clause for clause, _subject in expected} == set(registry.ALL_CLAUSES) - APART_CLAUSES - CLUSTER_CLAUSES
+    assert registry.not_in_contract(EVERY_CLAUSE) == [c for c in registry.ALL_CLAUSES if c in APART_CLAUSES | CLUSTER_CLAUSES]
     assert CLUSTER_CLAUSES == {c.key for c in registry.clauses_of("cluster")}
     with_counts = parse_contract(EVERY_CLAUSE_CONTRACT.replace('min_speed: "25 Gb/s"}', 'min_speed: "25 Gb/s", count: 1}')
                                  .replace("min_fraction_of_line_rate: 0.9}", "min_fraction_of_line_rate: 0.9, count: 1}"))
-    assert set(registry.not_in_contract(with_counts)) == {"nics", "rdma"} | CLUSTER_CLAUSES
+    assert set(registry.not_in_contract(with_counts)) == {"nics", "rdma", "gpus.mig"} | CLUSTER_CLAUSES
 
 
 def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on_each_node():
@@ -90,8 +90,8 @@ def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on
     assert [c.key for c in registry.present_clauses(cluster)] == ["cluster.nodes", "cluster.pairs"]
     on_a_node = replace(cluster, node="gpu02")
     assert [c.key for c in registry.present_clauses(on_a_node)] == [
-        c for c in registry.ALL_CLAUSES if c not in COUNT_CLAUSES | CLUSTER_CLAUSES]
-    assert registry.not_in_contract(cluster) == ["nics.count", "rdma.count", "cluster.allreduce", "cluster.links",
+        c for c in registry.ALL_CLAUSES if c not in APART_CLAUSES | CLUSTER_CLAUSES]
+    assert registry.not_in_contract(cluster) == ["gpus.mig", "nics.count", "rdma.count", "cluster.allreduce", "cluster.links",
                                                  "cluster.nvlink_domain.fabric", "cluster.nvlink_domain.imex",
                                                  "cluster.nvlink_domain.min_busbw"]
     listing = {"cluster_nodes": ["gpu01", "gpu02", "gpu03"]}

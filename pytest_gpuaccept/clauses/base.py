@@ -35,7 +35,7 @@ class Section(Generic[S]):
     keys: dict[str, Key]
     build: type[S]  # the frozen dataclass of the section's keys
     doc: str
-    needs_gpu_count: bool = False  # judged over gpus.count GPUs: invalid without it
+    needs_gpu_count: bool = False  # judged over gpus.count whole GPUs: invalid without it, and with gpus.mig
     cross_check: CrossCheck | None = None
 
     def get(self, contract: Contract) -> S | None:

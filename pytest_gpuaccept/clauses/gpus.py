@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -23,7 +26,50 @@ from .sources import with_sources
 
 if TYPE_CHECKING:
     from ..contract import Contract
-    from ..probes.nvml import CudaDevices, Gpu, Host
+    from ..probes.nvml import CudaDevices, Gpu, Host, MigDevice
+
+# A MIG profile as NVIDIA names it: [compute slices "c." of a shared GPU instance] GPU slices "g." memory "gb",
+# and an option ("+me": media extensions); e.g. 1g.10gb, 3g.40gb, 1c.3g.40gb, 1g.10gb+me (the MIG user guide).
+MIG_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:\+[a-z.]+)?")
+MIG_SLICES = 7  # a MIG-capable GPU has at most 7 GPU slices (A100, H100, H200, B200: the MIG user guide)
+MIG_MEMORY_FRACTION = 0.9  # a MIG device's memory is at least this share of its profile's GB (1g.10gb: 9984 MiB)
+@dataclass(frozen=True, slots=True)
+class Mig:
+    profile: str  # as NVML names the MIG device after "MIG ": 1g.10gb
+    count: int  # at least this many MIG devices of the profile on the host's GPUs
+
+    @property
+    def gpu_slices(self) -> int:
+        return gpu_slices(self.profile)
+
+    @property
+    def memory_gb(self) -> float:
+        match = MIG_PROFILE.fullmatch(self.profile)
+        return float(match.group(3)) if match else 0.0
+
+
+def gpu_slices(profile: str) -> int:
+    """The GPU slices of a profile (3 for 3g.40gb and 1c.3g.40gb); 0 for a name that is no profile."""
+    match = MIG_PROFILE.fullmatch(profile)
+    return int(match.group(2)) if match else 0
+
+
+def mig(value: Any, node: yaml.Node) -> Mig:
+    """`gpus.mig: {profile: '1g.10gb', count: 7}`."""
+    example = "{profile: '1g.10gb', count: 7}"
+    if not isinstance(value, yaml.MappingNode):
+        raise ValueError(f"expected a mapping such as {example}, got {value!r}")
+    entries = {k.value: v for k, v in value.value if isinstance(k, yaml.ScalarNode)}
+    unknown = sorted(set(entries) - {"profile", "count"})
+    if unknown or len(entries) != len(value.value) or set(entries) != {"profile", "count"}:
+        raise ValueError(f"expected exactly the keys profile and count, such as {example}"
+                         + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    profile, count = schema.scalar(entries["profile"]), schema.scalar(entries["count"])
+    if not isinstance(profile, str) or not MIG_PROFILE.fullmatch(profile) or not 1 <= gpu_slices(profile) <= MIG_SLICES:
+        raise ValueError(f"profile: expected a MIG profile as NVIDIA names it, such as '1g.10gb' or '3g.40gb', got {profile!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64 * MIG_SLICES:
+        raise ValueError(f"count: expected a whole number of MIG devices from 1 to {64 * MIG_SLICES}, got {count!r}")
+    return Mig(profile, count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +81,19 @@ class Gpus:
     cuda: SpecifierSet | None
     form_factor: str | None  # sxm | pcie | nvl | superchip: judged from the PCI device ID, never from the name
     persistence_mode: bool  # true: NVML's persistence mode on for every GPU
+    mig: Mig | None = None  # MIG slices sold as such: gpus.mig judges them, gpus.identity wants MIG on
+    modified_memory: Size | None = None  # a board declared modified: its memory above the model's published figure
+
+
+def _gpus_rules(gpus: Gpus, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    problems = []
+    if gpus.mig is not None:
+        if gpus.memory is not None:
+            problems.append(("gpus.memory", "with gpus.mig the memory sold is each MIG device's (its profile's, "
+                             "judged by gpus.mig), not the whole GPU's: remove gpus.memory"))
+    if gpus.modified_memory is not None and gpus.mig is not None:
+        problems.append(("gpus.modified_memory", "a board declared modified is not judged as MIG slices"))
+    return problems
 
 
 SECTION = Section(
@@ -42,8 +101,8 @@ SECTION = Section(
     {"count": Key(schema.whole(1, 64)), "model": Key(schema.text), "memory": Key(schema.size),
      "driver": Key(schema.specifier), "cuda": Key(schema.specifier),
      "form_factor": Key(schema.one_of("sxm", "pcie", "nvl", "superchip")),
-     "persistence_mode": Key(schema.boolean, default=False)},
-    Gpus, "the GPUs as NVML reports them")
+     "persistence_mode": Key(schema.boolean, default=False), "mig": Key(mig), "modified_memory": Key(schema.size)},
+    Gpus, "the GPUs as NVML reports them", cross_check=_gpus_rules)
 
 
 def _per_gpu(v: Verdict, m: HostReading, subject: Subject) -> Check | None:
@@ -69,7 +128,7 @@ def judge_count(section: Gpus, subject: Subject, m: HostReading, contract: Contr
     found = len(m.host.gpus)
     cuda = m.host.cuda_devices
     seen = f"{found} GPUs found, contract says {section.count}"
-    if cuda is not None and cuda.error is None and cuda.count is not None and cuda.count != found:
+    if cuda is not None and cuda.error is None and cuda.count is not None and cuda.count != found and section.mig is None:
         visible = "" if cuda.visible_devices is None else f" (CUDA_VISIBLE_DEVICES={cuda.visible_devices!r})"
         return v.failed(found, f"{seen}; but NVML lists {found} and CUDA in this run sees {cuda.count}{visible}")
     others = _beyond_nvml(m)
@@ -151,8 +210,9 @@ def judge_model(section: Gpus, subject: Subject, m: HostReading, contract: Contr
 MEMORY_MARGIN = 0.02  # NVML's total may exceed the published GB, read as GiB, by 2 % (80 GB cards report 79.6 GiB)
 
 
-def _memory_of(v: Verdict, m: HostReading, gpu: Gpu, minimum: float, what: str) -> Check:
-    """One GPU's memory: NVML's total at least the contract's, and no more than its PCI device ID's model has."""
+def _memory_of(v: Verdict, m: HostReading, gpu: Gpu, minimum: float, what: str, modified: Size | None = None) -> Check:
+    """One GPU's memory: NVML's total at least the contract's, and no more than its PCI device ID's model has, or
+    than the contract's `modified_memory` where it declares the board modified."""
     total = bytes_to_gb(gpu.memory_total_bytes)
     known = m.models.model(gpu.index) if m.models else None
     if known is None:
@@ -161,7 +221,20 @@ def _memory_of(v: Verdict, m: HostReading, gpu: Gpu, minimum: float, what: str) 
                             unconfirmed=f"NVML's total not compared with a published capacity: {why}")
     top = max(known.memory_gb)
     ceiling = bytes_to_gb(int(top * 2**30 * (1 + MEMORY_MARGIN)))
-    details = {"published_gb": list(known.memory_gb), "ceiling_gb": ceiling}
+    details: dict[str, Any] = {"published_gb": list(known.memory_gb), "ceiling_gb": ceiling}
+    # A declared size reads as the published ones do: its GB as GiB, + 2 % (a "48 GB" board reports 49140 MiB)
+    declared = bytes_to_gb(int(modified.nbytes / 1e9 * 2**30 * (1 + MEMORY_MARGIN))) if modified is not None else None
+    if total > ceiling and declared is not None and total <= declared:
+        details.update(modified_memory_gb=bytes_to_gb(modified.nbytes) if modified else None, ceiling_gb=declared)
+        sizes = " or ".join(f"{g:g} GB" for g in known.memory_gb)
+        return with_sources(v.at_least(total, minimum, what, details, suffix=(
+            f" (a modified board, as the contract declares: {modified}; a {known.name} is published with {sizes})")),
+            "NVML", f"sysfs PCI device 0x{known.device_id} in the model table", "the contract's modified_memory")
+    if declared is not None and total > declared:
+        return with_sources(v.but(required=f">= {fmt(minimum)}", threshold=minimum).failed(
+            total, f"{what} {fmt(total)} GB (NVML), more than the {modified} the contract declares this modified "
+                   f"{known.name} to have (at most {fmt(declared)} GB)", details), "NVML",
+            "the contract's modified_memory")
     if total > ceiling:
         sizes = " or ".join(f"{g:g} GB" for g in known.memory_gb)
         return with_sources(v.but(required=f">= {fmt(minimum)}", threshold=minimum).failed(
@@ -182,14 +255,14 @@ def judge_memory(section: Gpus, subject: Subject, m: HostReading, contract: Cont
     if early:
         return early
     if subject.kind is Kind.ALL_GPUS:
-        each = [_memory_of(v, m, g, minimum, f"GPU{g.index} total memory") for g in m.host.gpus]
+        each = [_memory_of(v, m, g, minimum, f"GPU{g.index} total memory", section.modified_memory) for g in m.host.gpus]
         wrong = [c for c in each if not c.passed]
         if wrong:
             return wrong[0]
         smallest = min(m.host.gpus, key=lambda g: g.memory_total_bytes)
-        return _memory_of(v, m, smallest, minimum, f"smallest GPU memory (GPU{smallest.index})")
+        return _memory_of(v, m, smallest, minimum, f"smallest GPU memory (GPU{smallest.index})", section.modified_memory)
     assert subject.gpu is not None
-    return _memory_of(v, m, m.host.gpus[subject.gpu], minimum, f"{subject} total memory")
+    return _memory_of(v, m, m.host.gpus[subject.gpu], minimum, f"{subject} total memory", section.modified_memory)
 
 
 def _version(v: Verdict, found: str | None, spec: SpecifierSet, m: HostReading) -> Check:
@@ -254,7 +327,7 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
     bus ID NVML gives; unique UUID, serial and bus ID; as many GPUs as NVIDIA GPU functions on the PCI bus;
     visible to CUDA in this run; MIG off. Measured: the PCI device ID. A device ID the model table lacks is judged
     all the same (only the name's check against the table is left out, said); pci.ids' name is reported beside."""
-    v = IDENTITY.verdict(subject, "NVML, sysfs and CUDA agree; MIG off", m.evidence +
+    v = IDENTITY.verdict(subject, "NVML, sysfs and CUDA agree; MIG " + ("on" if section.mig else "off"), m.evidence +
                 (m.models.evidence if m.models else ()))
     host, models = m.host, m.models
     if subject.kind is Kind.ALL_GPUS:
@@ -281,8 +354,11 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
                         f"GPU functions ({', '.join(models.sysfs_gpus[:16]) or 'none'})")
     cuda = host.cuda_devices
     problems += _unusable_by_cuda(subject, bus, cuda)
-    if gpu.mig_mode:
+    if gpu.mig_mode and section.mig is None:
         problems.append(f"MIG mode is on for {subject}: it is partitioned into instances, not one whole GPU")
+    if section.mig is not None and gpu.mig_mode != 1:
+        problems.append(f"MIG mode is {'off' if gpu.mig_mode == 0 else 'not supported'} for {subject}: the contract "
+                        f"sells it as MIG slices ({section.mig.profile})")
     measured = f"0x{device}" if device else None
     second = {"pci_ids": models.pci_name(gpu.index)}  # the second source of the device's name, reported only
     sources = ("NVML", "sysfs PCI functions" if models.sysfs_gpus is not None else "",
@@ -298,8 +374,10 @@ def judge_identity(section: Gpus, subject: Subject, m: HostReading, contract: Co
     known = (model.name + (f", in a vGPU guest as profile {gpu.name!r}" if vgpu_of(model, gpu.name) else "")
              if model is not None else (f"{second['pci_ids']}; {models.missing(gpu.index)}, so NVML's "
                                                   "name is not checked against it"))
+    mig_said = "on, as the contract's gpus.mig sells it" if gpu.mig_mode == 1 else \
+        "off" if gpu.mig_mode == 0 else "not supported"
     return with_sources(v.passed(measured, f"{subject}: NVML {gpu.name!r} at {bus}, sysfs PCI device 0x{device} ({known}), "
-                                 f"visible to CUDA, MIG {'off' if gpu.mig_mode == 0 else 'not supported'}", second), *sources)
+                                 f"visible to CUDA, MIG {mig_said}", second), *sources)
 
 
 _FIELD = {"UUID": "uuid", "serial": "serial", "PCI bus ID": "pci_bus_id"}
@@ -349,6 +427,87 @@ def judge_persistence_mode(section: Gpus, subject: Subject, m: HostReading, cont
                         unconfirmed="NVML's persistence mode alone (no second reading of it)")
 
 
+def _mig_profile(gpu: Gpu, device: MigDevice) -> str | None:
+    """The profile a MIG device's NVML name gives after its GPU's name and " MIG ", or None where it gives none."""
+    prefix = f"{gpu.name} MIG "
+    return device.name[len(prefix):] if device.name.startswith(prefix) else None
+
+
+def _mig_gpu(gpu: Gpu, section: Mig, m: HostReading) -> tuple[list[MigDevice], list[str]]:
+    """A GPU's MIG devices of the contracted profile, and what is wrong with its MIG devices: a name that is not
+    its GPU's with a profile, a UUID that is not a MIG device's, more GPU slices than a GPU has, more memory than its
+    GPU, a profile's memory that the device does not have or that the model's published memory cannot hold."""
+    devices = gpu.mig_devices or ()
+    problems: list[str] = []
+    matched: list[MigDevice] = []
+    instances: dict[int | str, tuple[int, int]] = {}  # GPU instance -> (slices, memory): compute instances share one
+    for d in devices:
+        profile = _mig_profile(gpu, d)
+        if profile is None or not MIG_PROFILE.fullmatch(profile):
+            problems.append(f"GPU{gpu.index} MIG device {d.index} is named {d.name!r}: not {gpu.name!r} with a MIG profile")
+            continue
+        if not d.uuid.startswith("MIG-"):
+            problems.append(f"GPU{gpu.index} MIG device {d.index} has UUID {d.uuid!r}: a MIG device's begins MIG-")
+        instances[d.gpu_instance_id if d.gpu_instance_id is not None else f"device {d.index}"] = (
+            gpu_slices(profile), d.memory_total_bytes)
+        if profile == section.profile:
+            matched.append(d)
+            if d.memory_total_bytes < MIG_MEMORY_FRACTION * section.memory_gb * 1e9:
+                problems.append(f"GPU{gpu.index} MIG device {d.index} ({section.profile}) has "
+                                f"{fmt(bytes_to_gb(d.memory_total_bytes))} GB (NVML): a {section.profile} has "
+                                f"{fmt(section.memory_gb)} GB")
+    slices = sum(n for n, _b in instances.values())
+    if slices > MIG_SLICES:
+        problems.append(f"GPU{gpu.index}'s MIG devices add up to {slices} GPU slices: a GPU has {MIG_SLICES}")
+    memory = sum(b for _n, b in instances.values())
+    if memory > gpu.memory_total_bytes:
+        problems.append(f"GPU{gpu.index}'s MIG devices add up to {fmt(bytes_to_gb(memory))} GB, more than the "
+                        f"{fmt(bytes_to_gb(gpu.memory_total_bytes))} GB NVML gives the GPU")
+    model = m.models.model(gpu.index) if m.models else None
+    if model is not None and section.memory_gb > max(model.memory_gb) * 1.08:  # GB of a profile, GiB published
+        problems.append(f"a {section.profile} holds {fmt(section.memory_gb)} GB, more than a {model.name} has "
+                        f"({fmt(max(model.memory_gb))} GB published; sysfs PCI device 0x{model.device_id})")
+    return matched, problems
+
+
+def judge_mig(section: Gpus, subject: Subject, m: HostReading, contract: Contract) -> Check:
+    """MIG slices sold as such: at least `count` MIG devices NVML names with the contract's profile, each of its
+    profile's memory, on GPUs in MIG mode, as the GPU's slices and memory can hold and its model's memory can."""
+    assert section.mig is not None
+    sold = section.mig
+    v = MIG.verdict(subject, f">= {sold.count} x {sold.profile}", m.evidence + (m.models.evidence if m.models else ()))
+    if m.host.error:
+        return v.not_measured(m.host.error)
+    if not m.host.gpus:
+        return v.failed(0, "no GPU found")
+    unread = [f"GPU{g.index}" for g in m.host.gpus if g.mig_mode == 1 and g.mig_devices is None]
+    if unread:
+        return v.not_measured(f"{', '.join(unread)} in MIG mode, but the NVML reading has no MIG devices of "
+                              "theirs (a recording made before they were read)")
+    problems = [f"GPU{g.index}'s MIG mode is {'off' if g.mig_mode == 0 else 'not supported'}"
+                for g in m.host.gpus if g.mig_mode != 1]
+    matched: list[tuple[Gpu, MigDevice]] = []
+    for gpu in m.host.gpus:
+        found, wrong = _mig_gpu(gpu, sold, m)
+        matched += [(gpu, d) for d in found]
+        problems += wrong
+    uuids = [d.uuid for g in m.host.gpus for d in g.mig_devices or ()]
+    problems += [f"MIG UUID {u!r} is given to more than one MIG device" for u in sorted({u for u in uuids if uuids.count(u) > 1})]
+    every = [f"GPU{g.index}: {_mig_profile(g, d) or d.name} ({fmt(bytes_to_gb(d.memory_total_bytes))} GB)"
+             for g in m.host.gpus for d in g.mig_devices or ()]
+    details: dict[str, Any] = {"mig_devices": every, "profile": sold.profile, "profile_memory_gb": sold.memory_gb}
+    shown = f"{len(matched)} MIG devices of profile {sold.profile}, at least {sold.count} sold"
+    known = [m.models.model(g.index) for g in m.host.gpus] if m.models else []
+    sources = ("NVML MIG devices", "the profile's slices and memory",
+               "the model table" if known and all(known) else "")
+    unconfirmed = "" if known and all(known) else "the GPUs' published memory was not looked up (model table)"
+    if problems:
+        return with_sources(v.failed(len(matched), f"{shown}; but " + "; ".join(problems), details), *sources)
+    return with_sources(v.judged(len(matched) >= sold.count, len(matched), shown + (
+        f" ({', '.join(sorted({f'GPU{g.index}' for g, _d in matched}))})" if matched else ""), details), *sources,
+        unconfirmed=unconfirmed)
+
+
 def gpuaccept_host_identity(gpuaccept_host: HostReading, gpuaccept_models: GpuModels) -> HostReading:
     """The NVML reading with each GPU's PCI device ID and model from sysfs: two sources for who a GPU is."""
     return HostReading(gpuaccept_host.host, gpuaccept_host.evidence, gpuaccept_models)
@@ -378,5 +537,9 @@ IDENTITY = Clause("gpus.identity", SECTION, "test_gpu_identity", PerGpu(), gpuac
 PERSISTENCE_MODE = Clause("gpus.persistence_mode", SECTION, "test_persistence_mode", PerGpu(), gpuaccept_host,
                           judge_persistence_mode, "with `persistence_mode: true`: NVML's persistence mode on for "
                           "each GPU", None, lambda s: s.persistence_mode)
-CLAUSES = (COUNT, MODEL, MEMORY, FORM_FACTOR, IDENTITY, DRIVER, CUDA, PERSISTENCE_MODE)
+MIG = Clause("gpus.mig", SECTION, "test_gpu_mig", HostWide(), gpuaccept_host_identity, judge_mig,
+              "with `mig: {profile, count}`: at least `count` MIG devices of the profile (NVML), each with its "
+              "profile's memory, on GPUs in MIG mode whose slices and memory hold them", "MIG devices",
+              lambda s: s.mig is not None)
+CLAUSES = (COUNT, MODEL, MEMORY, FORM_FACTOR, IDENTITY, DRIVER, CUDA, PERSISTENCE_MODE, MIG)
 MEASUREMENTS = (gpuaccept_host_identity,)

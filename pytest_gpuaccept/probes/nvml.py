@@ -33,6 +33,19 @@ class Gpu:
     nvlink_error: str | None = None  # why NVML gave no per-link state (NotSupported on a PCIe card)
     persistence_mode: int | None = None  # 1 on, 0 off; None: not read (an older recording) or not supported
     fabric: Fabric | None = None  # the GPU's place in a multi-node NVLink domain; None: not read, or no fabric
+    mig_devices: tuple[MigDevice, ...] | None = None  # the MIG devices of a GPU in MIG mode; None: not read, MIG off
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG device (a compute instance in its GPU instance) as NVML gives it: its name ends with its profile
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), its UUID begins MIG-, its memory is the GPU instance's."""
+
+    index: int  # the MIG device's index on its GPU (nvmlDeviceGetMigDeviceHandleByIndex)
+    name: str
+    uuid: str
+    memory_total_bytes: int
+    gpu_instance_id: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +256,7 @@ def read_host() -> dict[str, Any]:
                 "nvlink_error": link_error,
                 "persistence_mode": None if persistence is None else int(persistence),
                 "fabric": _fabric(pynvml, handle),
+                "mig_devices": _mig_devices(pynvml, handle) if mig is not None and int(mig[0]) == 1 else None,
                 **_health(pynvml, handle),
             })
     except pynvml.NVMLError as exc:
@@ -251,6 +265,29 @@ def read_host() -> dict[str, Any]:
         pynvml.nvmlShutdown()
     reading["cuda_devices"] = read_cuda_devices()
     return reading
+
+
+def _mig_devices(pynvml: Any, handle: Any) -> list[dict[str, Any]]:
+    """The MIG devices NVML lists on a GPU in MIG mode: each index up to the GPU's maximum that has one."""
+    devices = []
+    for index in range(int(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except pynvml.NVMLError:
+            continue  # no MIG device at this index
+        devices.append({"index": index, "name": _text(pynvml.nvmlDeviceGetName(mig)),
+                        "uuid": _text(pynvml.nvmlDeviceGetUUID(mig)),
+                        "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(mig).total),
+                        "gpu_instance_id": _or_none(pynvml.nvmlDeviceGetGpuInstanceId, mig)})
+    return devices
+
+
+def parse_mig_devices(value: Any) -> tuple[MigDevice, ...] | None:
+    """A recording's `gpus[].mig_devices` (docs/nvml-recording.md), typed; None where absent or null."""
+    if value is None:
+        return None
+    return tuple(MigDevice(int(d["index"]), str(d["name"]), str(d["uuid"]), int(d["memory_total_bytes"]),
+                           None if d.get("gpu_instance_id") is None else int(d["gpu_instance_id"])) for d in value)
 
 
 def parse_host(reading: dict[str, Any]) -> Host:
@@ -265,7 +302,7 @@ def parse_host(reading: dict[str, Any]) -> Host:
                     NvLink(int(n["link"]), bool(n["active"]), n.get("remote_bus_id")) for n in g["nvlinks"]),
                 g.get("nvlink_error"),
                 None if g.get("persistence_mode") is None else int(g["persistence_mode"]),
-                parse_fabric(g.get("fabric")))
+                parse_fabric(g.get("fabric")), parse_mig_devices(g.get("mig_devices")))
             for g in reading.get("gpus", [])
         )
         cuda = reading.get("cuda_devices")
