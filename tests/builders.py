@@ -19,6 +19,8 @@ from pathlib import Path
 from conftest import DATA, SYSTEM_PATH, nccl_log, nvml_recording, pci_port, pci_tree
 
 from pytest_gpuaccept.probes import nvml
+from pytest_gpuaccept.probes.imex_channels import parse_listing, parse_major
+from pytest_gpuaccept.probes.nvlink_counters import GpuLinks, Traffic, parse_throughput
 from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 # ------------------------------------------------------------------ the evidence bundle (test_bundle.py)
@@ -243,7 +245,9 @@ def counting_port(root, device: str, words: int = 1000):
 
 # ------------------------------------------------------------------ every clause at once (test_every_clause.py)
 
-COUNT_CLAUSES = {"nics.count", "rdma.count"}
+# The clauses a contract with every other clause cannot have: nics and rdma with `count` (the same sections without),
+# and gpus.mig (MIG slices refuse the sections that judge whole GPUs: test_mig_and_declared_boards.py)
+APART_CLAUSES = {"nics.count", "rdma.count", "gpus.mig"}
 # The cluster section's clauses are judged on a cluster's login node, and there only (test_cluster_slurm.py).
 CLUSTER_CLAUSES = {"cluster.nodes", "cluster.allreduce", "cluster.pairs", "cluster.links", "cluster.nvlink_domain.fabric",
                    "cluster.nvlink_domain.imex", "cluster.nvlink_domain.min_busbw"}
@@ -300,7 +304,7 @@ def compute_run(accept, fake_tools, tmp_path, output, dtype="fp32", threshold="m
 
 # ------------------------------------------------------------------ DCGM (test_dcgm.py)
 
-def dcgm4_document(serials: list[str], status: str = "Pass", warnings: str = "") -> str:
+def dcgm4_document(serials: list[str], status: str = "Pass", warnings: str = "", driver: str = "560.35.03") -> str:
     """Constructed, not recorded: a DCGM 4 level-1 document in the shape of the real GB10 one (same keys, DCGM 4.2.3),
     for as many GPUs as `serials`, each with DCGM's serial of it and the H100 SXM5's device ID."""
     results = [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": i, "status": status,
@@ -310,7 +314,19 @@ def dcgm4_document(serials: list[str], status: str = "Pass", warnings: str = "")
             {"name": "software", "results": results, "test_summary": {"status": status}}]}]},
         "entity_groups": [{"entities": [{"device_id": "2330", "entity_id": i, "serial_num": s} for i, s in enumerate(serials)],
                            "entity_group": "GPU", "entity_group_id": 1}],
-        "metadata": {"Driver Version Detected": "560.35.03", "version": "4.2.3"}}, indent="\t")
+        "metadata": {"Driver Version Detected": driver, "version": "4.2.3"}}, indent="\t")
+
+
+def t4_recording(tmp_path: Path) -> Path:
+    """Constructed: the NVML reading of the one Tesla T4 the real DCGM 3.x T4 documents ran on (tests/data/dcgm), made
+    from the H100 recording's GPU0: name, PCI device ID 0x1eb8, no NVLink, and 15109 MiB, the T4's total with ECC on
+    (DCGM's memory test runs only with ECC on)."""
+    reading = json.loads((DATA / "nvml" / "h100_sxm5_4gpu.json").read_text())
+    reading["gpus"] = [{**reading["gpus"][0], "name": "Tesla T4", "memory_total_bytes": 15109 * 2**20,
+                        "pci_device_id": "0x1eb8", "nvlinks": [], "nvlink_error": "NVMLError_NotSupported: Not Supported"}]
+    path = tmp_path / "nvml-t4.json"
+    path.write_text(json.dumps(reading))
+    return path
 
 
 # ------------------------------------------------------------------ PCIe links (test_plausibility.py)
@@ -351,3 +367,34 @@ def node_recordings(folder: Path, names: list[str], same: dict[str, str] | None 
             gpu["uuid"] = gpu["uuid"].replace("GPU-h100-", f"GPU-{(same or {}).get(name, name)}-")
         (folder / f"h100.{name}.json").write_text(json.dumps(own))
     return base
+
+
+# ------------------------------------------------------------------ an NVL72 tray's second sources (test_nvl72.py)
+
+NVL72_DATA = DATA / "nvl72"
+CHANNELS_LS = NVL72_DATA / "ls_la_imex_channels_nvidia_container_toolkit_pr375.txt"
+# Constructed: the real listing's major (508) in /proc/devices' real line format; the real ones come from two machines.
+HONEST_DEVICES = "Character devices:\n195 nvidia\n508 nvidia-caps-imex-channels\n511 nvidia-caps\n"
+SMI_IDLE = NVL72_DATA / "nvidia_smi_nvlink_gt_d_h800_idle_llm-action.txt"
+SMI_TRAINING = NVL72_DATA / "nvidia_smi_nvlink_gt_d_h800_training_llm-action.txt"
+IB_PORT = "/sys/class/infiniband/mlx5_0/ports/1/counters/port_xmit_data"
+ETH = "/sys/class/net/eth0/statistics/tx_bytes"
+
+
+def honest_channels() -> dict:
+    """An honest tray's IMEX channel devices as an ImexView carries them: the real listing, its major in /proc/devices."""
+    return {"channels": parse_listing(CHANNELS_LS.read_text()), "channel_major": parse_major(HONEST_DEVICES),
+            "channel_problem": None}
+
+
+def four_gpus(text: str) -> dict[int, GpuLinks]:
+    """A 4-GPU tray's reading (constructed): the real one-GPU reading as GPUs 0-3."""
+    one = parse_throughput(text)[0]
+    return {g: one for g in range(4)}
+
+
+def honest_traffic() -> Traffic:
+    """An honest tray's counters around the domain's all_reduce: the real idle and training NVLink readings, its NICs
+    all but quiet (constructed values)."""
+    return Traffic(four_gpus(SMI_IDLE.read_text()), four_gpus(SMI_TRAINING.read_text()),
+                   {IB_PORT: 2_200_305_029, ETH: 81_920_004}, {IB_PORT: 2_200_305_529, ETH: 81_931_204})
