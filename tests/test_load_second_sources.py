@@ -119,6 +119,14 @@ def test_a_light_load_at_the_boost_clock_drawing_an_idle_gpus_power_is_busy(tmp_
     assert "the lowest window of its busy samples under 90% of the power limit 1980 MHz" in clocks.message
 
 
+def test_a_power_capped_load_whose_power_average_reads_under_90_percent_is_held_by_power(tmp_path):
+    """Honest variety: the real H200's ramp drew 285-570 W of its 700 W at 1695-1845 MHz with sw_power_cap raised
+    (NVML's power is a 1 s average; the cap acts faster). Every busy sample at 600 W (86 %) and 1500 MHz, the reason
+    raised: held by power, not a clock locked below the boost."""
+    checks = burnin_checks(tmp_path, lambda row: [row[0], row[1], 1500, 600.0, row[4], 0x4, *row[6:]])
+    assert checks["burnin.clocks"].outcome.value == "passed", checks["burnin.clocks"].message
+
+
 # ---------------------------------------------------------------- burnin: clocks locked below the boost, no reason
 
 def test_clocks_locked_at_1200_mhz_with_no_reason_raised_fail_burnin_clocks_on_the_boost_clock(tmp_path):

@@ -25,6 +25,10 @@ from .nvml import BAD_THROTTLE, NVLINK_ERRORS, SAMPLE_FIELDS, STREAM_FORMAT
 
 BUSY_PERCENT = 50.0  # a GPU this busy has started working (the start-up ends at its first such sample)
 AT_POWER_LIMIT = 0.90  # a busy sample drawing this share of its enforced limit runs at the clock that power buys
+# A busy sample NVML says the power cap or power brake is slowing is held by power though its 1 s power average reads
+# under AT_POWER_LIMIT (an honest H200's ramp: 285-570 W of 700 at 1695-1845 MHz with sw_power_cap raised), but never
+# at an idle GPU's power (under IDLE_POWER of the limit: the reason bit then explains nothing)
+POWER_REASONS = 0x4 | 0x80  # sw_power_cap, hw_power_brake_slowdown (nvml.THROTTLE_REASONS)
 IDLE_POWER = 0.25  # a busy sample drawing under this share of its enforced limit draws an idle GPU's power
 WINDOW_S = 60.0  # the sliding window of the lowest utilisation and SM clock (half the load, where that is shorter)
 
@@ -273,7 +277,7 @@ class GpuWatch:
             if self.busy_t is None and util >= BUSY_PERCENT:
                 self.busy_t = t_s
             if self.busy_t is not None:
-                self.window.add(self._row(t_s, float(util), clock, power, limit))
+                self.window.add(self._row(t_s, float(util), clock, power, limit, reasons))
                 if self.lowest_sample is None or util < self.lowest_sample[0]:
                     self.lowest_sample = (float(util), t_s)
         if reasons is not None:
@@ -283,7 +287,7 @@ class GpuWatch:
             self.temps[int(temp)] = t_s
         self._bucket(row)
 
-    def _row(self, t_s: float, util: float, clock: Any, power: Any, limit: Any) -> Row:
+    def _row(self, t_s: float, util: float, clock: Any, power: Any, limit: Any, reasons: Any = None) -> Row:
         """The sample as a window row: busy or not, held by power or not, at an idle GPU's power or not."""
         if util < BUSY_PERCENT:
             return Row(t_s, util)
@@ -292,7 +296,8 @@ class GpuWatch:
         if power is None or not limit or limit <= 0:
             return Row(t_s, util, busy_clock)
         share = float(power) / float(limit)
-        if share >= AT_POWER_LIMIT:
+        capped = reasons is not None and int(reasons) & POWER_REASONS and share >= IDLE_POWER  # never at idle power
+        if share >= AT_POWER_LIMIT or capped:
             self.held += 1
             return Row(t_s, util, busy_clock)
         self.free += 1
