@@ -398,3 +398,23 @@ def honest_traffic() -> Traffic:
     all but quiet (constructed values)."""
     return Traffic(four_gpus(SMI_IDLE.read_text()), four_gpus(SMI_TRAINING.read_text()),
                    {IB_PORT: 2_200_305_029, ETH: 81_920_004}, {IB_PORT: 2_200_305_529, ETH: 81_931_204})
+
+
+# ------------------------------------------------------------------ the Korean acceptance sheet's host copies
+
+def host_copy_runs(text: str) -> str:
+    """The Korean sheet's own runs of the two host copy testcases (its last two nvbandwidth runs, one `-t` each),
+    verbatim but for the spreadsheet's closing quote: what nvbandwidth asked for host_to_device_memcpy_ce and
+    device_to_host_memcpy_ce prints, and no more (the sheet's other runs are copies it was not asked for, and the
+    fake would wait the 4.86 s they take besides the 4.97 s of these)."""
+    start = text.rindex("#" * 53, 0, text.index("Running device_to_host_memcpy_ce."))  # its separator line
+    return text[start:].rstrip().removesuffix('"') + "\n"
+
+
+def moves(folder: Path, gbit_s: float, seconds: float):
+    """What a client does to the port's counters: `gbit_s` for the `seconds` it ran."""
+    def moved() -> None:
+        for name in ("port_xmit_data", "port_rcv_data"):
+            path = folder / name
+            path.write_text(str(int(path.read_text()) + int(gbit_s * 1e9 * seconds / 8 / 4)))
+    return moved

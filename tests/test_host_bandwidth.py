@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from builders import h100_status, p5_log
+from builders import h100_status, host_copy_runs, p5_log
 from conftest import DATA, nvml_recording, pci_tree, staged_recording
 from judging import Output, judge
 
@@ -27,15 +27,6 @@ SHEET = "h100_sxm5_8gpu_acceptance_sheet.json"  # H100_RUNS's host: driver 595.7
 
 
 CONTRACT = "gpuaccept: 1\nvendor: V\ngpus:\n  count: {count}\n{section}"
-
-
-def host_copy_runs(text: str) -> str:
-    """The Korean sheet's own runs of the two host copy testcases (its last two nvbandwidth runs, one `-t` each),
-    verbatim but for the spreadsheet's closing quote: what nvbandwidth asked for host_to_device_memcpy_ce and
-    device_to_host_memcpy_ce prints, and no more (the sheet's other runs are copies it was not asked for, and the
-    fake would wait the 4.86 s they take besides the 4.97 s of these)."""
-    start = text.rindex("#" * 53, 0, text.index("Running device_to_host_memcpy_ce."))  # its separator line
-    return text[start:].rstrip().removesuffix('"') + "\n"
 
 
 def test_the_model_table_knows_the_h100_sxm5_by_its_device_id():

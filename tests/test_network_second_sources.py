@@ -18,10 +18,9 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from builders import IB_UP, RDMA_CONTRACT, counting_port, sysfs_tree
+from builders import IB_UP, RDMA_CONTRACT, counting_port, moves, sysfs_tree
 from conftest import DATA, pci_port
 from judging import Clock, Output, judge
 
@@ -73,15 +72,6 @@ def test_ethtool_saying_400g_where_the_kernel_says_100g_is_rejected_naming_both(
 
 
 # ---------------------------------------------------------------- rdma: ib_write_bw beside the port's counters
-
-def moves(folder: Path, gbit_s: float, seconds: float):
-    """What a client does to the port's counters: `gbit_s` for the `seconds` it ran."""
-    def moved() -> None:
-        for name in ("port_xmit_data", "port_rcv_data"):
-            path = folder / name
-            path.write_text(str(int(path.read_text()) + int(gbit_s * 1e9 * seconds / 8 / 4)))
-    return moved
-
 
 def ib_write_bw(clock: Clock, device: str = "", printed_after: float = 5.0, moved=None) -> dict[str, Output]:
     """ib_write_bw on `device` (every device: ""), printing BW_90 after `printed_after` s: a server, and a client

@@ -9,7 +9,11 @@ The rack: a real Slurm cluster in network namespaces (tests/netns_cluster.py), h
 trays, each tray's own per-node run reading its own NVML recording with its fabric info. What the trays' tools
 print is assembled from those real outputs by this file (marked constructed below): each tray's IMEX view is the
 real 18-node output with the trays' addresses, and the all_reduce is the real 72-rank table behind rank lines and
-NCCL INFO lines in the real lines' formats, one per rank on its tray.
+NCCL INFO lines in the real lines' formats, one per rank on its tray. Two whole runs go through the rack, where the
+process boundary is the point (launcher, the trays' own runs, the report, the exit code): the honest rack accepted,
+and a tray whose IMEX daemon refuses (its refusal read through srun) rejected with exit code 1, naming it. The other
+frauds are judged in process (judge_fabric, judge_imex, judge_busbw) on the same readings: the trays' NVML
+recordings (tray_recording), the IMEX views, the NCCL lines of the all_reduce (nccl_log).
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ from pytest_gpuaccept.measurements import ClusterRun, DomainAllReduce, ImexView,
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes.imex import parse_domain
 from pytest_gpuaccept.probes.imex_channels import parse_listing, parse_major
-from pytest_gpuaccept.probes.nccl_tests import mnnvl_by_host, parse_all_reduce
+from pytest_gpuaccept.probes.nccl_tests import MnnvlSeen, mnnvl_by_host, parse_all_reduce
 from pytest_gpuaccept.probes.nvlink_counters import Traffic, parse_nic_counters, parse_throughput
 from pytest_gpuaccept.probes.nvml import fabric_health_problems
 from pytest_gpuaccept.subjects import Subject
+from pytest_gpuaccept.verdict import Check
 
 NVL72 = DATA / "nvl72"
 IMEX_18 = NVL72 / "imex_ctl_N_18node_all_connected_aws_pcluster_doc.txt"
@@ -101,6 +106,39 @@ def test_the_fabric_health_mask_real_values():
     # insufficient resources with an all-zero UUID (what gpus[].fabric then records: status not 0).
     assert f"ClusterUUID                       : {UUID}" in FABRIC_SMI.read_text()
     assert "Insufficient Resources" in FABRIC_REFUSED.read_text()
+
+
+# ------------------------------------------------------------------ each tray's fabric (its own NVML reading)
+
+
+def judge_fabric_of(run: ClusterRun, tray: str) -> Check:
+    contract = parse_contract(CONTRACT)
+    return nvlink_domain.judge_fabric(nvlink_domain.SECTION.of(contract), Subject.whole(tray), run, contract)
+
+
+def fabric_failing(run: ClusterRun) -> dict[str, Check]:
+    """Every tray's fabric check on the rack's readings, the ones not passed."""
+    checks = {tray: judge_fabric_of(run, tray) for tray in run.nodes}
+    return {tray: check for tray, check in checks.items() if not check.passed}
+
+
+def test_a_tray_whose_fabric_registration_did_not_complete_is_rejected_by_name():
+    honest = judge_fabric_of(trays_run(), "h7")
+    assert honest.passed and honest.message == (
+        f"h7: 4 GPUs in the fabric, completed, healthy, clique 32766 of cluster {UUID} (as 18 of 18 trays)")
+    bad = fabric_failing(trays_run({"h7": {"state": 2}}))
+    assert list(bad) == ["h7"]
+    assert bad["h7"].outcome.value == "failed" and bad["h7"].measured == "in progress"
+    assert bad["h7"].message == "h7: " + "; ".join(f"GPU{g}: fabric state in progress, not completed" for g in range(4))
+
+
+def test_a_tray_in_another_clique_is_rejected_by_name():
+    run = trays_run({"h11": {"clique_id": 0x7FFD}})
+    bad = fabric_failing(run)
+    assert list(bad) == ["h11"] and bad["h11"].outcome.value == "failed" and bad["h11"].measured == "completed"
+    assert bad["h11"].message == "h11: " + "; ".join(
+        f"GPU{g}: clique 32765 of cluster {UUID}, not the domain's clique 32766 of cluster {UUID}" for g in range(4))
+    assert "(as 17 of 18 trays)" in judge_fabric_of(run, "h10").message  # the domain: the clique most trays are in
 
 
 # ------------------------------------------------------------------ the IMEX channel devices (the driver's word)
@@ -215,16 +253,25 @@ def test_nvlink_counters_cut_short_or_of_another_kind_are_an_error_not_idle_link
         parse_nic_counters("grep: /sys/class/net: Permission denied\n")
 
 
-def domain_run(traffic: dict[str, Traffic]) -> DomainAllReduce:
-    """The domain's all_reduce as judged (constructed around real values): the real 72-rank table's 834.57 GB/s at
-    8 GiB, every tray's NCCL lines the real GB200 tray's with `MNNVL 1` on its 4 communicators, and `traffic`."""
+def trays_run(fabric: dict[str, dict] | None = None) -> ClusterRun:
+    """The 18 trays' own runs as the login node keeps them: each tray's results carry its NVML recording
+    (tray_recording, with `fabric` changing what a tray's GPUs read), as its per-node run returns it."""
     trays = [f"h{t}" for t in range(1, TRAYS + 1)]
-    nodes = {t: NodeOutcome(NodeState(t, True, True, "IDLE", 4), f"nodes/{t}", {"host": tray_recording(t)}, None)
-             for t in trays}
+    return ClusterRun("slurm", {t: NodeOutcome(NodeState(t, True, True, "IDLE", 4), f"nodes/{t}",
+                                               {"host": tray_recording(t, (fabric or {}).get(t))}, None)
+                                for t in trays}, ())
+
+
+def domain_run(traffic: dict[str, Traffic], mnnvl: dict[str, MnnvlSeen] | None = None) -> DomainAllReduce:
+    """The domain's all_reduce as judged (constructed around real values): the real 72-rank table's 834.57 GB/s at
+    8 GiB, every tray's NCCL lines the real GB200 tray's with `MNNVL 1` on its 4 communicators (or `mnnvl`, what
+    NCCL's lines said per host), and `traffic`."""
+    cluster = trays_run()
     real = mnnvl_by_host(MNNVL_LINES.read_text())["gb200a-04"]
-    mnnvl = {t: dataclasses.replace(real, comm_flags=(1,) * 4, nodes=(18,) * 4) for t in trays}
-    return DomainAllReduce(ClusterRun("slurm", nodes, ()), tuple(trays), (), 4,
-                           PairResult(0, 834.57, "8 GiB", None, ()), mnnvl, traffic=traffic)
+    if mnnvl is None:
+        mnnvl = {t: dataclasses.replace(real, comm_flags=(1,) * 4, nodes=(18,) * 4) for t in cluster.nodes}
+    return DomainAllReduce(cluster, tuple(cluster.nodes), (), 4, PairResult(0, 834.57, "8 GiB", None, ()), mnnvl,
+                           traffic=traffic)
 
 
 def judge_busbw_of(run: DomainAllReduce):
@@ -249,6 +296,7 @@ def test_mnnvl_claimed_but_a_trays_nvlink_counters_did_not_move_is_rejected_nami
         "grew 0 bytes during the all_reduce, under the 8 GiB (8589934592 bytes) one pass of the largest size sends; "
         "h5: GPU1's"), check.message
     assert "h4" not in check.message and "h6" not in check.message
+    assert check.details["mnnvl"]["h5"]["comm"] == [1, 1, 1, 1]  # what NCCL claimed for it
 
 
 def test_mnnvl_claimed_but_a_trays_nic_carried_the_bytes_is_rejected_naming_the_counter():
@@ -261,6 +309,18 @@ def test_mnnvl_claimed_but_a_trays_nic_carried_the_bytes_is_rejected_naming_the_
     assert (f"h9: its NICs sent 107374193600 bytes during the all_reduce (>= 32 GiB; most {IB_PORT} +107374182400 "
             f"bytes): the network carried it") in check.message, check.message
     assert "h8" not in check.message
+
+
+def test_an_all_reduce_that_fell_back_to_the_network_is_rejected_naming_the_tray():
+    traffic = {f"h{t}": honest_traffic() for t in range(1, TRAYS + 1)}
+    honest = judge_busbw_of(domain_run(traffic, mnnvl_by_host(nccl_log(None))))
+    assert honest.passed, honest.message
+    fell_back = mnnvl_by_host(nccl_log("h5"))
+    assert fell_back["h5"].comm_flags == (0,) * 4 and fell_back["h5"].net == ("NET/IB",)
+    check = judge_busbw_of(domain_run(traffic, fell_back))
+    assert check.outcome.value == "failed" and check.measured == 834.57
+    assert check.message == "not over the NVLink domain: h5: fell back to the network (MNNVL 0, channels via NET/IB)"
+    assert "h4" not in check.message and "h6" not in check.message
 
 
 def test_trays_whose_counters_were_not_read_or_went_down_fail_the_domain():
@@ -409,11 +469,10 @@ NVIDIA_SMI = r'''#!/bin/sh
 host=$(hostname)
 n=$(cat "@DIR@/smi-count/$host" 2>/dev/null || echo 0)
 echo $((n + 1)) > "@DIR@/smi-count/$host"
-still=0; [ -e "@DIR@/nvlink-still/$host" ] && still=1
 for gpu in 0 1 2 3; do
   echo "GPU $gpu: NVIDIA GB200 (UUID: GPU-$host-$gpu)"
   for link in $(seq 0 17); do
-    grew=$((n * 22967000)); [ $still = 1 ] && grew=0
+    grew=$((n * 22967000))
     echo "         Link $link: Data Tx: $((5863784 + grew)) KiB"
     echo "         Link $link: Data Rx: $((5863677 + grew)) KiB"
   done
@@ -426,21 +485,20 @@ exec cat "@DIR@/nccl.txt"
 '''
 
 
-def stage(cluster: Cluster, folder: Path, *, fabric: dict[str, dict] | None = None, imex_down: str | None = None,
-          fallback: str | None = None) -> tuple[Path, Path, Path]:
+def stage(cluster: Cluster, folder: Path, *, imex_down: str | None = None) -> tuple[Path, Path, Path]:
     """The trays' recordings, sysfs, IMEX views and all_reduce output for one run: (tools, recording, sysfs)."""
     tools, nvml, sysfs = folder / "bin", folder / "nvml", folder / "sys"
-    for path in (tools, nvml, folder / "imex", folder / "imex-down", folder / "smi-count", folder / "nvlink-still"):
+    for path in (tools, nvml, folder / "imex", folder / "imex-down", folder / "smi-count"):
         path.mkdir(parents=True, exist_ok=True)
     base = tray_recording("h0")
     (nvml / "gb200.json").write_text(json.dumps(base))
     for t in range(1, TRAYS + 1):
         name = f"h{t}"
-        (nvml / f"gb200.{name}.json").write_text(json.dumps(tray_recording(name, (fabric or {}).get(name))))
+        (nvml / f"gb200.{name}.json").write_text(json.dumps(tray_recording(name)))
         (folder / "imex" / f"{name}.txt").write_text(imex_view(cluster, imex_down))
     if imex_down:
         (folder / "imex-down" / imex_down).touch()
-    (folder / "nccl.txt").write_text(nccl_log(fallback))
+    (folder / "nccl.txt").write_text(nccl_log(None))
     for name, body in (("nvidia-imex-ctl", TOOLS), ("all_reduce_perf", ALL_REDUCE), ("nvidia-smi", NVIDIA_SMI)):
         (tools / name).write_text(body.replace("@DIR@", str(folder)))
         (tools / name).chmod(0o755)
@@ -528,46 +586,9 @@ def test_an_honest_18_tray_rack_is_accepted(rack, tmp_path):
     assert results["hosts"] and len(results["hosts"]) == TRAYS
 
 
-def test_a_tray_whose_fabric_registration_did_not_complete_is_rejected_by_name(rack, tmp_path):
-    code, results, out = login_run(rack, tmp_path, fabric={"h7": {"state": 2}})
-    assert code != 0 and results["verdict"] == "rejected"
-    bad = failing(domain_checks(results)["fabric"])
-    assert list(bad) == ["h7"] and "fabric state in progress, not completed" in bad["h7"]
-
-
-def test_a_tray_in_another_clique_is_rejected_by_name(rack, tmp_path):
-    code, results, out = login_run(rack, tmp_path, fabric={"h11": {"clique_id": 0x7FFD}})
-    assert code != 0 and results["verdict"] == "rejected"
-    bad = failing(domain_checks(results)["fabric"])
-    assert list(bad) == ["h11"] and "clique 32765" in bad["h11"] and "domain's clique 32766" in bad["h11"]
-
-
 def test_imex_down_on_one_tray_is_rejected_naming_that_tray(rack, tmp_path):
     code, results, out = login_run(rack, tmp_path, imex_down="h3")
-    assert code != 0 and results["verdict"] == "rejected"
+    assert code == 1 and results["verdict"] == "rejected", out[-4000:]
     bad = failing(domain_checks(results)["imex"])
     assert list(bad) == ["h3"], bad
     assert "IMEX did not answer" in bad["h3"] and "connection refused" in bad["h3"]
-
-
-def test_a_tray_whose_nccl_says_mnnvl_but_whose_nvlink_counters_did_not_move_is_rejected(rack, tmp_path):
-    (tmp_path / "nvlink-still").mkdir()
-    (tmp_path / "nvlink-still" / "h12").touch()
-    code, results, out = login_run(rack, tmp_path)
-    assert code != 0 and results["verdict"] == "rejected"
-    busbw = domain_checks(results)["min_busbw"]["domain"]
-    assert busbw["outcome"] == "failed" and busbw["measured"] == 834.57
-    assert busbw["message"].startswith(
-        "not over the NVLink domain: h12: GPU0's NVLink Data Tx (nvidia-smi nvlink -gt d) grew 0 bytes during the "
-        "all_reduce, under the 8 GiB (8589934592 bytes) one pass of the largest size sends"), busbw["message"]
-    assert "h11" not in busbw["message"] and "h13" not in busbw["message"]
-    assert busbw["details"]["mnnvl"]["h12"]["comm"] == [1, 1, 1, 1]  # what NCCL claimed for it
-
-
-def test_an_all_reduce_that_fell_back_to_the_network_is_rejected_naming_the_tray(rack, tmp_path):
-    code, results, out = login_run(rack, tmp_path, fallback="h5")
-    assert code != 0 and results["verdict"] == "rejected"
-    busbw = domain_checks(results)["min_busbw"]["domain"]
-    assert busbw["outcome"] == "failed" and busbw["measured"] == 834.57
-    assert "h5: fell back to the network (MNNVL 0, channels via NET/IB)" in busbw["message"]
-    assert "h4" not in busbw["message"] and "h6" not in busbw["message"]

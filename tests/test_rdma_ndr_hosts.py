@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from builders import RDMA_CONTRACT, counting_port, sysfs_tree
+from builders import RDMA_CONTRACT, counting_port, moves, sysfs_tree
 from conftest import DATA
 from judging import Clock, Judged, Output, judge
 
@@ -22,15 +22,6 @@ OUTPUT = (DATA / "ibwritebw" / "oci_roce_mlx5_5_4qp_report_gbits_rdmacm.txt").re
 NDR = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}
 HDR = {**NDR, "rate": "200 Gb/sec (4X HDR)"}
 DEVICES = [f"mlx5_{n}" for n in range(8)]
-
-
-def moves(folder: Path, gbit_s: float, seconds: float):
-    """A client's traffic through its port: `gbit_s` for `seconds`, in the 4-byte words the counters count."""
-    def moved() -> None:
-        for name in ("port_xmit_data", "port_rcv_data"):
-            path = folder / name
-            path.write_text(str(int(path.read_text()) + int(gbit_s * 1e9 * seconds / 8 / 4)))
-    return moved
 
 
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gbit_s: float = 392.34, sent_s: float = 5.0,

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from builders import COMPUTE_CONTRACT, GEMM_CPU_RUN, as_gpus, pcie_links, recording, series
+from builders import COMPUTE_CONTRACT, GEMM_CPU_RUN, as_gpus, host_copy_runs, pcie_links, recording, series
 from conftest import DATA, pci_tree, staged_recording
 from judging import Output, judge, option_path, workload
 
@@ -48,15 +48,6 @@ def scaled(text: str, cases: tuple[str, ...], factor: float) -> str:
             line, cells = f"SUM {tokens[1]} {sum(cells):.2f}", []
         out.append(line)
     return "\n".join(out) + "\n"
-
-
-def host_copy_runs(text: str) -> str:
-    """The Korean sheet's own runs of the two host copy testcases (its last two nvbandwidth runs, one `-t` each),
-    verbatim but for the spreadsheet's closing quote: what nvbandwidth asked for host_to_device_memcpy_ce and
-    device_to_host_memcpy_ce prints, and no more (the sheet's other runs are copies it was not asked for, and the
-    fake would wait the 4.86 s they take besides the 4.97 s of these)."""
-    start = text.rindex("#" * 53, 0, text.index("Running device_to_host_memcpy_ce."))  # its separator line
-    return text[start:].rstrip().removesuffix('"') + "\n"
 
 
 def gpus(count: int = 8, extra: str = "") -> str:
