@@ -25,7 +25,7 @@ from pytest_gpuaccept.measurements import GpuModels
 from pytest_gpuaccept.models import all_models, by_device_id
 from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
 from pytest_gpuaccept.probes.nvml import parse_host
-from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
+from pytest_gpuaccept.probes.sysfs import read_hypervisor, sysfs_bus_id
 
 HOSTS = DATA / "nvlink_hosts"
 B200_RUN = HOSTS / "b200_8gpu_gke_a4_1node_allreduce_8M_16G_oop_only.txt"
@@ -294,7 +294,7 @@ def test_what_sysfs_shows_of_a_hypervisor(tmp_path, files, shown):
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text + "\n")
-    assert plausible.hypervisor(tmp_path) == shown
+    assert read_hypervisor(tmp_path) == shown
 
 
 # ------------------------------------------------------------------ HGX A100, 16 GPUs on two baseboards

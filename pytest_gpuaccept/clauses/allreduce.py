@@ -11,6 +11,7 @@ from ..models import PCIE_X16_GBYTE_S, fraction_note
 from ..probes import nccl_tests, nvidia_smi, option_value
 from ..probes._run import parse_run
 from ..probes.nccl_tests import NcclResult, RankLine, Row, asked_iters
+from ..probes.nvml import cuda_version
 from ..probes.sysfs import pci_address, pci_name, sysfs_bus_id
 from ..schema import Key
 from ..subjects import Subject, gpu_count
@@ -272,10 +273,10 @@ def foreign_cuda(result: NcclResult, host: Host | None) -> list[str]:
     host's output. Absent lines are unconfirmed (header_fields), never a failure."""
     if host is None or host.error or host.cuda is None:
         return []
-    other = sorted({v for v in result.cuda_driver_versions if plausible.cuda_version(v) != host.cuda.strip()})
+    other = sorted({v for v in result.cuda_driver_versions if cuda_version(v) != host.cuda.strip()})
     if not other:
         return []
-    return [f"NCCL's log says cudaDriverVersion {other[0]} (CUDA {plausible.cuda_version(other[0])}), but NVML here "
+    return [f"NCCL's log says cudaDriverVersion {other[0]} (CUDA {cuda_version(other[0])}), but NVML here "
             f"says CUDA {host.cuda}: not this host's output"]
 
 

@@ -101,7 +101,7 @@ class NvlinkTopology:
     host: Host | None = None
     bridges: dict[str, str] | None = None
     bridges_file: str = ""
-    hypervisor: str | None = None  # what sysfs shows of a hypervisor (plausible.hypervisor); None: none
+    hypervisor: str | None = None  # what sysfs shows of a hypervisor (probes/sysfs.py read_hypervisor); None: none
 
     @property
     def evidence(self) -> tuple[str, ...]:

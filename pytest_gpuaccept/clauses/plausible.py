@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..models import TABLE_FILE
 from ..probes.nvbandwidth import copies as nvbandwidth_copies
+from ..probes.nvml import cuda_version
 from ..probes.p2p_latency import cell_bytes as p2p_cell_bytes
-from ..probes.sysfs import link_gen, link_width, pci_address, pci_name, read_nvidia_bridges, read_pci_links, sysfs_bus_id
+from ..probes.sysfs import link_gen, link_width, pci_address, pci_name, read_hypervisor, read_nvidia_bridges, read_pci_links, sysfs_bus_id
 from ..units import human_bytes
 from ..verdict import fmt
 from .sources import with_sources
@@ -68,36 +69,10 @@ PCIE_LANE_GBYTE_S = {1: 0.25, 2: 0.5, 3: 15.75 / 16, 4: 31.5 / 16, 5: 63.0 / 16,
 LINKS_FILE = "sysfs-pci-links.json"
 SWITCHES_FILE = "sysfs-nvswitches.json"  # the NVIDIA bridge functions (NVSwitches) sysfs lists, bus ID -> device ID
 VM_VIEW = "a VM's view: no NVSwitch in sysfs"  # NVLinks into switches the PCI bus does not show
-# What a guest's DMI says of the machine it runs on (Hyper-V "Virtual Machine", QEMU/KVM, GCE, VMware, VirtualBox)
-VM_DMI = ("virtual machine", "kvm", "qemu", "google compute engine", "vmware", "virtualbox")
-
-
-def _text(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace").strip() or None
-    except OSError:
-        return None
-
-
-def hypervisor(sys_root: Path) -> str | None:
-    """What sysfs shows of a hypervisor beneath this kernel, in words; None where it shows none: Hyper-V's VMBus
-    devices (Azure), Xen's `hypervisor/type`, or DMI naming a virtual machine. The kernel writes these, not a tool."""
-    vmbus = sys_root / "bus" / "vmbus" / "devices"
-    if vmbus.is_dir() and any(vmbus.iterdir()):
-        return "Hyper-V: sysfs bus/vmbus lists its devices"
-    if xen := _text(sys_root / "hypervisor" / "type"):
-        return f"{xen}: sysfs hypervisor/type"
-    for name in ("product_name", "sys_vendor"):
-        value = _text(sys_root / "class" / "dmi" / "id" / name)
-        if value and any(vm in value.lower() for vm in VM_DMI):
-            return f"{value}: sysfs DMI {name}"
-    return None
-
-
 def read_switches(sys_root: Path) -> dict[str, Any]:
     """`sysfs-nvswitches.json`: every NVIDIA bridge function (NVSwitch) the PCI bus lists, bus ID -> device ID, and
     what sysfs shows of a hypervisor (a guest sees no NVSwitch: its NVLinks lead into switches of the host's)."""
-    return {**read_nvidia_bridges(sys_root), "hypervisor": hypervisor(sys_root)}
+    return {**read_nvidia_bridges(sys_root), "hypervisor": read_hypervisor(sys_root)}
 C2C_MODELS = ("GH200", "GB200", "GB300")  # the host link is NVLink-C2C, not PCIe: no PCIe cap applies
 
 
@@ -499,11 +474,6 @@ def p2p_latency_said(result: P2pLatency) -> Said:
     """p2pBandwidthLatencyTest's `Device: N, NAME, pciBusID: B, pciDeviceID: D, pciDomainID:M` lines (no driver)."""
     addresses = result.pci_addresses or (None,) * len(result.gpus)
     return Said(devices=tuple((n, name, where) for n, (name, where) in enumerate(zip(result.gpus, addresses))))
-
-
-def cuda_version(number: int) -> str:
-    """cuDriverGetVersion's 12080 as NVML's nvmlSystemGetCudaDriverVersion is shown (probes/nvml.py): `12.8`."""
-    return f"{number // 1000}.{(number % 1000) // 10}"
 
 
 def _said_devices(tool: str, said: Said, host: Host) -> tuple[str | None, list[str], list[str]]:

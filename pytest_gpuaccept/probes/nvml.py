@@ -213,6 +213,12 @@ def parse_fabric(value: Any) -> Fabric | None:
                   int(value["health_mask"]))
 
 
+def cuda_version(number: int) -> str:
+    """A CUDA driver version as nvmlSystemGetCudaDriverVersion and cuDriverGetVersion give it (12080) as NVML's
+    reading shows it: `12.8`."""
+    return f"{number // 1000}.{(number % 1000) // 10}"
+
+
 def read_host() -> dict[str, Any]:
     """Take a reading of the host through NVML; never raises: a failure is recorded as `error`.
 
@@ -231,8 +237,7 @@ def read_host() -> dict[str, Any]:
         return reading
     try:
         reading["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-        reading["cuda"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        reading["cuda"] = cuda_version(pynvml.nvmlSystemGetCudaDriverVersion())
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             try:

@@ -258,3 +258,22 @@ def read_nvidia_bridges(sys_root: Path) -> dict[str, Any]:
                 (_read(folder / "class") or "").lower().startswith(BRIDGE_CLASS):
             found[folder.name] = (_read(folder / "device") or "").lower().removeprefix("0x")
     return {"bridges": found}
+
+
+# What a guest's DMI says of the machine it runs on (Hyper-V "Virtual Machine", QEMU/KVM, GCE, VMware, VirtualBox)
+VM_DMI = ("virtual machine", "kvm", "qemu", "google compute engine", "vmware", "virtualbox")
+
+
+def read_hypervisor(sys_root: Path) -> str | None:
+    """What sysfs shows of a hypervisor beneath this kernel, in words; None where it shows none: Hyper-V's VMBus
+    devices (Azure), Xen's `hypervisor/type`, or DMI naming a virtual machine. The kernel writes these, not a tool."""
+    vmbus = sys_root / "bus" / "vmbus" / "devices"
+    if vmbus.is_dir() and any(vmbus.iterdir()):
+        return "Hyper-V: sysfs bus/vmbus lists its devices"
+    if xen := _read(sys_root / "hypervisor" / "type"):
+        return f"{xen}: sysfs hypervisor/type"
+    for name in ("product_name", "sys_vendor"):
+        value = _read(sys_root / "class" / "dmi" / "id" / name)
+        if value and any(vm in value.lower() for vm in VM_DMI):
+            return f"{value}: sysfs DMI {name}"
+    return None
