@@ -219,6 +219,7 @@ class PairResult:
     size: str
     problem: str | None
     evidence: tuple[str, ...] = ()
+    wrong: str | None = None  # the checked all_reduce's wrong sums (#wrong > 0): where, at which sizes; a failure
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from ..units import Bandwidth, Size, human_bytes, parse_size
 from ..verdict import Check, fmt
 from . import plausible
 from .base import Clause, HostWide, Section
+from .sources import with_sources
 
 if TYPE_CHECKING:
     from ..contract import Contract
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from ..session import Session
 
 TOOLS = ("nccl-tests", "torch")
+ALGOS = ("nvls",)
+NCCL_INFO = {"NCCL_DEBUG": "INFO"}  # the run's own word on what NCCL set up (allreduce.algo)
 TORCH_ALLREDUCE = "pytest_gpuaccept.workloads.torch_allreduce"
 
 
@@ -38,9 +41,12 @@ class AllReduce:
     repeats: int
     args: tuple[str, ...]
     tool: str
+    algo: str | None = None  # "nvls": NCCL's INFO lines must show NVLink SHARP set up on every rank (allreduce.algo)
 
 
 def _cross_check(allreduce: AllReduce, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if algo := _algo_cross_check(allreduce):
+        return algo
     low, high = allreduce.min_bytes.nbytes, allreduce.max_bytes.nbytes
     if low > high:
         return [("allreduce.min_bytes", f"expected at most max_bytes ({allreduce.max_bytes}), got {allreduce.min_bytes}")]
@@ -56,7 +62,8 @@ SECTION = Section(
     "allreduce",
     {"min_busbw": Key(schema.bandwidth, required=True), "max_bytes": Key(schema.size, default=parse_size("8 GiB")),
      "min_bytes": Key(schema.size, default=parse_size("8 MiB")), "repeats": Key(schema.whole(1, 100), default=1),
-     "args": Key(schema.argv, default=()), "tool": Key(schema.one_of(*TOOLS), default="nccl-tests")},
+     "args": Key(schema.argv, default=()), "tool": Key(schema.one_of(*TOOLS), default="nccl-tests"),
+     "algo": Key(schema.one_of(*ALGOS))},
     AllReduce, "the all_reduce collective over every GPU", needs_gpu_count=True, cross_check=_cross_check)
 
 def judge(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Contract) -> Check:
@@ -355,7 +362,7 @@ def gpuaccept_allreduce(gpuaccept_state: Session, gpuaccept_contract: Contract, 
         if section.tool == "torch":
             run = runner.run("python", ["-m", TORCH_ALLREDUCE, *args[:6], "-f", "2"], key=f"torch_all_reduce.run{repeat}")
         else:
-            run = nccl_tests.run_all_reduce(runner, args, repeat)
+            run = nccl_tests.run_all_reduce(runner, args, repeat, env=NCCL_INFO if section.algo else None)
         readings.append(parse_run(run, nccl_tests.parse_all_reduce))
     if gpuaccept_nvlink_counters_before:
         nvidia_smi.run_nvlink_errors(runner, "after")
@@ -364,7 +371,96 @@ def gpuaccept_allreduce(gpuaccept_state: Session, gpuaccept_contract: Contract, 
                          gpuaccept_host.host, plausible.read_paths(gpuaccept_state, gpuaccept_models))
 
 
+def _algo_cross_check(section: AllReduce) -> list[tuple[str, str]]:
+    if section.algo is not None and section.tool != "nccl-tests":
+        return [("allreduce.algo", f"expected tool: nccl-tests with algo ({section.algo}): NCCL's INFO lines of an "
+                 f"nccl-tests run are what the check reads, got tool: {section.tool}")]
+    return []
+
+
+def nvls_switched(host: Host | None, gpus: int) -> bool | None:
+    """Whether NVML shows every contracted GPU with an active NVLink to something that is not one of the host's GPUs
+    (an NVSwitch: what NVLS multicasts through); None where NVML's links were not read."""
+    if host is None or host.error or not host.gpus:
+        return None
+    ours = {sysfs_bus_id(g.pci_bus_id) for g in host.gpus if g.pci_bus_id}
+    switched = []
+    for gpu in host.gpus[:gpus]:
+        if gpu.nvlinks is None:
+            return None
+        switched.append(any(link.active and link.remote_bus_id and sysfs_bus_id(link.remote_bus_id) not in ours
+                            for link in gpu.nvlinks))
+    return bool(switched) and all(switched)
+
+
+def nvls_missing(seen: nccl_tests.NvlsSeen, ranks: int) -> str | None:
+    """What NCCL's INFO lines say it chose instead of NVLS, in one line; None where every rank set up NVLS channels
+    and nothing turned NVLS off."""
+    setting = seen.off_by_setting()
+    if setting:
+        return f"NVLS is off: NCCL's log says {setting}"
+    if seen.unavailable:
+        return ("NCCL's log says NVLS multicast support is not available on dev "
+                f"{', '.join(map(str, seen.unavailable))}")
+    if not seen.nvls_channels:
+        return ("NCCL's log has no `N coll channels, M nvls channels` line (NCCL before 2.17 has no NVLS): what it set "
+                "up is unknown")
+    zero = sum(1 for n in seen.nvls_channels if n == 0)
+    chose = f"; NCCL connected {' and '.join(seen.others)}" if seen.others else ""
+    if zero:
+        return (f"{zero} of {len(seen.nvls_channels)} ranks set up 0 nvls channels "
+                f"({max(seen.coll_channels, default=0)} coll channels){chose}")
+    if len(seen.nvls_channels) < ranks:
+        return f"only {len(seen.nvls_channels)} of {ranks} ranks logged their nvls channels{chose}"
+    return None
+
+
+def judge_algo(section: AllReduce, subject: Subject, m: AllReduceRuns, contract: Contract) -> Check:
+    """NVLS in use: every run's NCCL INFO lines (NCCL_DEBUG=INFO, given on its command line) show each rank with
+    NVLS channels and nothing turning NVLS off; NVML's NVLinks to an NVSwitch are the second word that it can be."""
+    gpus = gpu_count(contract)
+    evidence = tuple(name for r in m.readings for name in r.evidence)
+    v = ALGO.verdict(subject, "> 0 nvls channels on every rank", evidence, 1)
+    switched = nvls_switched(m.host, gpus)
+    nvml = {True: "NVML shows every GPU's NVLinks going to an NVSwitch", False: "NVML shows no GPU with an NVLink to "
+            "an NVSwitch", None: "NVML's NVLinks were not read"}[switched]
+    details: dict[str, Any] = {"nvml": nvml}
+    lowest: int | None = None
+    for n, reading in enumerate(m.readings, 1):
+        label = f"run {n}" if len(m.readings) > 1 else "run"
+        result, run = reading.value, reading.run
+        if result is None or run is None:
+            return v.not_measured(f"{label}: {reading.failure}", details)
+        foreign = not_this_run(result, run, m.host, gpus)
+        if foreign:
+            return v.failed(None, f"{label}: {'; '.join(foreign)}: NCCL's log there is not this run's word", details)
+        seen = nccl_tests.parse_nvls(f"{run.stdout}\n{run.stderr}")
+        details[f"{label}: NCCL INFO"] = {
+            "nvls_channels": list(seen.nvls_channels), "multicast_available_on_dev": list(seen.available),
+            "multicast_not_available_on_dev": list(seen.unavailable), "connected_nvls_lines": seen.connected_nvls,
+            "settings": [f"NCCL_ALGO={a}" for a in seen.algo_env] + [f"NCCL_NVLS_ENABLE={e}" for e in seen.nvls_enable_env]}
+        if not seen.info_lines:
+            return v.not_measured(f"{label}: `{run.command}` printed no `NCCL INFO` line: NCCL_DEBUG=INFO did not take "
+                                  "effect, so what NCCL set up is unknown", details)
+        why = nvls_missing(seen, result.ranks or gpus)
+        if why:
+            could = "; NVML shows every GPU's NVLinks going to an NVSwitch: NVLS was possible" if switched else ""
+            return v.failed(min(seen.nvls_channels, default=0), f"{label}: {why}{could} (`{run.command}`)", details)
+        lowest = min(seen.nvls_channels) if lowest is None else min(lowest, *seen.nvls_channels)
+    if lowest is None:
+        return v.not_measured("no all_reduce run", details)
+    if switched is False:
+        return v.failed(lowest, f"NCCL's log says NVLS ({lowest} nvls channels per rank), but {nvml}: NVLS cannot run "
+                                "here, the log is not this host's", details)
+    check = v.passed(lowest, f"NVLS in use: every rank set up {lowest} or more nvls channels (NCCL's INFO lines)", details)
+    return with_sources(check, "NCCL's INFO lines (NCCL_DEBUG=INFO)", "NVML's NVLinks to NVSwitches" if switched else "",
+                        unconfirmed=f"NCCL's word alone: {nvml}")
+
+
 CLAUSE = Clause("allreduce", SECTION, "test_allreduce_busbw", HostWide("all_reduce", "`all_reduce`"), gpuaccept_allreduce,
                 judge, "out-of-place busbw at `max_bytes`, best of `repeats` runs", "GB/s")
-CLAUSES = (CLAUSE,)
+ALGO = Clause("allreduce.algo", SECTION, "test_allreduce_algo", HostWide("all_reduce", "`all_reduce`"),
+              gpuaccept_allreduce, judge_algo, "NCCL's INFO lines (NCCL_DEBUG=INFO) show `algo` (NVLS) set up on every rank",
+              "nvls channels", lambda s: s.algo is not None)
+CLAUSES = (CLAUSE, ALGO)
 MEASUREMENTS = (gpuaccept_allreduce,)

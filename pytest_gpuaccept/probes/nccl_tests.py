@@ -6,8 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import ParseError
+from . import ParseError, option_value
 from ._run import ToolRun, ToolRunner, slug
+from .process import file_sha256
 from .sysfs import pci_address
 
 TOOL = "all_reduce_perf"
@@ -267,14 +268,127 @@ def asked_iters(argv: tuple[str, ...] | list[str]) -> int:
     return DEFAULT_ITERS
 
 
-def all_reduce_args(gpus: int, min_bytes: int, max_bytes: int, extra: tuple[str, ...]) -> list[str]:
-    """One process driving every GPU of the host, validation on, sizes doubling up to the contract's."""
-    return ["-g", str(gpus), "-b", str(min_bytes), "-e", str(max_bytes), "-f", "2", "-c", "1", *extra]
+def all_reduce_args(gpus: int, min_bytes: int, max_bytes: int, extra: tuple[str, ...], checked: int = 1) -> list[str]:
+    """One process driving every GPU of the host, validation on, sizes doubling up to the contract's; with `checked`
+    above 1 (a contract's `sdc` iterations), that many timed iterations, each one checked (`-n N -c N`)."""
+    iterations = ["-n", str(checked)] if checked > 1 else []
+    return ["-g", str(gpus), "-b", str(min_bytes), "-e", str(max_bytes), "-f", "2", *iterations, "-c", str(checked),
+            *extra]
 
 
-def run_all_reduce(runner: ToolRunner, args: list[str], repeat: int, timeout_s: float | None = None) -> ToolRun:
-    """Run all_reduce_perf; each repeat is its own run with its own evidence."""
-    return runner.run(TOOL, args, timeout_s, key=f"{slug([TOOL, *args])}.run{repeat}")
+def check_args(gpus: int, size: int, iterations: int, extra: tuple[str, ...] = ()) -> list[str]:
+    """The checked sweep of the `sdc` clause: sizes doubling up to `size` from the smallest power-of-two fraction of it
+    of at least 8 bytes (so that the sweep lands on `size`), `iterations` timed iterations and as many checked ones
+    (`-c N`: "perform N iterations, checking correctness of results on each iteration", nccl-tests' README)."""
+    start = size
+    while start % 2 == 0 and start // 2 >= 8:
+        start //= 2
+    return ["-g", str(gpus), "-b", str(start), "-e", str(size), "-f", "2", "-n", str(iterations),
+            "-c", str(iterations), *extra]
+
+
+def asked_checks(argv: tuple[str, ...] | list[str]) -> int:
+    """The checked iterations a run was asked for (`-c N` / `--check N`; nccl-tests' default is 1, and 0 is none)."""
+    value = option_value(argv, "-c", "--check")
+    return int(value) if value is not None and value.isdigit() else 1
+
+
+def run_all_reduce(runner: ToolRunner, args: list[str], repeat: int, timeout_s: float | None = None,
+                   env: dict[str, str] | None = None, key: str | None = None) -> ToolRun:
+    """Run all_reduce_perf; each repeat is its own run with its own evidence. With `env` (NCCL_DEBUG=INFO), through
+    `env NAME=VALUE... /path/to/all_reduce_perf`: tools start in a clean environment (probes/process.py), so a
+    setting a clause needs is on the command line it builds; `env` execs the tool, whose PID is the run's."""
+    key = key or f"{slug([TOOL, *args])}.run{repeat}"
+    tool = runner.which(TOOL) if runner.replay is None else TOOL
+    pinned = runner.pins.get(TOOL)
+    if not env or tool is None or (pinned is not None and file_sha256(tool) != pinned):
+        # Missing, or not the file tools.sha256 pins: the runner's own run refuses it, saying so (env would not).
+        return runner.run(TOOL, args, timeout_s, key=key)
+    return runner.run("env", [*(f"{name}={value}" for name, value in env.items()), tool, *args], timeout_s, key=key)
+
+
+# NCCL_DEBUG=INFO lines that say whether a communicator set up NVLink SHARP (NVLS): each rank's multicast support,
+# its channel counts (`16 coll channels, 16 nvls channels, ...`; 2.2x adds `N collnet channels,` between), the NVLS
+# connection, and the settings that turn it off (NCCL_ALGO, NCCL_NVLS_ENABLE, from the environment or nccl.conf).
+_NVLS_SUPPORT = re.compile(r"NCCL INFO NVLS multicast support is (not )?available on dev (\d+)")
+_CHANNELS = re.compile(r"NCCL INFO (\d+) coll channels, (?:\d+ collnet channels, )?(\d+) nvls channels")
+_CONNECTED_NVLS = re.compile(r"NCCL INFO Connected NVLS")
+_CONNECTED_OTHER = re.compile(r"NCCL INFO Connected all (rings|trees)")
+_ALGO_ENV = re.compile(r"NCCL INFO NCCL_ALGO set by environment to (\S+)")
+_NVLS_ENV = re.compile(r"NCCL INFO NCCL_NVLS_ENABLE set by environment to (-?\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class NvlsSeen:
+    """What NCCL's INFO lines of one run say of NVLS: each `multicast support is (not) available on dev N` line's
+    device, the `nvls channels` count of each `N coll channels, M nvls channels` line (one per rank), the `Connected
+    NVLS` lines, the rings and trees connected, and the NCCL_ALGO / NCCL_NVLS_ENABLE settings NCCL read."""
+
+    info_lines: int = 0
+    available: tuple[int, ...] = ()
+    unavailable: tuple[int, ...] = ()
+    coll_channels: tuple[int, ...] = ()
+    nvls_channels: tuple[int, ...] = ()
+    connected_nvls: int = 0
+    others: tuple[str, ...] = ()  # "rings", "trees"
+    algo_env: tuple[str, ...] = ()
+    nvls_enable_env: tuple[str, ...] = ()
+
+    def off_by_setting(self) -> str | None:
+        """The setting NCCL read that keeps NVLS from all_reduce, quoted; None where none does."""
+        for value in self.nvls_enable_env:
+            if value == "0":
+                return "NCCL_NVLS_ENABLE set by environment to 0"
+        for value in self.algo_env:
+            if not algo_allows_nvls(value):
+                return f"NCCL_ALGO set by environment to {value}"
+        return None
+
+
+def algo_allows_nvls(value: str) -> bool:
+    """Whether an NCCL_ALGO value lets all_reduce use NVLS: `Ring,Tree` does not, `^NVLS` does not, `NVLS,Ring`,
+    `^Ring` and `allreduce:nvls,ring;broadcast:ring` (NCCL 2.24's per-collective form) do."""
+    text = value.lower()
+    if ":" in text:
+        parts = dict(part.split(":", 1) for part in text.split(";") if ":" in part)
+        if "allreduce" not in parts:
+            return True
+        text = parts["allreduce"]
+    excluded = text.startswith("^")
+    names = {name.strip() for name in text.lstrip("^").split(",") if name.strip()}
+    named = bool(names & {"nvls", "nvlstree"})
+    return not named if excluded else named
+
+
+def parse_nvls(text: str) -> NvlsSeen:
+    """Read NCCL's INFO lines (any prefix: launcher tags, `host:pid:tid [dev]`) for what they say of NVLS."""
+    available: list[int] = []
+    unavailable: list[int] = []
+    coll: list[int] = []
+    nvls: list[int] = []
+    others: set[str] = set()
+    algo: list[str] = []
+    enable: list[str] = []
+    info = connected = 0
+    for line in text.splitlines():
+        if "NCCL INFO" not in line:
+            continue
+        info += 1
+        if support := _NVLS_SUPPORT.search(line):
+            (unavailable if support.group(1) else available).append(int(support.group(2)))
+        elif channels := _CHANNELS.search(line):
+            coll.append(int(channels.group(1)))
+            nvls.append(int(channels.group(2)))
+        elif _CONNECTED_NVLS.search(line):
+            connected += 1
+        elif other := _CONNECTED_OTHER.search(line):
+            others.add(other.group(1))
+        elif setting := _ALGO_ENV.search(line):
+            algo.append(setting.group(1))
+        elif setting := _NVLS_ENV.search(line):
+            enable.append(setting.group(1))
+    return NvlsSeen(info, tuple(sorted(set(available))), tuple(sorted(set(unavailable))), tuple(coll), tuple(nvls),
+                    connected, tuple(sorted(others)), tuple(dict.fromkeys(algo)), tuple(dict.fromkeys(enable)))
 
 
 _NET_USING = re.compile(r"NCCL INFO (NET/\w+) : Using")
