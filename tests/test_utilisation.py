@@ -157,7 +157,7 @@ def test_without_pytorch_the_builtin_workload_is_not_measured_with_the_install_h
                  recording(tmp_path))
     checks = [c for c in run.checks() if c["clause"] == "utilisation" or c["clause"].startswith("health.")]
     assert {c["outcome"] for c in checks} == {"not_measured"}
-    assert all("pip install 'pytest-gpuaccept[torch]'" in c["message"] for c in checks)
+    assert all("pip install 'torch>=2.1'" in c["message"] for c in checks)
 
 
 def test_the_report_draws_the_timeline_and_names_throttle_reasons(accept, workload, tmp_path):

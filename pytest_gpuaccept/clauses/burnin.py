@@ -41,6 +41,7 @@ from ..subjects import Subject, gpu_count
 from ..units import Duration, parse_duration
 from ..verdict import Check, Outcome, Verdict, fmt
 from .base import Clause, PerGpu, Section
+from .shared import GET_TORCH
 from .sources import with_sources
 from .utilisation import HEALTH, IDLE_CLOCK, SAMPLE_INTERVAL_S, TRAIN, clock_floor, kernel_confirmed
 
@@ -243,7 +244,7 @@ def _command(state: Session, section: Burnin, count: int) -> tuple[Command | Non
     seconds = f"{section.duration.seconds + 60:g}"
     if section.workload in ("builtin", "gemm"):
         if state.runner.replay is None and importlib.util.find_spec("torch") is None:
-            return None, f"PyTorch is not installed for the {section.workload} workload: pip install 'pytest-gpuaccept[torch]'"
+            return None, f"PyTorch is not installed for the {section.workload} workload: {GET_TORCH}"
         if section.workload == "builtin":
             return Command("python", ("-m", TRAIN, "--gpus", str(count), "--duration", seconds), key="burnin_builtin"), None
         return Command("python", ("-m", GEMM, "--gpus", str(count), "--duration", seconds, "--window", "60"),

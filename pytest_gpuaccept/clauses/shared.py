@@ -13,6 +13,10 @@ from ..measurements import GpuModels, HostReading
 from ..probes import nvidia_smi
 from ..session import NVML_HOST_FILE
 
+# How to get PyTorch, where a clause's workload needs it: PyTorch's own package (a CUDA build), never a name on an index
+# this project does not own (`pytest-gpuaccept[torch]` is on none; anyone could register it). doctor says more.
+GET_TORCH = "pip install 'torch>=2.1' (a CUDA build: https://pytorch.org/get-started/locally/)"
+
 if TYPE_CHECKING:
     from ..probes._run import Reading
     from ..probes.nvidia_smi import Topology

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import yaml
+
 from .. import schema
 from ..measurements import GpuModels, LoadRun
 from ..probes import kernel_log, nvml
@@ -23,6 +25,7 @@ from ..subjects import Subject, gpu_count
 from ..units import Duration, parse_duration
 from ..verdict import Check, Verdict, fmt
 from .base import Clause, PerGpu, Section
+from .shared import GET_TORCH
 from .sources import with_sources
 
 if TYPE_CHECKING:
@@ -62,6 +65,23 @@ class Health:
     xid: bool  # no Xid error event on any GPU during the load (NVML events and the kernel log)
     clocks: bool  # the SM clock under load at least min_clock_fraction of the model's boost clock
     min_clock_fraction: float | None  # None: CLOCK_FRACTION (and health.clocks only with `clocks: true`)
+    pcie_aer: PcieAer | None = None  # PCIe AER counters around the whole run (clauses/errors.py)
+
+
+@dataclass(frozen=True, slots=True)
+class PcieAer:
+    max_correctable_per_hour: float  # correctable errors a part may gain an hour of the run (at least 10 in all)
+
+
+def _pcie_aer(value: Any, node: Any) -> PcieAer:
+    """health.pcie_aer: a mapping, `{}` or `{max_correctable_per_hour: 100}` (default 0: the floor of 10 alone)."""
+    data = schema.scalar(node) if isinstance(node, yaml.MappingNode) else value
+    if not isinstance(data, dict) or any(key != "max_correctable_per_hour" for key in data):
+        raise ValueError(f"expected a mapping such as {{max_correctable_per_hour: 100}}, got {schema.describe(node)}")
+    rate = data.get("max_correctable_per_hour", 0)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0 or rate != rate:
+        raise ValueError(f"max_correctable_per_hour: expected a number of at least 0, got {schema.shown(rate)}")
+    return PcieAer(float(rate))
 
 
 def _load_duration(value: Any, node: Any) -> Duration:
@@ -81,8 +101,10 @@ def _utilisation_rules(util: Utilisation, sections: Mapping[str, Any]) -> list[t
 
 
 def _health_rules(health: Health, sections: Mapping[str, Any]) -> list[tuple[str, str]]:
-    if "utilisation" not in sections:
-        return [("health", "needs a utilisation section: the GPUs' health is read around its load")]
+    around_load = [key for key in HEALTH.keys if key != "pcie_aer" and getattr(health, key) != HEALTH.keys[key].default]
+    if "utilisation" not in sections and around_load:
+        return [("health", "needs a utilisation section: the GPUs' health is read around its load (only pcie_aer, "
+                           "read around the whole run, needs none)")]
     return []
 
 
@@ -98,7 +120,8 @@ HEALTH = Section(
      "throttle": Key(schema.boolean, default=False), "pcie_gen": Key(schema.whole(1, 7)),
      "pcie_width": Key(schema.whole(1, 32)), "power_limit": Key(schema.one_of("default")),
      "max_remapped_rows": Key(schema.whole(0, 1000000)), "xid": Key(schema.boolean, default=False),
-     "clocks": Key(schema.boolean, default=False), "min_clock_fraction": Key(schema.number(0.0, 1.0, low_open=True))},
+     "clocks": Key(schema.boolean, default=False), "min_clock_fraction": Key(schema.number(0.0, 1.0, low_open=True)),
+     "pcie_aer": Key(_pcie_aer)},
     Health, "GPU health read around the utilisation load (NVML)", needs_gpu_count=True, cross_check=_health_rules)
 
 
@@ -766,8 +789,7 @@ def gpuaccept_load(gpuaccept_state: Session, gpuaccept_contract: Contract, gpuac
         return LoadRun(None, {}, host.error, None, (NVML_HOST_FILE,))
     if section.workload == "builtin":
         if state.runner.replay is None and importlib.util.find_spec("torch") is None:
-            return LoadRun(None, {}, "PyTorch is not installed for the builtin workload: "
-                           "pip install 'pytest-gpuaccept[torch]'", None, ())
+            return LoadRun(None, {}, f"PyTorch is not installed for the builtin workload: {GET_TORCH}", None, ())
         command = Command("python", ("-m", TRAIN, "--gpus", str(count), "--duration", f"{section.duration.seconds + 60:g}"),
                           key="workload_builtin")
     else:

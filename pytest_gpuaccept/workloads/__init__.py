@@ -12,7 +12,8 @@ def torch_missing(gpus: int, need_cuda: bool) -> int:
     try:
         import torch
     except ImportError:
-        print("gpuaccept: PyTorch is not installed: pip install 'pytest-gpuaccept[torch]'", file=sys.stderr)
+        print("gpuaccept: PyTorch is not installed in this Python (python -m pytest_gpuaccept doctor says how to get it)",
+              file=sys.stderr)
         return 3
     if need_cuda and torch.cuda.device_count() < gpus:
         print(f"gpuaccept: {gpus} GPUs asked, torch sees {torch.cuda.device_count()}", file=sys.stderr)
