@@ -88,6 +88,7 @@ def test_links_name_their_interfaces_and_rdma_links_are_refused_before_anything_
         parse_contract(base + "  links: {iperf3: {min_throughput: '90 Gb/s'}}\n", "c.yaml")
     assert refused.value.problems == ["c.yaml:3: cluster.links.iperf3.interfaces: missing: name the interfaces (exact "
                                       "names), or give a nics section with exact names"]
-    with pytest.raises(ContractError) as refused:
+    with pytest.raises(ContractError) as refused:  # cluster.links.rdma is measured: its devices are required
         parse_contract(base + "  links: {rdma: {min_fraction_of_line_rate: 0.9}}\n", "c.yaml")
-    assert "cluster.links: cluster.links.rdma (line 6): not measured by this version" in refused.value.problems[0]
+    assert refused.value.problems == ["c.yaml:6: cluster.links: cluster.links.rdma (line 6): cluster.links.rdma.devices: "
+                                      "missing: this key is required"]

@@ -80,7 +80,8 @@ def test_rdma_qps_runs_that_many_queue_pairs_and_says_so(accept, fake_tools, tmp
     run = accept(RDMA_CONTRACT.format(devices="[mlx5_0]", extra="  qps: 4\n"), sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP}))
     check = run.checks("rdma")[0]
     assert all(call[call.index("-q") + 1] == "4" for call in fake_tools.calls("ib_write_bw"))
-    assert check["message"].endswith("(90.5% of 100 Gb/s line rate, port 1 rate in sysfs, 4 queue pairs)")
+    assert check["message"].endswith("(90.5% of 100 Gb/s line rate, port 1 rate in sysfs, 4 queue pairs; HCA only: no "
+                                     "cable or switch (loopback to localhost))")
     assert check["details"]["qps"] == 4
     assert "qps: 4" in run.html
 

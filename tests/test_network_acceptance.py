@@ -226,7 +226,8 @@ def test_replayed_ib_write_bw_measures_the_bw_average_in_gbit_s(tmp_path, monkey
     assert judged.verdict == "accepted"
     assert check.measured == pytest.approx(90.495, abs=0.01)
     assert check.message == ("mlx5_0 ib_write_bw BW average 90.5 Gb/s (sources: ib_write_bw only) >= 90 Gb/s "
-                             "(90.5% of 100 Gb/s line rate, port 1 rate in sysfs)")
+                             "(90.5% of 100 Gb/s line rate, port 1 rate in sysfs; HCA only: no cable or switch "
+                             "(loopback to localhost))")
     assert check.details["sources"] == ["ib_write_bw"] and "port_xmit_data could not be read" in \
         check.details["unconfirmed"]
     server, client = asked(judged, "ib_write_bw")
@@ -252,7 +253,7 @@ def test_roce_below_the_fraction_fails_and_uses_the_contract_line_rate_and_peer(
     check = judged.of("rdma")[0]
     assert (check.outcome.value, check.measured) == ("failed", 52.52)
     assert check.message == ("mlx5_0 ib_write_bw BW average 52.52 Gb/s (sources: ib_write_bw only) < 180 Gb/s "
-                             "(26.3% of 200 Gb/s line rate, port 1 rate in sysfs)")
+                             "(26.3% of 200 Gb/s line rate, port 1 rate in sysfs; to the peer 10.0.0.2)")
     assert asked(judged, "ib_write_bw") == [
         ["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-s", "1048576", "-p", "18515", "--report_gbits", "-F", "-D", "5",
          "10.0.0.2"]]

@@ -65,6 +65,13 @@ def blame(passed: dict[Pair, bool]) -> Blame:
     return Blame(tuple(bad), tuple(links), tuple(failing))
 
 
+def cross_halves(nodes: list[str]) -> list[Pair]:
+    """The permutation that crosses a cluster's halves: node i with node i + n/2 (of an odd count, the last rests).
+    Every pair's traffic crosses whatever joins the halves (a fat tree's spine, where nodes are cabled in order)."""
+    half = len(nodes) // 2
+    return [(nodes[i], nodes[i + half]) for i in range(half)]
+
+
 EVERY_PAIR_UP_TO = 64  # nodes: at most this many are tested every pair with every other (2,016 pairs, 63 rounds)
 DEFAULT_BUDGET = 15  # rounds: every pair up to 16 nodes
 RANDOM_ROUNDS = 3  # above the budget, each node meets three random partners: a bad node fails with all three

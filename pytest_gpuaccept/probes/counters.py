@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+SAMPLE_S = 0.1  # how often a node's side reads its ports' counters while its tools run (cluster/rdma_side.py)
 COUNTER_WORD = 4  # port_xmit_data and port_rcv_data count 4-byte words (IBTA PortCounters: octets / 4)
 SATURATED_32 = 2**32 - 1  # a 32-bit PortXmitData stops here (no extended counters): it no longer counts
 SPEED_UNKNOWN = -1  # what the kernel prints for SPEED_UNKNOWN (0xffffffff read as %d)
@@ -100,6 +101,32 @@ def counted(before: dict[str, Any] | None, after: dict[str, Any] | None, name: s
     if high < low:
         return Counted(None, window[0], window[1], f"{name} went from {low} down to {high} during the run: reset", True)
     return Counted((high - low) * scale, window[0], window[1], None)
+
+
+def busiest(samples: list[dict[str, Any]], name: str, scale: int, seconds: float) -> Counted | None:
+    """The most a counter moved in any stretch of at most `seconds` (and at least 4/5 of it) between readings taken
+    while a tool ran (every SAMPLE_S): the bytes over that stretch's own clocks. A tool asked to send for `seconds`
+    sends at its rate for that long once connected, however long its start-up took; a figure above what the port
+    moved in its busiest stretch is not a measurement. None where the readings hold no such stretch."""
+    readings = [r for r in samples if name in r and isinstance(r.get("monotonic_s"), (int, float))]
+    for earlier, later in zip(readings, readings[1:]):
+        if int(later[name]) < int(earlier[name]):  # reset while the tool ran: no stretch of it counts
+            return counted(earlier, later, name, scale)
+    best: tuple[float, Counted] | None = None
+    last = 0  # the latest reading at most `seconds` after the start (readings are in time order)
+    for i, start in enumerate(readings):
+        last = max(last, i)
+        while last + 1 < len(readings) and readings[last + 1]["monotonic_s"] - start["monotonic_s"] <= seconds:
+            last += 1
+        if readings[last]["monotonic_s"] - start["monotonic_s"] < 0.8 * seconds:
+            continue
+        window = counted(start, readings[last], name, scale)
+        if window.counted_bytes is None or not window.monotonic_s:
+            continue
+        rate = window.counted_bytes / window.monotonic_s
+        if best is None or rate > best[0]:
+            best = (rate, window)
+    return best[1] if best is not None else None
 
 
 def _elapsed(start: object, end: object) -> float | None:

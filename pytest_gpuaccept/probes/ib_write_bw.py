@@ -11,6 +11,8 @@ from ._run import Command, Reading, ToolRun, ToolRunner, parse_run
 
 TOOL = "ib_write_bw"
 _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
+_ADDRESS = re.compile(r"(local|remote) address:\s*LID\s+(\S+)")
+_GID = re.compile(r"GID:\s*(\S+)")
 _FAILURE = re.compile(r"Couldn't|Unable to|Failed to|failed to|ERROR|Error|refused|No such", re.IGNORECASE)
 DURATION_S = 5  # -D: perftest sends for this long (its margins, D/4 each, are not in the figure it prints)
 CLIENT_AFTER_S = 1.0  # on one host, the client starts this long after its server (listening by then)
@@ -25,22 +27,45 @@ class WriteBw:
     link_type: str | None
     rows: tuple[tuple[int, float, float], ...]  # (bytes, peak Gb/s, average Gb/s)
     unit: str
+    # The first queue pair's ` local address:` / ` remote address:` lines: (LID, GID or None); the GID as its
+    # colon-separated decimal bytes (RoCE prints one ` GID:` line after each address; IB none).
+    local: tuple[str, str | None] | None = None
+    remote: tuple[str, str | None] | None = None
+    waited: bool = False  # the server's `* Waiting for client to connect... *` banner: it ran as the server
 
     @property
     def last(self) -> tuple[int, float, float]:
         return self.rows[-1]
 
 
-def parse_ib_write_bw(text: str) -> WriteBw:
-    """Read `ib_write_bw` output: the banner (` Device : mlx5_0`, ` Link type : IB`), then
-    ` #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]` and its rows; other lines
-    (CPU frequency warnings, GIDs) are skipped. No table is a refusal naming the tool's own error line.
+def parse_ib_write_bw(text: str, rows_needed: bool = True) -> WriteBw:  # noqa: C901 - one pass over the lines
+    """Read `ib_write_bw` output: the banner (` Device : mlx5_0`, ` Link type : IB`), the addresses
+    (` local address: LID 0000 QPN 0x0137 ...`, ` remote address: LID 0x01 ...`, each with a ` GID: 00:...:255:255:192:168:111:02`
+    line on RoCE), then ` #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]` and its rows (a rate below
+    0.1 Gb/s printed with six decimals, `0.080755`, perftest's REPORT_FMT_EXT; above, two); other lines (CPU frequency
+    warnings, `Connected:`) are skipped. No table is a refusal naming the tool's own error line; `rows_needed=False`
+    reads a server's output, whose table is empty where the client alone measures (a unidirectional run).
     """
     test = device = link_type = unit = None
     rows: list[tuple[int, float, float]] = []
     failures = []
+    addresses: dict[str, tuple[str, str | None]] = {}
+    last_address: str | None = None
+    waited = False
     for raw in text.replace("\r\n", "\n").split("\n"):
         line = raw.strip()
+        if "Waiting for client to connect" in line:
+            waited = True
+            continue
+        if match := _ADDRESS.match(line):
+            last_address = match.group(1)
+            addresses.setdefault(last_address, (match.group(2), None))
+            continue
+        if (match := _GID.match(line)) and last_address is not None:
+            lid, gid = addresses[last_address]
+            addresses[last_address] = (lid, gid or match.group(1))
+            last_address = None
+            continue
         if match := _HEADER.search(line):
             unit = match.group(2)
             continue
@@ -61,10 +86,31 @@ def parse_ib_write_bw(text: str) -> WriteBw:
             rows.append((int(tokens[0]), peak, avg))
         elif _FAILURE.search(line) and "CPU Frequency" not in line:
             failures.append(line)
-    if not rows:
+    if not rows and (rows_needed or unit is None or "remote" not in addresses):
         reason = f": {failures[0]!r}" if failures else ""
         raise ParseError(TOOL, f"no bandwidth table in the output{reason}")
-    return WriteBw(test, device, link_type, tuple(rows), f"{unit}/sec")
+    return WriteBw(test, device, link_type, tuple(rows), f"{unit}/sec", addresses.get("local"), addresses.get("remote"),
+                   waited)
+
+
+def gid_ipv4(gid: str | None) -> str | None:
+    """The IPv4 address of an IPv4-mapped GID as perftest prints it (`00:...:00:255:255:192:168:07:189`, decimal bytes)
+    or as sysfs gives it (`0000:0000:0000:0000:0000:ffff:c0a8:07bd`); None for any other GID."""
+    if gid is None:
+        return None
+    parts = gid.split(":")
+    if len(parts) == 16 and all(p.isdigit() for p in parts):
+        octets = [int(p) for p in parts]
+    elif len(parts) == 8 and all(len(p) == 4 for p in parts):
+        try:
+            octets = [b for p in parts for b in int(p, 16).to_bytes(2, "big")]
+        except ValueError:
+            return None
+    else:
+        return None
+    if octets[:12] != [0] * 10 + [255, 255]:
+        return None
+    return ".".join(str(o) for o in octets[12:])
 
 
 def perftest_args(device: str, message_size: int, port: int, gid_index: int | None, ib_port: int = 1,
