@@ -389,21 +389,30 @@ def _admit(folder: Path, pod: dict[str, Any]) -> tuple[dict[str, Any] | None, di
     if not ready or node_name not in runtime["nodes"]:
         return None, None, None  # no kubelet there to take it: Pending for ever, as on a node that is down
     container = pod["spec"]["containers"][0]
-    wanted = int(container.get("resources", {}).get("limits", {}).get(GPU, "0"))
-    with _locked(folder):
-        used = sum(int(p["spec"]["containers"][0].get("resources", {}).get("limits", {}).get(GPU, "0"))
-                   for p in _pod_records(folder, pod["metadata"]["namespace"])
-                   if p["spec"]["nodeName"] == node_name and p["metadata"]["name"] != pod["metadata"]["name"]
-                   and p["status"].get("phase") == "Running")
-    capacity = int(node["status"]["allocatable"].get(GPU, "0"))
-    if wanted + used > capacity:
-        return None, None, f"OutOf{GPU}|Node didn't have enough resource: {GPU}, requested: {wanted}, used: {used}, capacity: {capacity}"
+    # Every extended resource the pod asks for (nvidia.com/gpu, an RDMA device plugin's), as the kubelet admits it:
+    # what the node's other running pods leave of its allocatable ("1k": a shared device plugin's thousand).
+    for resource, asked in container.get("resources", {}).get("limits", {}).items():
+        wanted = _quantity(asked)
+        with _locked(folder):
+            used = sum(_quantity(p["spec"]["containers"][0].get("resources", {}).get("limits", {}).get(resource, "0"))
+                       for p in _pod_records(folder, pod["metadata"]["namespace"])
+                       if p["spec"]["nodeName"] == node_name and p["metadata"]["name"] != pod["metadata"]["name"]
+                       and p["status"].get("phase") == "Running")
+        capacity = _quantity(node["status"]["allocatable"].get(resource, "0"))
+        if wanted + used > capacity:
+            return None, None, (f"OutOf{resource}|Node didn't have enough resource: {resource}, requested: {wanted}, "
+                                f"used: {used}, capacity: {capacity}")
     if not pod["spec"].get("hostNetwork"):
         return None, None, "StandIn|the stand-in runs hostNetwork pods only"
     image = runtime["images"].get(container["image"])
     if image is None:
         return runtime["nodes"][node_name], None, None
     return runtime["nodes"][node_name], image, None
+
+
+def _quantity(text: str) -> int:
+    """A count as the API writes it: `8`, `1k` (a thousand)."""
+    return int(text[:-1]) * 1000 if text.endswith("k") else int(text)
 
 
 def _mounts(pod: dict[str, Any], node: dict[str, Any]) -> list[str]:

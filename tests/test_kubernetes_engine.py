@@ -152,8 +152,9 @@ def test_a_nodes_run_reads_the_hosts_sys_where_its_pod_mounts_it():
                                                          "name (lower-case letters, digits and -), got 'GPU_Accept'"),
     (('max_bytes: "16 GiB"}\n  allreduce', 'max_bytes: "16 GiB", args: ["-d", "half"]}\n  allreduce'),
      "cluster.pairs.args: engine kubernetes runs the PyTorch all_reduce, which takes -n N, -w N only, got -d half"),
-    (("gpus:\n", '  links: {iperf3: {min_throughput: "1 Gb/s", interfaces: [eth0]}}\ngpus:\n'),
-     "cluster.links: not measured through engine: kubernetes by this version yet"),
+    (("gpus:\n", '  links: {rdma: {devices: [mlx5_0]}}\ngpus:\n'),
+     "cluster.links.rdma: through engine kubernetes the pods need the RDMA devices: name the device plugin's resource "
+     "(cluster.kubernetes.rdma_resource, e.g. rdma/rdma_shared_device_a) or allow cluster.kubernetes.privileged"),
 ])
 def test_a_contract_mistake_in_the_kubernetes_keys_is_named(change, problem):
     with pytest.raises(ContractError) as caught:

@@ -1,6 +1,7 @@
-"""Kubernetes as a cluster engine: the nodes from `kubectl get nodes -o json`, each node's run and each all_reduce
-as pods pinned to their nodes, through `python -m pytest_gpuaccept.cluster.pods` (pods.py), the one launcher that
-applies, watches, reads and deletes them.
+"""Kubernetes as a cluster engine: the nodes from `kubectl get nodes -o json`, each node's run, each all_reduce, each
+link step's tools (on the node's network, with the contract's RDMA resource) and the training job as pods pinned to
+their nodes, through `python -m pytest_gpuaccept.cluster.pods` (pods.py), the one launcher that applies, watches,
+reads and deletes them.
 
 Only this protocol reaches the cluster (so that it can be tested and audited), each with `--context` and `-n` where
 the contract gives them: `get nodes -o json`; `apply -f - -o json` (the manifests on stdin);
@@ -18,10 +19,11 @@ import json
 import re
 import secrets
 import sys
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..probes import option_value
+from ..probes import iperf3, option_value
 from ..probes._run import find_tool
 from ..workloads import torch_allreduce
 from .base import ClusterError, NodeState, own_expansion
@@ -50,6 +52,22 @@ _LABEL_NAME = r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
 _LABEL_KEY = re.compile(rf"^([a-z0-9]([a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
 _LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# An extended resource's name, as the API takes it: a domain-prefixed name (`rdma/rdma_shared_device_a`,
+# `openshift.io/mlnxnics`, `nvidia.com/rdma_vf`).
+_RESOURCE = re.compile(rf"^[a-z0-9]([a-z0-9.-]{{0,251}}[a-z0-9])?/{_LABEL_NAME}$")
+# A pod starts when its kubelet gets to it: a link's client pod may start before the pod of its server listens. A
+# refused connection (nothing measured, nothing sent) is tried again for up to this long; anything else is the tool's.
+RETRY_REFUSED_S = 60
+RDMA_SIDE = "pytest_gpuaccept.cluster.rdma_side"  # a link step's node side (cluster.links.rdma), as `python -m` names it
+# The pods of one link step start when their kubelets get to them, seconds apart, where srun or mpirun start a step's
+# commands together: each link pod waits for one instant on the wall clock, this long after the login node made the
+# step's commands, so that a node's clients do not call on a peer whose pod has not started its servers yet (perftest's
+# client gives up at once) and the node side's counters are read around the step itself, not around a pod's wait.
+START_GATE_S = 8.0
+_GATE = "import os, sys, time; time.sleep(max(0.0, float(sys.argv[1]) - time.time())); os.execvp(sys.argv[2], sys.argv[2:])"
+_RETRY_REFUSED = (f'end=$(( $(date +%s) + {RETRY_REFUSED_S} )); while :; do out=$("$@"); code=$?; case $out in '
+                  '*"unable to connect to server: Connection refused"*) if [ "$(date +%s)" -lt "$end" ]; then sleep 0.5; '
+                  'continue; fi;; esac; printf "%s\\n" "$out"; exit $code; done')
 
 Requirement = tuple[str, str, str]  # (key, "=" or "!=", value)
 
@@ -57,13 +75,15 @@ Requirement = tuple[str, str, str]  # (key, "=" or "!=", value)
 @dataclass(frozen=True, slots=True)
 class KubernetesKeys:
     """cluster.kubernetes: which cluster and namespace (kubeconfig context, namespace), the image the pods run, whether
-    they may be privileged (RDMA, dmesg), and the rendezvous port of the all_reduce pods."""
+    they may be privileged (RDMA, dmesg), the rendezvous port of the all_reduce pods, and the RDMA device plugin's
+    resource each pod asks one of (the RDMA shared device plugin's `rdma/rdma_shared_device_a`, an SR-IOV VF's)."""
 
     context: str | None = None
     namespace: str | None = None
     image: str | None = None
     privileged: bool = False
     port: int = DEFAULT_PORT
+    rdma_resource: str | None = None
 
 
 def parse_selector(text: str) -> tuple[Requirement, ...]:
@@ -79,6 +99,13 @@ def parse_selector(text: str) -> tuple[Requirement, ...]:
             raise ValueError(f"not a label key and value: {part!r}")
         out.append((key, "!=" if op == "!=" else "=", value))
     return tuple(out)
+
+
+def resource_name(value: str) -> str:
+    """An extended resource's name (`rdma/rdma_shared_device_a`); ValueError otherwise."""
+    if not _RESOURCE.match(value):
+        raise ValueError(f"expected an extended resource such as 'rdma/rdma_shared_device_a', got {value!r}")
+    return value
 
 
 def namespace_name(value: str) -> str:
@@ -168,13 +195,14 @@ def node_state(node: dict[str, Any]) -> NodeState:
 
 def pod_manifest(keys: KubernetesKeys, run_id: str, index: int, node: str, gpus: int, command: list[str],
                  env: dict[str, str], deadline_s: int) -> dict[str, Any]:
-    """One pod: pinned to `node` (nodeName), every GPU it has (`gpus`, its allocatable nvidia.com/gpu), the node's own
-    network, the host's /sys read-only at /host/sys, privileged only where the contract allows, labelled with the
-    launch's ID and bounded by activeDeadlineSeconds."""
+    """One pod: pinned to `node` (nodeName), every GPU it has (`gpus`, its allocatable nvidia.com/gpu) and one of the
+    contract's RDMA resource, the node's own network, the host's /sys read-only at /host/sys, privileged only where
+    the contract allows, labelled with the launch's ID and bounded by activeDeadlineSeconds."""
+    limits = {GPU: str(gpus), **({keys.rdma_resource: "1"} if keys.rdma_resource else {})}
     container: dict[str, Any] = {
         "name": CONTAINER, "image": keys.image, "command": command[:1], "args": command[1:],
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "resources": {"limits": {GPU: str(gpus)}},
+        "resources": {"limits": limits},
         "securityContext": {"privileged": keys.privileged},
         "volumeMounts": [{"name": "host-sys", "mountPath": HOST_SYS, "readOnly": True},
                          {"name": "dshm", "mountPath": "/dev/shm"}],
@@ -192,12 +220,21 @@ def pod_manifest(keys: KubernetesKeys, run_id: str, index: int, node: str, gpus:
                     {"name": "dshm", "emptyDir": {"medium": "Memory"}}]}}
 
 
+def _link_step(words: list[str]) -> bool:
+    """A command of a link step (started with its peers' at once): iperf3, or the node side of cluster.links.rdma."""
+    return iperf3.TOOL in words[:5] or (RDMA_SIDE in words[:3] and "run" in words[:4])
+
+
 def in_pod(argv: list[str]) -> list[str]:
-    """A command as the pod runs it: the image's python3 for this interpreter; a node's run reads the host's /sys
-    where the pod mounts it."""
+    """A command as the pod runs it: the image's python3 for this interpreter; a node's run (and a link's node side)
+    reads the host's /sys where the pod mounts it; an iperf3 client tries a refused connection again (_RETRY_REFUSED)."""
     words = [PYTHON, *argv[1:]] if argv and argv[0] == sys.executable else list(argv)
     if "node-run" in words[:4]:
         words = [w for w in words if not w.startswith("--gpuaccept-sysfs=")] + [f"--gpuaccept-sysfs={HOST_SYS}"]
+    if words[:1] == [PYTHON] and "--sysfs" in words[:-1] and words[words.index("--sysfs") + 1] == "/sys":
+        words[words.index("--sysfs") + 1] = HOST_SYS
+    if words[:1] == [iperf3.TOOL] and "-c" in words:
+        words = ["sh", "-c", _RETRY_REFUSED, "sh", *words]
     return words
 
 
@@ -257,11 +294,15 @@ class Kubernetes:
                 *(["--namespace", self.keys.namespace] if self.keys.namespace else []),
                 *(["--image", self.keys.image] if self.keys.image else []),
                 *(["--privileged"] if self.keys.privileged else []),
+                *(["--rdma-resource", self.keys.rdma_resource] if self.keys.rdma_resource else []),
                 "--run", launch_id(), "--deadline-s", str(self.deadline_s), "--port", str(self.keys.port),
                 *(f"--node={n}" for n in nodes)]
 
     def on_node(self, node: str, argv: list[str]) -> list[str]:
-        return [*self._launcher([node]), "--", *in_pod(argv)]
+        words = in_pod(argv)
+        if _link_step(words):
+            words = [PYTHON, "-c", _GATE, f"{time.time() + START_GATE_S:.3f}", *words]
+        return [*self._launcher([node]), "--", *words]
 
     def mpi_job(self, nodes: list[str], ranks_per_node: int, argv: list[str], env: dict[str, str]) -> list[str]:
         """No MPI: a pod on every node runs the shipped PyTorch all_reduce (nccl-tests' sizes and iterations, its

@@ -252,6 +252,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--namespace")
     parser.add_argument("--image")
     parser.add_argument("--privileged", action="store_true")
+    parser.add_argument("--rdma-resource", help="an extended resource each pod asks one of (the RDMA devices)")
     parser.add_argument("--run", required=True, help="the launch's gpuaccept-run label")
     parser.add_argument("--deadline-s", type=int, required=True, help="activeDeadlineSeconds of each pod")
     parser.add_argument("--port", type=int, required=True, help="the rendezvous port on the first pod's node")
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             if command else "no command"
         say(f"gpuaccept pods: nothing to launch: {missing}", stamp=False)
         return 2
-    keys = KubernetesKeys(args.context, args.namespace, args.image, args.privileged, args.port)
+    keys = KubernetesKeys(args.context, args.namespace, args.image, args.privileged, args.port, args.rdma_resource)
     kubectl = [args.kubectl, *(["--context", args.context] if args.context else []),
                *(["-n", args.namespace] if args.namespace else [])]
     launch = Launch(kubectl, args.run, keys, args.deadline_s)

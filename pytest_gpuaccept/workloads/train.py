@@ -12,14 +12,24 @@ process gpuaccept launched), which the results keep as the load's start-up time:
     rank 0: first step 2.31 s after launch
 
 Run: python -m pytest_gpuaccept.workloads.train --gpus 8 --duration 90
+
+Across nodes (cluster.utilisation): ONE data-parallel job (DistributedDataParallel: NCCL on GPUs, gloo on the CPU),
+the same command on every node with --nnodes N --node-rank R --master-addr A --master-port P; rank 0 listens at A:P,
+each node's ranks are R*gpus .. R*gpus+gpus-1 (the PyTorch all_reduce's rendezvous). The ranks stop together (each
+step all-reduces whether any rank's time is up). With --nvml, this node's GPUs are sampled through NVML while it
+trains (`live`, or a recording's samples replayed from the file named) and the samples are printed last, one line:
+
+    gpuaccept-nvml-samples {"fields": [...], "gpus": [...]}
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -27,6 +37,8 @@ from . import spawn_per_gpu
 
 VOCAB = 32000
 FIRST_STEPS = 3  # steps of the one-layer model, at a quarter of the batch, before the full model takes over
+SAMPLES_LINE = "gpuaccept-nvml-samples "  # the last line of a node's output with --nvml: its NVML samples
+SAMPLE_INTERVAL_S = 0.15  # as the single-host load samples (clauses/utilisation.py)
 
 
 def since_boot() -> float | None:
@@ -86,23 +98,29 @@ def _first_step(torch: Any, rank: int, args: argparse.Namespace, device: Any, ge
                 print(f"rank {rank}: first step {now - args.launched:.2f} s after launch", flush=True)
 
 
-def _worker(rank: int, args: argparse.Namespace) -> None:
+def _worker(local: int, args: argparse.Namespace) -> None:
     import torch
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     cuda = args.device == "cuda"
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    rank = args.node_rank * args.gpus + local  # this node's ranks follow the nodes before it
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
-        torch.cuda.set_device(rank)
+        torch.cuda.set_device(local)
         torch.backends.cuda.matmul.allow_tf32 = True
     start = last = time.monotonic()
     generator = torch.Generator(device=device).manual_seed(rank)
     with device:  # every parameter is made where it is trained: no model on the CPU, no copy
         _first_step(torch, rank, args, device, generator)
         model = _model(torch, args.width, args.layers)
+    distributed = args.nnodes > 1
+    if distributed:
+        model = _data_parallel(torch, model, rank, local, args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     steps = 0
-    while time.monotonic() - start < args.duration:
+    # At least one step of the full model (in one job: one all_reduce of its gradients across the nodes), however
+    # long the start-up took; every rank of a job counts the same steps, so all ask _time_up together.
+    while steps == 0 or not _time_up(torch, time.monotonic() - start >= args.duration, distributed, device):
         tokens = torch.randint(0, VOCAB, (args.batch, args.seq + 1), device=device, generator=generator)
         loss = _step(torch, model, optimizer, tokens, device)
         steps += 1
@@ -112,7 +130,66 @@ def _worker(rank: int, args: argparse.Namespace) -> None:
             now = time.monotonic()
             print(f"rank {rank}: {steps} steps, {steps / (now - start):.2f} steps/s, loss {loss.item():.3f}", flush=True)
             last = now
-    print(f"rank {rank}: done, {steps} steps in {time.monotonic() - start:.1f} s", flush=True)
+    # The weights' sum: one value on every rank of a data-parallel job (its gradients were all-reduced each step).
+    weights = float(sum(p.detach().double().sum().item() for p in model.parameters()))
+    print(f"rank {rank}: done, {steps} steps in {time.monotonic() - start:.1f} s, weights sum {weights:.6e}", flush=True)
+    if distributed:
+        torch.distributed.destroy_process_group()
+
+
+def _data_parallel(torch: Any, model: Any, rank: int, local: int, args: argparse.Namespace) -> Any:
+    """The model in one DistributedDataParallel job over every rank of every node: each step's gradients all-reduced
+    across the nodes (NCCL on GPUs, gloo on the CPU), the job's ranks meeting at --master-addr:--master-port."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    cuda = args.device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{args.master_addr}:{args.master_port}",
+                            rank=rank, world_size=args.nnodes * args.gpus)
+    print(f"rank {rank}: joined the job of {args.nnodes * args.gpus} ranks on {args.nnodes} nodes", flush=True)
+    return DistributedDataParallel(model, device_ids=[local] if cuda else None)
+
+
+def _time_up(torch: Any, mine: bool, distributed: bool, device: Any) -> bool:
+    """Whether to stop: in one job, when any rank's time is up (all-reduced), so that every rank stops at the same
+    step and none waits in an all_reduce the others left."""
+    if not distributed:
+        return mine
+    flag = torch.tensor([1.0 if mine else 0.0], device=device)
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    return bool(flag.item() > 0)
+
+
+def _samples(source: str, gpus: int, stop: threading.Event, cap_s: float) -> dict[str, Any]:
+    """This node's NVML samples until `stop` (at most cap_s): `live` from the driver, else a recording's samples
+    (the file --gpuaccept-nvml names, docs/nvml-recording.md) replayed once the load is done."""
+    from ..probes import nvml
+
+    if source == "live":
+        return nvml.sample_gpus(gpus, SAMPLE_INTERVAL_S, cap_s, stop)
+    stop.wait(cap_s)
+    try:
+        with open(source) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        return {"error": f"recorded NVML readings {source} unreadable: {exc}"}
+    samples = data.get(nvml.RECORDED_SAMPLES) if isinstance(data, dict) else None
+    return samples if isinstance(samples, dict) else {"error": f"the NVML recording {source} has no utilisation samples"}
+
+
+def _sampled(args: argparse.Namespace, train: Any) -> int:
+    """Train while this node's GPUs are sampled (--nvml), then print the samples as the last line."""
+    stop, taken = threading.Event(), {}
+    sampler = threading.Thread(target=lambda: taken.update(_samples(args.nvml, args.gpus, stop, args.duration + 600)),
+                               name="gpuaccept-sampler", daemon=True)
+    sampler.start()
+    try:
+        code: int = train()
+    finally:
+        stop.set()
+        sampler.join(timeout=30)
+        print(SAMPLES_LINE + json.dumps(taken or {"error": "the NVML sampler did not finish"}), flush=True)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,9 +202,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--nnodes", type=int, default=1, help="nodes taking part, each running this with --gpus")
+    parser.add_argument("--node-rank", type=int, default=0, help="this node's place (0: the one rank 0 listens on)")
+    parser.add_argument("--master-addr", default="127.0.0.1", help="the address of node rank 0")
+    parser.add_argument("--master-port", type=int, default=0, help="its port")
+    parser.add_argument("--nvml", help="sample this node's GPUs while training: `live`, or an NVML recording's path")
     args = parser.parse_args(argv)
+    if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes or (args.nnodes > 1 and not args.master_port):
+        parser.error("--node-rank must be below --nnodes, and several nodes need --master-addr and --master-port")
     args.launched = launched
-    return spawn_per_gpu(_worker, args.gpus, (args,), need_cuda=args.device == "cuda")
+
+    def train() -> int:
+        return spawn_per_gpu(_worker, args.gpus, (args,), need_cuda=args.device == "cuda")
+
+    return _sampled(args, train) if args.nvml else train()
 
 
 if __name__ == "__main__":
