@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from . import schema
+from . import node_sections, schema
 from .clauses import registry
 from .units import Duration
 
@@ -67,15 +67,30 @@ class Contract:
         return [name for name in registry.SECTION_NAMES if name in self.by_section]
 
 
+def not_a_contract(value: str) -> str | None:
+    """What to say of a --contract value (a preset name already resolved to its file) that names no file at all, a
+    usage error with no line in it (there is no file to have lines); None where it names a file."""
+    from .presets import presets  # noqa: PLC0415 (the preset list only for this message)
+
+    named = f"name a contract file or one of the shipped presets: {', '.join(presets()) or 'none'}"
+    if not value.strip():
+        return f"--contract: empty; {named}"
+    if Path(value).is_file():
+        return None
+    return f"--contract {value}: {'a folder' if Path(value).is_dir() else 'no such file'}; {named}"
+
+
 def load_contract(path: str | Path) -> Contract:
     """Read and validate a contract file; raise ContractError listing every problem found."""
     shown = str(path)
     try:
         data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ContractError([f"{shown}:0: contract: file not found"]) from None
+    except FileNotFoundError:  # no line to name: the file is not there
+        raise ContractError([f"{shown}: contract: no such file"]) from None
+    except IsADirectoryError:
+        raise ContractError([f"{shown}: contract: a folder, not a contract file"]) from None
     except OSError as exc:
-        raise ContractError([f"{shown}:0: contract: cannot read the file: {exc.strerror}"]) from None
+        raise ContractError([f"{shown}: contract: cannot be read: {exc.strerror}"]) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -97,7 +112,8 @@ def parse_contract(text: str, path: str = "<contract>", sha256: str = "") -> Con
     if root is None:
         raise ContractError([f"{path}:1: contract: expected a mapping with 'gpuaccept: 1', got an empty file"])
     names = registry.SECTION_NAMES
-    entries = v.mapping(root, "contract", ("gpuaccept", "vendor", "reference", "description", "tools") + names)
+    entries = v.mapping(root, "contract", ("gpuaccept", "vendor", "reference", "description", "tools") + names
+                        + (node_sections.KEY,))
     if v.problems and not isinstance(root, yaml.MappingNode):
         raise ContractError(v.problems)
     lines = {name: key.start_mark.line + 1 for name, (key, _value) in entries.items()}
@@ -114,6 +130,10 @@ def parse_contract(text: str, path: str = "<contract>", sha256: str = "") -> Con
     reference = v.value(entries["reference"][1], "reference", schema.text) if "reference" in entries else None
     description = v.value(entries["description"][1], "description", schema.text) if "description" in entries else None
     tools = _tools(v, entries["tools"][1]) if "tools" in entries else Tools()
+    if node_sections.KEY in entries:  # what node-check runs (docs/node-check.md); a judging run only checks its form
+        problem = node_sections.check_key(entries[node_sections.KEY][1], [n for n in names if n in entries], str(path))
+        if problem is not None:
+            v.problems.append(problem)
 
     sections = {s.name: schema.section(v, s.name, entries[s.name][0], entries[s.name][1], s.keys, s.build)
                 for s in registry.SECTIONS if s.name in entries}

@@ -84,7 +84,7 @@ def test_a_mistake_in_gpus_names_line_and_key(extra, expected):
     (GOOD + "utilisation:\n  min_percent: 80\n  workload: python\n",
      "vendor.yaml:7: utilisation.workload: expected 'builtin' or an argv list such as ['torchrun', 'train.py'], got 'python'"),
     (GOOD + "gpus2: {}\n",
-     "vendor.yaml:5: gpus2: unknown key (did you mean 'gpus'?); expected one of: gpuaccept, vendor, reference, description, tools, gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, nics, rdma, iperf3, utilisation, health, burnin, dcgm, cluster"),
+     "vendor.yaml:5: gpus2: unknown key (did you mean 'gpus'?); expected one of: gpuaccept, vendor, reference, description, tools, gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, sdc, nics, rdma, iperf3, utilisation, health, burnin, dcgm, cluster, node_check"),
     (GOOD + "tools:\n  all_reduce_perf: build/all_reduce_perf\n",
      "vendor.yaml:6: tools.all_reduce_perf: expected an absolute path, got 'build/all_reduce_perf'"),
     (GOOD + "tools:\n  timeout: 600\n", "vendor.yaml:6: tools.timeout: expected a duration such as '60 s', got 600"),
@@ -126,7 +126,7 @@ def test_every_problem_is_listed_not_just_the_first():
     ("", "vendor.yaml:1: contract: expected a mapping with 'gpuaccept: 1', got an empty file"),
     ("- a\n- b\n", "vendor.yaml:1: contract: expected a mapping, got a list"),
     ("gpuaccept: 1\nvendor: [\n", "vendor.yaml:3: contract: expected valid YAML, got a syntax error: expected the node content, but found '<stream end>'"),
-    ("gpuaccept: 1\nvendor: X\n", "vendor.yaml:1: contract: expected at least one section to check (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, nics, rdma, iperf3, utilisation, health, burnin, dcgm, cluster), got none"),
+    ("gpuaccept: 1\nvendor: X\n", "vendor.yaml:1: contract: expected at least one section to check (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, sdc, nics, rdma, iperf3, utilisation, health, burnin, dcgm, cluster), got none"),
 ])
 def test_a_file_that_is_not_a_contract(text, expected):
     assert problems(text) == [expected]
@@ -135,7 +135,7 @@ def test_a_file_that_is_not_a_contract(text, expected):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(ContractError) as info:
         load_contract(tmp_path / "nope.yaml")
-    assert info.value.problems == [f"{tmp_path / 'nope.yaml'}:0: contract: file not found"]
+    assert info.value.problems == [f"{tmp_path / 'nope.yaml'}: contract: no such file"]
 
 
 def test_the_contract_digest_is_of_its_bytes(tmp_path):
@@ -172,3 +172,13 @@ def test_a_contract_holding_a_control_character_is_refused_naming_its_line(tmp_p
     with pytest.raises(ContractError) as refused:
         load_contract(str(bad))
     assert "vendor.yaml:4" in str(refused.value) and "special characters are not allowed" in str(refused.value)
+
+
+def test_the_node_check_key_is_part_of_the_contract_and_checked_by_a_judging_run_too():
+    # One file serves acceptance and the scheduler's node-check (docs/node-check.md): a judging run reads it as data
+    marked = GOOD + "node_check:\n  quick: [gpus]\n"
+    assert parse_contract(marked, "vendor.yaml").vendor == "Example GPU Cloud"
+    with pytest.raises(ContractError) as error:
+        parse_contract(GOOD + "node_check:\n  quick: [burnin]\n", "vendor.yaml")
+    assert error.value.problems == ["vendor.yaml:6: node_check.quick: 'burnin' is not a section of this contract "
+                                    "(it has gpus)"]
