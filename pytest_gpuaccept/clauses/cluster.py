@@ -10,24 +10,30 @@ known to the scheduler, schedulable, the GPUs it offers, and a verified bundle w
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import yaml
 
 from .. import schema
 from ..cluster import summary
 from ..cluster.engine import ENGINES, ClusterError, engine_for
-from ..cluster.kubernetes import DEFAULT_PORT, KubernetesKeys, namespace_name, parse_selector
+from ..cluster.fabric import RdmaRuns, directions, link_name, offsets
+from ..cluster.kubernetes import DEFAULT_PORT, KubernetesKeys, namespace_name, parse_selector, resource_name
 from ..cluster.pairs import DEFAULT_BUDGET, plan
-from ..cluster.run import expand, pair_budget, run_allreduce, run_cluster, run_links, run_pairs
+from ..cluster.run import expand, pair_budget, run_allreduce, run_cluster, run_links, run_pairs, run_rdma_links
+from ..i18n import DEFAULT, tr
 from ..measurements import gpu_uuids
+from ..probes.slurm import expand_hostlist
+from ..probes.sysfs import SAFE_NAME
 from ..schema import Key
 from ..subjects import Subject, gpu_count
 from ..units import Bandwidth, Duration, Size, UnitError, parse_duration, parse_size
-from ..verdict import Check
-from . import allreduce, network
+from ..verdict import Check, fmt
+from . import allreduce, network, plausible, sdc
 from .base import Clause, HostNames, HostWide, ReportPart, Section
 
 if TYPE_CHECKING:
@@ -47,9 +53,32 @@ class Iperf3Links:
 
 
 @dataclass(frozen=True, slots=True)
+class RdmaLinks:
+    """cluster.links.rdma: ib_write_bw from each node's device to its peer's (rail: mlx5_i to mlx5_i; all: every device
+    pair), each direction its own check, against `min_fraction_of_line_rate` of the line rate (the contract's, else the
+    slower port's rate in its node's sysfs)."""
+
+    devices: tuple[str, ...]  # exact names, ranges expanded (`mlx5_[0-3]`)
+    min_fraction_of_line_rate: float
+    line_rate: Bandwidth | None
+    message_size: Size
+    qps: int
+    pairing: str
+    duration: Duration
+
+
+@dataclass(frozen=True, slots=True)
 class Links:
     iperf3: Iperf3Links | None
-    rdma: None = None
+    rdma: RdmaLinks | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    """cluster.fabric: each rail's rate with every rail of every node loaded at once (the cross-halves permutation)
+    against its rate alone; below `min_fraction_under_load` fails naming the ratio, never a node."""
+
+    min_fraction_under_load: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +108,17 @@ class NvlinkDomain:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterUtilisation:
+    """cluster.utilisation: the builtin training load as ONE data-parallel job over every GPU of every node, NVML
+    sampled on every node; each GPU at least `min_percent` after `warmup` (clauses/cluster_utilisation.py)."""
+
+    min_percent: float
+    duration: Duration
+    warmup: Duration
+    workload: str
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSelector:
     """cluster.nodes as `{selector: "key=value,..."}`: the nodes whose labels match (Kubernetes)."""
 
@@ -96,6 +136,8 @@ class ClusterSection:
     links: Links | None = None
     kubernetes: KubernetesKeys | None = None
     nvlink_domain: NvlinkDomain | None = None
+    utilisation: ClusterUtilisation | None = None
+    fabric: Fabric | None = None
     selector: str | None = None  # cluster.nodes' label selector (`{selector: ...}`), never a key of its own
 
     def __post_init__(self) -> None:
@@ -170,6 +212,22 @@ def namespace(value: Any, node: yaml.Node) -> str:
     return namespace_name(schema.text(value, node))
 
 
+MAX_CLUSTER_LOAD_S = 1800.0  # cluster.utilisation: each node's samples come back in its output (8 GPUs: ~3 MB at 30 min)
+
+
+def load_duration(value: Any, node: yaml.Node) -> Duration:
+    """cluster.utilisation.duration: at most MAX_CLUSTER_LOAD_S, so that a node's NVML samples fit its output."""
+    duration: Duration = schema.duration(value, node)
+    if duration.seconds > MAX_CLUSTER_LOAD_S:
+        raise ValueError(f"expected at most 30 min, got {duration}: each node's NVML samples come back through the "
+                         f"engine's output (hours of load are the per-node burnin section)")
+    return duration
+
+
+def rdma_resource(value: Any, node: yaml.Node) -> str:
+    return resource_name(schema.text(value, node))
+
+
 def image(value: Any, node: yaml.Node) -> str:
     """An image reference as a pod names it: no spaces; a digest (`@sha256:...`) pins it."""
     text = schema.text(value, node)
@@ -178,11 +236,22 @@ def image(value: Any, node: yaml.Node) -> str:
     return text
 
 
-def not_yet(value: Any, node: yaml.Node) -> None:
-    """cluster.links.rdma is in the format but not measured by this version: a clause that would run no test is
-    refused before anything runs, never skipped."""
-    raise ValueError("not measured by this version of pytest-gpuaccept yet: remove it from the contract "
-                     "(a clause that runs no test would pass unmeasured)")
+def rails(value: Any, node: yaml.Node) -> tuple[str, ...]:
+    """RDMA device names or ranges (`mlx5_[0-7]`, expanded as a hostlist is): the subjects are fixed before anything
+    runs, so a `*` or `?` glob, which only a node's listing could expand, is refused."""
+    found = []
+    for item in schema.names(value, node):
+        if any(c in item for c in "*?"):
+            raise ValueError(f"expected device names or ranges such as 'mlx5_[0-7]', got the glob {item!r}: the "
+                             "checks are named before anything runs")
+        try:
+            found += expand_hostlist(item)
+        except ValueError as exc:
+            raise ValueError(f"{item!r}: {exc}") from None
+    bad = [d for d in found if not SAFE_NAME.match(d)]
+    if bad:
+        raise ValueError(f"not a device name: {bad[0]!r}")
+    return tuple(dict.fromkeys(found))
 
 
 # What the PyTorch all_reduce the Kubernetes pods run takes of nccl-tests' options (pairs.args, allreduce.args).
@@ -197,9 +266,14 @@ def _kubernetes_problems(section: ClusterSection) -> list[tuple[str, str]]:
             ("cluster.nodes", section.selector, "a selector is only for engine: kubernetes (Slurm and mpirun take node "
                                                 "names)")) if given is not None]
     problems = [(key, "not measured through engine: kubernetes by this version yet: remove it (a clause that runs no "
-                      "test would pass unmeasured)") for key, given in (("cluster.links", section.links),
-                                                                       ("cluster.nvlink_domain", section.nvlink_domain))
+                      "test would pass unmeasured)") for key, given in (("cluster.nvlink_domain", section.nvlink_domain),)
                 if given is not None]
+    pods = section.kubernetes or KubernetesKeys()
+    if section.links is not None and section.links.rdma is not None and not (pods.privileged or pods.rdma_resource):
+        # A pod sees no RDMA device (/dev/infiniband) unless a device plugin gives it one or it is privileged.
+        problems.append(("cluster.links.rdma", "through engine kubernetes the pods need the RDMA devices: name the "
+                                               "device plugin's resource (cluster.kubernetes.rdma_resource, e.g. "
+                                               "rdma/rdma_shared_device_a) or allow cluster.kubernetes.privileged"))
     for name, keys in (("pairs", section.pairs), ("allreduce", section.allreduce)):
         args = keys.args if keys is not None else ()
         flags, values = args[0::2], args[1::2]
@@ -213,12 +287,19 @@ def _cross_check(section: ClusterSection, sections: Mapping[str, Any]) -> list[t
     problems = _kubernetes_problems(section)
     if section.partition is not None and section.engine != "slurm":
         problems.append(("cluster.partition", "only for engine: slurm"))
+    if section.fabric is not None and (section.links is None or section.links.rdma is None):
+        problems.append(("cluster.fabric", "needs cluster.links.rdma (its devices and ib_write_bw's keys)"))
     if section.links is not None:
-        if section.links.iperf3 is None:
-            problems.append(("cluster.links", "expected iperf3 (rdma is not measured by this version yet)"))
-        elif link_interfaces(section, sections) == ():
+        if section.links.iperf3 is None and section.links.rdma is None:
+            problems.append(("cluster.links", "expected iperf3 or rdma (a clause that runs no test would pass unmeasured)"))
+        elif section.links.iperf3 is not None and link_interfaces(section, sections) == ():
             problems.append(("cluster.links.iperf3.interfaces", "missing: name the interfaces (exact names), or give "
                                                                  "a nics section with exact names"))
+    load = section.utilisation
+    if load is not None and load.warmup.seconds >= load.duration.seconds:
+        problems.append(("cluster.utilisation.warmup", f"expected less than duration ({load.duration}), got {load.warmup}"))
+    if load is not None and not getattr(sections.get("gpus"), "count", None):
+        problems.append(("cluster.utilisation", "needs gpus.count: the GPUs of each node the job trains on, each judged"))
     domain = section.nvlink_domain
     if domain is not None and not (domain.fabric or domain.imex or domain.min_busbw is not None):
         problems.append(("cluster.nvlink_domain", "asks for nothing: give min_busbw, or leave fabric or imex true (a "
@@ -230,28 +311,45 @@ def _cross_check(section: ClusterSection, sections: Mapping[str, Any]) -> list[t
     return problems
 
 
+# The allreduce keys a node's own section has and the cluster's all_reduce jobs do not: `tool` (nccl-tests over MPI),
+# and `algo` (NCCL's INFO lines of a multi-node job are not read for NVLS yet: each node's `allreduce.algo` judges it).
+NODE_ONLY = ("tool", "algo")
+
 SECTION = Section(
     "cluster",
     {"engine": Key(schema.one_of(*ENGINES), required=True), "nodes": Key(hostlists, required=True),
      "partition": Key(schema.text), "node_timeout": Key(schema.duration, default=parse_duration("1 h")),
-     "pairs": Key(nested("cluster.pairs", {**{k: v for k, v in allreduce.SECTION.keys.items() if k != "tool"},
+     "pairs": Key(nested("cluster.pairs", {**{k: v for k, v in allreduce.SECTION.keys.items() if k not in NODE_ONLY},
                                            "budget": Key(schema.whole(1, 100_000), default=DEFAULT_BUDGET)}, Pairs)),
-     "allreduce": Key(nested("cluster.allreduce", {k: v for k, v in allreduce.SECTION.keys.items() if k != "tool"},
+     "allreduce": Key(nested("cluster.allreduce", {k: v for k, v in allreduce.SECTION.keys.items() if k not in NODE_ONLY},
                              Pairs)),
      "links": Key(nested("cluster.links", {
          "iperf3": Key(nested("cluster.links.iperf3", {
              "min_throughput": Key(schema.bandwidth, required=True), "interfaces": Key(schema.names),
              "duration": Key(schema.duration, default=parse_duration("5 s")),
              "port": Key(schema.whole(1, 65535), default=5301)}, Iperf3Links)),
-         "rdma": Key(not_yet)}, Links)),
+         "rdma": Key(nested("cluster.links.rdma", {
+             "devices": Key(rails, required=True),
+             "min_fraction_of_line_rate": Key(schema.number(0.0, 1.0, low_open=True), default=0.9),
+             "line_rate": Key(schema.bandwidth), "message_size": Key(schema.size, default=parse_size("64 KiB")),
+             "qps": Key(schema.whole(1, 1024), default=1), "pairing": Key(schema.one_of("rail", "all"), default="rail"),
+             "duration": Key(schema.duration, default=parse_duration("5 s"))}, RdmaLinks))}, Links)),
+     "fabric": Key(nested("cluster.fabric", {
+         "min_fraction_under_load": Key(schema.number(0.0, 1.0, low_open=True), default=0.9)}, Fabric)),
      "kubernetes": Key(nested("cluster.kubernetes", {
          "context": Key(schema.text), "namespace": Key(namespace), "image": Key(image),
          "privileged": Key(schema.boolean, default=False),
-         "port": Key(schema.whole(1, 65535), default=DEFAULT_PORT)}, KubernetesKeys)),
+         "port": Key(schema.whole(1, 65535), default=DEFAULT_PORT), "rdma_resource": Key(rdma_resource)},
+         KubernetesKeys)),
      "nvlink_domain": Key(nested("cluster.nvlink_domain", {
          "fabric": Key(schema.boolean, default=True), "imex": Key(schema.boolean, default=True),
          "min_busbw": Key(schema.bandwidth), "min_bytes": Key(schema.size, default=parse_size("1 GiB")),
-         "max_bytes": Key(schema.size, default=parse_size("8 GiB"))}, NvlinkDomain))},
+         "max_bytes": Key(schema.size, default=parse_size("8 GiB"))}, NvlinkDomain)),
+     "utilisation": Key(nested("cluster.utilisation", {
+         "min_percent": Key(schema.number(0.0, 100.0, low_open=True), required=True),
+         "duration": Key(load_duration, default=parse_duration("60 s")),
+         "warmup": Key(schema.duration, default=parse_duration("10 s")),
+         "workload": Key(schema.one_of("builtin"), default="builtin")}, ClusterUtilisation))},
     ClusterSection, "many nodes, through Slurm, mpirun or Kubernetes (the per-node sections judge every node)",
     cross_check=_cross_check)
 
@@ -366,6 +464,103 @@ def judge_link(section: ClusterSection, subject: Subject, links: LinkRuns, contr
                       where=f" ({result.route})", suffix=f" (round {result.round}, one direction at a time)")
 
 
+def _rdma_pairs(contract: Contract, section: ClusterSection, names: Callable[[], HostNames]) -> list[tuple[str, str]]:
+    return [pair for pairing in plan(names().get(LISTING, []), contract.sha256, pair_budget(section)) for pair in pairing]
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaNodeLinks:
+    """`<node>:<device>-><node>:<device>`: each pair of the pairs' rounds, each rail (pairing all: each device pair),
+    both directions."""
+
+    describe: str = "`<node>:<device>-><node>:<device>`, per pair of nodes, rail (`all`: device pair) and direction"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        keys = section.links.rdma
+        return [Subject.whole(link_name(s, r)) for a, b in sorted(_rdma_pairs(contract, section, names))
+                for k in offsets(keys.devices, keys.pairing) for s, r in directions(a, b, keys.devices, k)] \
+            or [Subject.whole("cluster")]
+
+
+def judge_rdma_link(section: ClusterSection, subject: Subject, runs: RdmaRuns, contract: Contract) -> Check:
+    """A link's ib_write_bw figure (alone where its round was slow), believed where the sender's port_xmit_data over
+    the plugin's clock confirms it and the receiver's port_rcv_data counted what was sent, against the fraction of the
+    line rate; a failing link names what the blame puts it on (cluster/fabric.py)."""
+    keys = section.links.rdma if section.links else None
+    assert keys is not None
+    v = RDMA_LINKS.verdict(subject)
+    if runs.error is not None:
+        return v.not_measured(runs.error)
+    link = runs.links.get(subject.local)
+    if link is None:
+        return v.not_measured(f"{subject.local} is not a link of the cluster's pairs")
+    m = link.judged
+    details: dict[str, Any] = {"round": link.round, "alone": link.alone is not None, **m.details,
+                               "line_rate_gbit_s": link.line_rate_gbit_s, "line_rate_source": link.line_rate_source}
+    if link.alone is not None:
+        details["loaded_gbit_s"] = link.loaded.gbit_s
+    v = v.but(evidence=tuple(m.evidence) + (tuple(link.loaded.evidence) if link.alone is not None else ()))
+    if m.problem is not None:
+        return v.not_measured(m.problem, details)
+    minimum, line = runs.minimum.get(link.name), link.line_rate_gbit_s
+    if minimum is None or line is None:
+        return v.not_measured(f"no line rate for {link.name} ({link.line_rate_source}): give cluster.links.rdma.line_rate",
+                              details)
+    if m.refuted is not None:
+        return v.but(required=f">= {fmt(minimum)}", threshold=minimum).failed(m.counted_gbit_s, m.refuted, details)
+    assert m.gbit_s is not None
+    word = "" if m.passes(minimum) else f"; {runs.word(link)}"
+    alone = "" if link.alone is None or link.loaded.gbit_s is None else \
+        f"; alone: {fmt(link.loaded.gbit_s)} Gb/s with its round loaded (the fabric's share: cluster.fabric)"
+    share = f" ({m.gbit_s / line:.1%} of {fmt(line)} Gb/s line rate, {link.line_rate_source}; round {link.round}{alone})"
+    what = "ib_write_bw BW average"  # no port carries more than its line rate: sanity, then the threshold
+    return plausible.over_ceiling(v, m.gbit_s, minimum, line, f"the line rate, {link.line_rate_source}", what, details,
+                                  where=m.shown, suffix=share) \
+        or v.at_least(m.gbit_s, minimum, what, details, where=m.shown, suffix=share + word)
+
+
+@dataclass(frozen=True, slots=True)
+class Rails:
+    """`cluster:<device>`, one per rail."""
+
+    describe: str = "`cluster:<device>`, one per rail (cluster.links.rdma's devices)"
+
+    def subjects(self, contract: Contract, section: Any, names: Callable[[], HostNames]) -> list[Subject]:
+        return [Subject.whole(f"cluster:{d}") for d in section.links.rdma.devices]
+
+
+def judge_fabric(section: ClusterSection, subject: Subject, runs: RdmaRuns, contract: Contract) -> Check:
+    """A rail's median link loaded (every rail of every node at once, cross-halves) over its median link alone:
+    below min_fraction_under_load fails naming the ratio; the fabric is blamed, never a node."""
+    assert section.fabric is not None
+    fraction = section.fabric.min_fraction_under_load
+    v = FABRIC.verdict(subject, required=f">= {fmt(fraction)}", threshold=fraction, evidence=runs.evidence)
+    if runs.error is not None:
+        return v.not_measured(runs.error)
+    device = subject.local.partition(":")[2]
+    rail = runs.rails.get(device)
+    if rail is None:
+        return v.not_measured(f"{device}: the cluster has no two available nodes to load it across its halves")
+    crossing = ", ".join(f"{a}<->{b}" for a, b in runs.cross_halves[:4]) + (" ..." if len(runs.cross_halves) > 4 else "")
+    details: dict[str, Any] = {"alone": dict(rail.alone), "loaded": dict(rail.loaded), "cross_halves": crossing,
+                               "problems": list(rail.problems)}
+    ratio, alone, loaded = rail.ratio, rail.alone_gbit_s, rail.loaded_gbit_s
+    if rail.problems and len(rail.problems) * 2 >= len(rail.problems) + len(rail.loaded):
+        return v.not_measured(f"{device}: {len(rail.problems)} links of the loaded round have no figure, e.g. "
+                              f"{rail.problems[0]}", details)
+    if ratio is None or alone is None or loaded is None:
+        return v.not_measured(f"{device}: no link {'alone' if alone is None else 'loaded'} has a believed figure "
+                              "(the links a blamed device or link takes part in are left out)", details)
+    shown = round(ratio, 3)
+    return v.judged(shown >= fraction, shown,
+                    f"{device} under full load carries {shown:.2f} of its rate alone (median {fmt(loaded)} Gb/s over "
+                    f"{len(rail.loaded)} links with every rail of every node loaded at once, cross-halves {crossing}; "
+                    f"{fmt(alone)} Gb/s over {len(rail.alone)} links alone) {'>=' if shown >= fraction else '<'} "
+                    f"{fmt(fraction)}" + ("" if shown >= fraction else
+                                          f": the fabric, not a node (an effective oversubscription of {1 / max(shown, 1e-3):.1f}:1)"),
+                    details)
+
+
 @dataclass(frozen=True, slots=True)
 class NodePairs:
     """Every unordered pair of the expanded nodes, `a+b` in the nodes' order."""
@@ -394,6 +589,9 @@ def judge_pair(section: ClusterSection, subject: Subject, runs: PairRuns, contra
     if result.problem is not None:
         return v.not_measured(result.problem, details)
     assert result.busbw is not None
+    if result.wrong is not None:  # silent data corruption: whatever the busbw, a pair that sums wrong fails
+        return v.but(required=f">= {pairs.min_busbw.gbyte_s:g}", threshold=pairs.min_busbw.gbyte_s).failed(
+            result.busbw, f"{result.wrong} (round {result.round})", details)
     # The fixture judged every pair against the same threshold to blame nodes and links: its word is added.
     blamed = ""
     if (a, b) in runs.blame.failing:
@@ -442,6 +640,9 @@ def judge_allreduce(section: ClusterSection, subject: Subject, run: ClusterAllRe
     if result.problem is not None:
         return v.not_measured(result.problem, details)
     assert result.busbw is not None
+    if result.wrong is not None:  # silent data corruption over the whole cluster: a failure, never a busbw
+        return v.but(required=f">= {keys.min_busbw.gbyte_s:g}", threshold=keys.min_busbw.gbyte_s).failed(
+            result.busbw, f"{result.wrong}, over {len(run.nodes)} nodes x {run.ranks_per_node} GPUs", details)
     return v.at_least(result.busbw, keys.min_busbw.gbyte_s, "all_reduce busbw", details, where=f" at {result.size}",
                       suffix=f" over {len(run.nodes)} nodes x {run.ranks_per_node} GPUs")
 
@@ -457,14 +658,16 @@ def gpuaccept_cluster_pairs(gpuaccept_state: Session, gpuaccept_contract: Contra
                             gpuaccept_cluster: ClusterRun) -> PairRuns:
     """cluster.pairs: a 2-node all_reduce between every pair of nodes, in rounds of disjoint pairs at once."""
     section = SECTION.of(gpuaccept_contract)
-    return run_pairs(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
+    return run_pairs(gpuaccept_state, engine_for(section), section, gpuaccept_cluster, PAIRS.key)
 
 
 def gpuaccept_cluster_allreduce(gpuaccept_state: Session, gpuaccept_contract: Contract,
                                 gpuaccept_cluster: ClusterRun) -> ClusterAllReduce:
     """cluster.allreduce: one all_reduce over every GPU of every available node."""
     section = SECTION.of(gpuaccept_contract)
-    return run_allreduce(gpuaccept_state, engine_for(section), section, gpuaccept_cluster)
+    checked = sdc.SECTION.get(gpuaccept_contract)  # every iteration of the whole cluster's all_reduce checked too
+    return run_allreduce(gpuaccept_state, engine_for(section), section, gpuaccept_cluster, PAIRS.key,
+                         checked.iterations if checked is not None else 1)
 
 
 def gpuaccept_cluster_links(gpuaccept_state: Session, gpuaccept_contract: Contract,
@@ -473,6 +676,15 @@ def gpuaccept_cluster_links(gpuaccept_state: Session, gpuaccept_contract: Contra
     section = SECTION.of(gpuaccept_contract)
     return run_links(gpuaccept_state, engine_for(section), section, gpuaccept_cluster,
                      link_interfaces(section, gpuaccept_contract.by_section))
+
+
+def gpuaccept_cluster_rdma(gpuaccept_state: Session, gpuaccept_contract: Contract,
+                           gpuaccept_cluster: ClusterRun) -> RdmaRuns:
+    """cluster.links.rdma and cluster.fabric: ib_write_bw device to device in the pairs' rounds (every rail of every
+    pair of a round at once), slow links again alone, then (cluster.fabric) every rail of every node loaded at once."""
+    section = SECTION.of(gpuaccept_contract)
+    fabric = section.fabric.min_fraction_under_load if section.fabric is not None else None
+    return run_rdma_links(gpuaccept_state, engine_for(section), section, gpuaccept_cluster, fabric)
 
 
 NODES = Clause("cluster.nodes", SECTION, "test_cluster_node", PerNode(), gpuaccept_cluster, judge_node,
@@ -492,8 +704,19 @@ ALLREDUCE = Clause("cluster.allreduce", SECTION, "test_cluster_allreduce", HostW
 LINKS = Clause("cluster.links", SECTION, "test_cluster_link", NodeLinks(), gpuaccept_cluster_links, judge_link,
                "node to node per interface, each direction its own check, measured one at a time (iperf3, then "
                "iperf3 -R, bound to each side's address on that interface), in the pairs' rounds", "Gb/s",
-               lambda s: s.links is not None, pair_joint="->")
-CLAUSES = (NODES, ALLREDUCE, PAIRS, LINKS)
+               lambda s: s.links is not None and s.links.iperf3 is not None, pair_joint="->")
+RDMA_LINKS = Clause("cluster.links.rdma", SECTION, "test_cluster_rdma_link", RdmaNodeLinks(), gpuaccept_cluster_rdma,
+                    judge_rdma_link,
+                    "ib_write_bw device to device (rail: mlx5_i to mlx5_i; all: every device pair), each direction its "
+                    "own check, every rail of every pair of a round at once, slow links again alone; the sender's "
+                    "port_xmit_data and the receiver's port_rcv_data, each read on its node, confirm it; a failing "
+                    "link names the bad device (that node's NIC, cable or port) or the link", "Gb/s",
+                    lambda s: s.links is not None and s.links.rdma is not None, pair_joint="->")
+FABRIC = Clause("cluster.fabric", SECTION, "test_cluster_fabric", Rails(), gpuaccept_cluster_rdma, judge_fabric,
+                "per rail, the median link with every rail of every node loaded at once (node i with node i + n/2, "
+                "both directions) over the median link alone: the fabric's effective oversubscription, never a node's",
+                None, lambda s: s.fabric is not None)
+CLAUSES = (NODES, ALLREDUCE, PAIRS, LINKS, RDMA_LINKS, FABRIC)
 
 
 def login_listing(state: Session) -> dict[str, list[str]]:
@@ -509,6 +732,28 @@ def login_listing(state: Session) -> dict[str, list[str]]:
 def listing_for(contract: Contract) -> Callable[[Session], dict[str, list[str]]] | None:
     """The session's listing where the contract makes this host a cluster's login node; None elsewhere."""
     return login_listing if SECTION.get(contract) is not None and contract.node is None else None
+_GRID_WORDS = re.compile(r"<h3>Nodes \((\d+): (\d+) with checks that did not pass\)</h3>|<th>node(?=<)|"
+                         r"<summary>(\d+) more nodes, every check passed</summary>")
+
+
+def _grid(checks: Sequence[Check], lang: str) -> str:
+    """The node grid (cluster/summary.py draws it in English), its own words said in the report's language."""
+    drawn = summary.render(checks, NODES.key)
+    if lang == DEFAULT:
+        return drawn
+
+    def said(m: re.Match[str]) -> str:
+        if m.group(1) is not None:
+            words = tr(lang, "Nodes ({nodes}: {troubled} with checks that did not pass)", nodes=m.group(1),
+                       troubled=m.group(2))
+            return f"<h3>{html.escape(words, quote=False)}</h3>"
+        if m.group(3) is not None:
+            return f"<summary>{html.escape(tr(lang, '{n} more nodes, every check passed', n=m.group(3)))}</summary>"
+        return f"<th>{html.escape(tr(lang, 'node'))}"
+    return _GRID_WORDS.sub(said, drawn)
+
+
 # The cluster's part of the login node's report: every node's results merged in, and the node grid (cluster/summary.py).
-REPORT = ReportPart(partial(summary.render, nodes_clause=NODES.key), partial(summary.gather, nodes_clause=NODES.key))
-MEASUREMENTS = (gpuaccept_cluster, gpuaccept_cluster_pairs, gpuaccept_cluster_allreduce, gpuaccept_cluster_links)
+REPORT = ReportPart(_grid, partial(summary.gather, nodes_clause=NODES.key))
+MEASUREMENTS = (gpuaccept_cluster, gpuaccept_cluster_pairs, gpuaccept_cluster_allreduce, gpuaccept_cluster_links,
+                gpuaccept_cluster_rdma)

@@ -19,17 +19,23 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..bundle import verify
 from ..measurements import ClusterAllReduce, ClusterRun, LinkResult, LinkRuns, NodeOutcome, PairResult, PairRuns
-from ..probes import ParseError, iperf3, iproute, nccl_tests, strip_escapes
+from ..probes import ParseError, ib_write_bw, iperf3, iproute, nccl_tests, strip_escapes
 from ..probes._run import Command, ToolRun
+from ..probes.counters import COUNTER_WORD, busiest, counted
+from ..probes.sysfs import parse_rate
+from ..rates import Rated, rate_check  # the host rdma clause's second-source rule, the same here
 from ..subjects import gpu_count
 from ..units import human_bytes
 from ..verdict import Outcome
+from . import rdma_side
 from .bundles import NODES_FOLDER, decode, members
 from .engine import ClusterError, Engine, NodeState, launch, own_expansion
-from .pairs import DEFAULT_BUDGET, blame, every_pair_fits, plan, second_pass
+from .fabric import Endpoint, Measured, RdmaLink, RdmaRuns, blamed, directions, excluded_names, link_name, offsets, rail_loads
+from .pairs import DEFAULT_BUDGET, blame, cross_halves, every_pair_fits, plan, second_pass
+from .rerun import carried, halve, old_pairs, retest_pairs
 
 if TYPE_CHECKING:
-    from ..clauses.cluster import ClusterSection, Iperf3Links
+    from ..clauses.cluster import ClusterSection, Iperf3Links, Pairs, RdmaLinks
     from ..session import Session
 
 RESULTS = "gpuaccept-results.json"
@@ -117,6 +123,13 @@ def node_recording(recording: Path, node: str) -> Path:
     return own if own.is_file() else recording
 
 
+def node_sysfs(sys_root: Path, node: str) -> Path:
+    """The sysfs tree a node's simulated run reads: `<root>.<node>` beside the login node's `--gpuaccept-sysfs` tree,
+    where there is one (each node its own RDMA ports and counters), else the login node's own; /sys on a real node."""
+    own = sys_root.with_name(f"{sys_root.name}.{node}")
+    return own if str(sys_root) != "/sys" and own.is_dir() else sys_root
+
+
 def node_argv(state: Session, node: str) -> list[str]:
     """The per-node run: this interpreter's path (the plugin must be installed at the same place on every
     node), the contract's bytes as judged here, and the options given on the login node."""
@@ -125,7 +138,7 @@ def node_argv(state: Session, node: str) -> list[str]:
     if state.nvml_recording is not None:
         args.append(f"--gpuaccept-nvml={node_recording(state.nvml_recording, node)}")
     if str(state.sys_root) != "/sys":
-        args.append(f"--gpuaccept-sysfs={state.sys_root}")
+        args.append(f"--gpuaccept-sysfs={node_sysfs(state.sys_root, node)}")
     return args
 
 
@@ -244,7 +257,7 @@ def pair_budget(section: ClusterSection) -> int:
     return section.pairs.budget if section.pairs is not None else DEFAULT_BUDGET
 
 
-def run_pairs(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> PairRuns:
+def run_pairs(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun, pairs_key: str) -> PairRuns:
     """cluster.pairs: a 2-node all_reduce (one rank per GPU, NCCL_ALGO=Ring) between every pair of nodes (or, past
     the budget, in random rounds), the pairs of a round at once; a pair with a node that is not available is not
     run. Past the budget, a second pass pairs every suspect with known-good nodes. Then the blame."""
@@ -262,6 +275,9 @@ def run_pairs(state: Session, engine: Engine, section: ClusterSection, cluster: 
         return launch(engine, engine.mpi_job(list(pair), per_node, [tool, *args], env), f"pair-{pair[0]}+{pair[1]}")
 
     first = plan(nodes, state.contract.sha256, pairs.budget)
+    retested = _retested_pairs(state, engine, section, cluster, first, pairs_key)
+    if retested is not None:  # --gpuaccept-rerun-failed: the old failures' suspects against known-good nodes only
+        return retested
     results = _pair_rounds(state, cluster, first, 1, job, 2 * per_node)
     judged = _judged(results, pairs.min_busbw.gbyte_s)
     second: dict[tuple[str, str], PairResult] = {}
@@ -270,6 +286,34 @@ def run_pairs(state: Session, engine: Engine, section: ClusterSection, cluster: 
         again = second_pass(nodes, judged, state.contract.sha256)
         second = _pair_rounds(state, cluster, again, len(first) + 1, job, 2 * per_node)
     return PairRuns(results, blame({**judged, **_judged(second, pairs.min_busbw.gbyte_s)}), second_pass=second)
+
+
+RETEST_PAIRS, RETEST_ALLREDUCE = "retest-pairs.json", "retest-allreduce.json"  # each re-test's rounds, sealed
+
+
+def _retested_pairs(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun,
+                    first: list[list[tuple[str, str]]], pairs_key: str) -> PairRuns | None:
+    """A re-test's cluster.pairs (None in a run that is no re-test, or one that carried no pair): the old pass's failed
+    pairs as the carried ones leave them, their suspects against known-good nodes (rerun.retest_pairs), every round
+    sealed; an old failed pair not run again is not measured, saying what the suspects' rounds found."""
+    keys = section.pairs
+    assert keys is not None
+    kept_checks = carried(state.checks)
+    passed = {subject for (clause, subject) in kept_checks if clause == pairs_key}
+    if not passed:
+        return None
+    old = old_pairs(first, passed)
+    kept: list[tuple[tuple[str, ...], PairResult]] = []
+    found, now = retest_pairs(old, job_runner(state, engine, keys, cluster, kept))
+    order = {n: i for i, n in enumerate(cluster.nodes)}
+    results = {(a, b) if order.get(a, 0) <= order.get(b, 0) else (b, a): result for (a, b), result in kept}
+    said = "; ".join(found.lines())
+    for pair, ok in old.items():
+        if not ok and pair not in results:
+            results[pair] = PairResult(0, None, "", "not measured again: the re-test (--gpuaccept-rerun-failed) ran "
+                                                    f"the old failures' suspects against known-good nodes: {said}")
+    state.runner.evidence.write_json(RETEST_PAIRS, {"retest_of": sorted(set(kept_checks.values())), **found.record()})
+    return PairRuns(results, now)
 
 
 def _pair_rounds(state: Session, cluster: ClusterRun, planned: list[list[tuple[str, str]]], first_round: int,
@@ -290,13 +334,15 @@ def _pair_rounds(state: Session, cluster: ClusterRun, planned: list[list[tuple[s
 
 def _judged(results: dict[tuple[str, str], PairResult], min_busbw: float) -> dict[tuple[str, str], bool]:
     """Each measured pair against the threshold (a pair that was not measured blames no one)."""
-    return {pair: r.busbw is not None and r.busbw >= min_busbw for pair, r in results.items()
+    return {pair: r.wrong is None and r.busbw is not None and r.busbw >= min_busbw for pair, r in results.items()
             if r.problem is None or r.busbw is not None}
 
 
-def run_allreduce(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun) -> ClusterAllReduce:
+def run_allreduce(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun,
+                  pairs_key: str, checked: int = 1) -> ClusterAllReduce:
     """cluster.allreduce: one all_reduce over every GPU of every available node (one rank per GPU); with a
-    node missing it still runs over the others, as information."""
+    node missing it still runs over the others, as information. `checked`: the iterations run, each one checked
+    (the contract's `sdc` iterations: wrong sums over the whole cluster fail it)."""
     keys = section.allreduce
     assert keys is not None
     per_node = gpu_count(state.contract) or 1
@@ -306,12 +352,69 @@ def run_allreduce(state: Session, engine: Engine, section: ClusterSection, clust
     missing = tuple(f"{n} ({unavailable(o)})" for n, o in cluster.nodes.items() if n not in ready)
     if len(ready) < 2:
         return ClusterAllReduce(tuple(ready), missing, per_node, None, "fewer than two nodes available")
-    args = nccl_tests.all_reduce_args(1, keys.min_bytes.nbytes, keys.max_bytes.nbytes, keys.args)
+    halved = _halved(state, engine, section, cluster, pairs_key) if not missing else None
+    if halved is not None:  # --gpuaccept-rerun-failed, the whole failed before and no pair explains it
+        return halved
+    args = nccl_tests.all_reduce_args(1, keys.min_bytes.nbytes, keys.max_bytes.nbytes, keys.args, checked)
     tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
     run = state.runner.run_together([launch(engine, engine.mpi_job(ready, per_node, [tool, *args], {}),
                                             "cluster-allreduce")])[0]
     return ClusterAllReduce(tuple(ready), missing, per_node, pair_result(0, run, len(ready) * per_node, human_bytes,
                                                                          len(ready)))
+
+
+def _halved(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun,
+           pairs_key: str) -> ClusterAllReduce | None:
+    """A re-test's cluster.allreduce where the old whole failed and the old pairs (as the carried ones leave them) blame
+    no node and no link: halving (rerun.halve), its first round the whole, judged as the first pass judged it; every
+    round sealed. None in a run that is no re-test, or where the pairs explain the failure (the whole runs as before)."""
+    keys = section.allreduce
+    assert keys is not None
+    kept_checks = carried(state.checks)
+    if not kept_checks:
+        return None
+    if section.pairs is not None:
+        planned = plan(list(cluster.nodes), state.contract.sha256, section.pairs.budget)
+        old = blame(old_pairs(planned, {s for (clause, s) in kept_checks if clause == pairs_key}))
+        if old.bad_nodes or old.bad_links:
+            return None
+    kept: list[tuple[tuple[str, ...], PairResult]] = []
+    found = halve(cluster.available, job_runner(state, engine, keys, cluster, kept, ring=False, name="whole-cluster"))
+    state.runner.evidence.write_json(RETEST_ALLREDUCE, {"retest_of": sorted(set(kept_checks.values())), **found.record()})
+    return ClusterAllReduce(tuple(cluster.available), (), gpu_count(state.contract) or 1, kept[0][1])
+
+
+def job_runner(state: Session, engine: Engine, keys: Pairs, cluster: ClusterRun,
+               kept: list[tuple[tuple[str, ...], PairResult]], ring: bool = True,
+               name: str = "pairs") -> Callable[[list[tuple[str, ...]]], list[bool]]:
+    """A re-test's Runner (cluster/rerun.py, --gpuaccept-rerun-failed): each job one all_reduce over its nodes in the
+    job's order (one rank per GPU; NCCL_ALGO=Ring where `ring`, as the pairs run), a round's jobs at once, each passing
+    where busbw at the largest size meets `keys.min_busbw`; a job with a node that is not available fails, not run.
+    Every job's result goes into `kept` (its evidence the runner's, under retest-<name>-<round>-<job>), for the bundle."""
+    per_node = gpu_count(state.contract) or 1
+    args = nccl_tests.all_reduce_args(1, keys.min_bytes.nbytes, keys.max_bytes.nbytes, keys.args)
+    env = {"NCCL_ALGO": "Ring"} if ring and not any(a.startswith("NCCL_ALGO") for a in keys.args) else {}
+    tool = state.runner.which(nccl_tests.TOOL) or nccl_tests.TOOL
+    ready = set(cluster.available)
+    rounds: list[int] = []
+
+    def run(jobs: list[tuple[str, ...]]) -> list[bool]:
+        rounds.append(len(rounds) + 1)
+        number = rounds[-1]
+        runnable = [job for job in jobs if set(job) <= ready]
+        commands = [launch(engine, engine.mpi_job(list(job), per_node, [tool, *args], env), f"retest-{name}-{number}-{k}")
+                    for k, job in enumerate(runnable, start=1)]
+        done = dict(zip(runnable, state.runner.run_together(commands))) if commands else {}
+        passed = []
+        for job in jobs:
+            down = [n for n in job if n not in ready]
+            result = pair_result(number, done[job], len(job) * per_node, human_bytes, len(job)) if job in done else \
+                PairResult(number, None, "", f"not run: {', '.join(down)} not available")
+            kept.append((job, result))
+            passed.append(result.wrong is None and result.busbw is not None and result.busbw >= keys.min_busbw.gbyte_s)
+        return passed
+
+    return run
 
 
 def unavailable(node: NodeOutcome) -> str:
@@ -322,19 +425,22 @@ def unavailable(node: NodeOutcome) -> str:
 
 def pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], str], hosts_wanted: int = 2) -> PairResult:
     evidence = tuple(run.evidence)
-    if run.failure:
-        return PairResult(number, None, "", run.failure, evidence)
+    finished = run.returncode is not None and not run.timed_out and not run.error
     try:
-        parsed = nccl_tests.parse_all_reduce(strip_escapes(run.stdout))
+        parsed = nccl_tests.parse_all_reduce(strip_escapes(run.stdout)) if finished else None
     except ParseError as exc:
-        return PairResult(number, None, "", str(exc), evidence)
-    largest = parsed.largest
+        return PairResult(number, None, "", run.failure or str(exc), evidence)
+    largest = parsed.largest if parsed is not None else None
+    if parsed is not None and largest is not None and largest.oop_busbw_gbyte_s is not None and parsed.wrong_nonzero:
+        # A wrong answer is a finding, not a gap: nccl-tests exits non-zero with its `Out of bounds ... FAILED` line
+        return PairResult(number, largest.oop_busbw_gbyte_s, human(largest.size_bytes), None, evidence,
+                          wrong=wrong_sums(parsed, human))
+    if run.failure or parsed is None:
+        return PairResult(number, None, "", run.failure or "all_reduce_perf did not finish", evidence)
     if largest is None or largest.oop_busbw_gbyte_s is None:
         return PairResult(number, None, "", "all_reduce_perf printed no rows", evidence)
     if parsed.error_lines:
         return PairResult(number, None, "", f"all_reduce_perf reported: {parsed.error_lines[0]}", evidence)
-    if parsed.wrong_nonzero:
-        return PairResult(number, None, "", "all_reduce_perf found wrong results (#wrong > 0)", evidence)
     if parsed.ranks is not None and parsed.ranks != ranks:
         return PairResult(number, None, "", f"{parsed.ranks} ranks took part, {ranks} were started", evidence)
     hosts = {line.host for line in parsed.rank_lines}
@@ -342,6 +448,17 @@ def pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], 
         return PairResult(number, None, "", f"the ranks ran on {len(hosts)} hosts ({', '.join(sorted(hosts)[:8])}), "
                                             f"not on the {hosts_wanted} nodes started", evidence)
     return PairResult(number, largest.oop_busbw_gbyte_s, human(largest.size_bytes), None, evidence)
+
+
+def wrong_sums(parsed: nccl_tests.NcclResult, human: Callable[[float], str]) -> str:
+    """What a checked all_reduce found wrong (`-c`: every rank's result compared with the expected sum): the sizes with
+    their #wrong, and the nodes its ranks ran on (nccl-tests counts wrong elements over all ranks together)."""
+    rows = [r for r in parsed.rows if (r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0]
+    sizes = ", ".join(f"{human(r.size_bytes)} ({r.oop_wrong or 0} out-of-place, {r.ip_wrong or 0} in-place)"
+                      for r in rows[:4])
+    hosts = sorted({line.host for line in parsed.rank_lines})
+    where = f" over ranks on {', '.join(hosts[:8])}" if hosts else " (no rank lines: which nodes is not printed)"
+    return f"all_reduce returned wrong sums: #wrong at {sizes}{where}"
 
 
 def run_links(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun,
@@ -445,3 +562,273 @@ def _iperf3_step(state: Session, engine: Engine, links: Iperf3Links, number: int
         except ParseError as exc:
             problem = str(exc)
         results[name] = LinkResult(number, None if problem else round(rate / 1e9, 3), route, problem, evidence)
+
+
+# ------------------------------------------------------------------------------------------ cluster.links.rdma
+
+BASE_PORT = 18515  # perftest's default port; a node's k-th device serves on BASE_PORT + k (one server a device a step)
+RECEIVED_FRACTION = 0.9  # of the bytes the sender's port counted, the receiver's port must have counted
+# Each node's clients start this long after the step's launchers (its servers first): perftest's client gives up at
+# once where its server is not listening yet, and its wait would count in its time.
+RDMA_HEAD_START_S = 1.0
+
+
+def run_rdma_links(state: Session, engine: Engine, section: ClusterSection, cluster: ClusterRun,
+                   fabric: float | None = None) -> RdmaRuns:
+    """cluster.links.rdma (and, with `fabric`, cluster.fabric's loaded round): each node's devices read on the node
+    first (rdma_side info); then in the pairs' rounds, every rail of every pair of the round at once, both directions,
+    ib_write_bw from each device to its peer's (`all`: every device pair, one device offset a step), each node's servers
+    and clients started by one launcher that reads its ports' counters around them (rdma_side run). A link slow in its
+    round is measured again alone (its pair's slow links, no other pair running) and judged on that. Then the blame;
+    with `fabric`, a sample pair alone and the cross-halves permutation (node i with node i + n/2, every rail, both
+    directions) all at once, each rail's loaded figure against its figure alone."""
+    keys = section.links.rdma if section.links else None
+    assert keys is not None
+    if cluster.error is not None:
+        return RdmaRuns({}, error=cluster.error)
+    ready = cluster.available
+    info, evidence = _rdma_info(state, engine, ready, keys.devices)
+    devices = list(keys.devices)
+    links: dict[str, RdmaLink] = {}
+    step = _RdmaStep(state, engine, keys, info, ready, devices)
+    for number, pairing in enumerate(plan(list(cluster.nodes), state.contract.sha256, pair_budget(section)), start=1):
+        for k in offsets(devices, keys.pairing):
+            directed = [(s, r) for a, b in pairing for s, r in directions(a, b, devices, k)]
+            for (sender, receiver), measured in step.run(f"round{number}-{k}", directed).items():
+                line, source = step.line_rate(sender, receiver)
+                links[link_name(sender, receiver)] = RdmaLink(sender, receiver, number, line, source, measured)
+    minimum = {name: keys.min_fraction_of_line_rate * link.line_rate_gbit_s for name, link in links.items()
+               if link.line_rate_gbit_s is not None}
+    slow: dict[tuple[str, str], list[RdmaLink]] = {}
+    for link in links.values():
+        m = link.loaded
+        if m.problem is None and m.refuted is None and m.gbit_s is not None and m.gbit_s < minimum.get(link.name, 0.0):
+            ends = sorted((link.sender[0], link.receiver[0]))
+            slow.setdefault((ends[0], ends[1]), []).append(link)
+    for (a, b), again in sorted(slow.items()):
+        measured_alone = step.run(f"alone-{a}+{b}", [(link.sender, link.receiver) for link in again])
+        for link in again:
+            links[link.name] = replace(link, alone=measured_alone[(link.sender, link.receiver)])
+    found, partners = blamed(links, minimum)
+    rails = {}
+    crossing = cross_halves([n for n in cluster.nodes if n in ready])
+    if fabric is not None and crossing:
+        alone = {name: link.alone for name, link in links.items() if link.alone is not None}
+        sample = [(s, r) for s, r in directions(*crossing[0], devices, 0)]
+        alone.update({link_name(s, r): m for (s, r), m in step.run("fabric-alone", sample).items()})
+        loaded_directed = [(s, r) for a, b in crossing for s, r in directions(a, b, devices, 0)]
+        loaded = {link_name(s, r): m for (s, r), m in step.run("fabric-loaded", loaded_directed).items()}
+        names = [*alone, *loaded]
+        rails = rail_loads(devices, alone, loaded, excluded_names(names, found))
+    return RdmaRuns(links, minimum, found, rails, tuple(crossing), None, tuple(evidence) + tuple(step.evidence), partners)
+
+
+def _rdma_info(state: Session, engine: Engine, nodes: list[str],
+               devices: tuple[str, ...]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each node's devices as its own sysfs gives them (rdma_side info), or `error` per device saying why not."""
+    commands = [launch(engine, engine.on_node(n, [sys.executable, "-m", rdma_side.MODULE, "info", "--sysfs",
+                                                   str(node_sysfs(state.sys_root, n)), "--devices", ",".join(devices)]),
+                       f"rdma-info-{n}") for n in nodes]
+    runs = state.runner.run_together(commands) if commands else []
+    info: dict[str, dict[str, Any]] = {}
+    evidence: list[str] = []
+    for node, run in zip(nodes, runs):
+        evidence += run.evidence
+        try:
+            said = _last_json(run) if run.failure is None else None
+        except ValueError as exc:
+            said = None
+            problem = str(exc)
+        else:
+            problem = run.failure or ""
+        info[node] = {d: (said or {}).get(d) or {"error": f"{node}'s devices could not be read: {problem}"}
+                      for d in devices}
+    return info, evidence
+
+
+def _last_json(run: ToolRun) -> dict[str, Any]:
+    """The JSON object the node's side printed (its last line): a node that printed anything else said nothing."""
+    lines = [line for line in strip_escapes(run.stdout).splitlines() if line.strip()]
+    try:
+        value = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ValueError(f"`{run.command[:120]}` printed no JSON object on its last line")
+    return value
+
+
+class _RdmaStep:
+    """Runs steps of links: each node's servers and clients of the step by one launcher (rdma_side run), every node at
+    once, under one deadline; each link's Measured from its client, its server and both ports' counters."""
+
+    def __init__(self, state: Session, engine: Engine, keys: RdmaLinks, info: dict[str, dict[str, Any]],
+                 ready: list[str], devices: list[str]) -> None:
+        self.state, self.engine, self.keys, self.info, self.ready, self.devices = state, engine, keys, info, ready, devices
+        self.evidence: list[str] = []
+        self.tool = state.runner.which(ib_write_bw.TOOL) or ib_write_bw.TOOL
+
+    def line_rate(self, sender: Endpoint, receiver: Endpoint) -> tuple[float | None, str]:
+        """The contract's line_rate, else the slower of the two ports' rates in their nodes' sysfs."""
+        if self.keys.line_rate is not None:
+            return self.keys.line_rate.gbit_s, "the contract's line_rate"
+        rates = [parse_rate(self.info.get(n, {}).get(d, {}).get("rate")) for n, d in (sender, receiver)]
+        if any(r is None for r in rates):
+            return None, "no rate in sysfs"
+        return min(r for r in rates if r is not None), (f"sysfs rate of {sender[0]}:{sender[1]} and "
+                                                         f"{receiver[0]}:{receiver[1]}")
+
+    def _end(self, end: Endpoint) -> tuple[dict[str, Any], str | None]:
+        node, device = end
+        if node not in self.ready:
+            return {}, f"{node} not available"
+        found = self.info.get(node, {}).get(device) or {}
+        if found.get("error"):
+            return found, str(found["error"])
+        if "ACTIVE" not in str(found.get("state")):
+            return found, f"{node}:{device} is not active ({found.get('state') or 'no state'} in its sysfs)"
+        if found.get("link_layer") == "Ethernet" and found.get("gid_index") is None:
+            return found, f"{node}:{device} has no RoCE v2 GID of an IPv4 address in its sysfs"
+        return found, None
+
+    def _host(self, end: Endpoint, found: dict[str, Any]) -> str:
+        """Where a client reaches the server's side: RoCE, the IPv4 of the rail's GID; IB, the node's name."""
+        return ib_write_bw.gid_ipv4(found.get("gid")) or end[0]
+
+    def run(self, label: str, directed: list[tuple[Endpoint, Endpoint]]) -> dict[tuple[Endpoint, Endpoint], Measured]:
+        keys = self.keys
+        seconds = max(1, round(keys.duration.seconds))
+        out: dict[tuple[Endpoint, Endpoint], Measured] = {}
+        per_node: dict[str, list[dict[str, Any]]] = {}
+        for sender, receiver in directed:
+            (s_info, s_problem), (r_info, r_problem) = self._end(sender), self._end(receiver)
+            if s_problem or r_problem:
+                out[(sender, receiver)] = Measured(None, f"not run: {s_problem or r_problem}")
+                continue
+            port = BASE_PORT + self.devices.index(receiver[1])
+            common = ["-i", "1", "-s", str(keys.message_size.nbytes), "-p", str(port), "--report_gbits", "-F", "-D",
+                      str(seconds), *(["-q", str(keys.qps)] if keys.qps != 1 else [])]
+            name = link_name(sender, receiver)
+            per_node.setdefault(receiver[0], []).append(
+                {"name": name, "role": "server", "device": receiver[1],
+                 "argv": [self.tool, "-d", receiver[1], *common, *_gid_flag(r_info)]})
+            per_node.setdefault(sender[0], []).append(
+                {"name": name, "role": "client", "device": sender[1],
+                 "argv": [self.tool, "-d", sender[1], *common, *_gid_flag(s_info),
+                          self._host(receiver, r_info)]})
+        nodes = sorted(per_node)
+        timeout = RDMA_HEAD_START_S + seconds + 30
+        commands = []
+        for node in nodes:
+            spec = {"head_start_s": RDMA_HEAD_START_S, "timeout_s": timeout, "tools": per_node[node]}
+            argv = [sys.executable, "-m", rdma_side.MODULE, "run", "--sysfs", str(node_sysfs(self.state.sys_root, node)),
+                    "--spec", base64.b64encode(json.dumps(spec).encode()).decode()]
+            commands.append(launch(self.engine, self.engine.on_node(node, argv), f"rdma-{label}-{node}"))
+        runs = self.state.runner.run_together(commands, timeout_s=timeout + 30) if commands else []
+        said: dict[str, dict[str, Any] | str] = {}
+        evidence: dict[str, tuple[str, ...]] = {}
+        for node, run in zip(nodes, runs):
+            self.evidence += run.evidence
+            evidence[node] = tuple(run.evidence)
+            try:
+                said[node] = _last_json(run) if run.failure is None else f"the launcher on {node}: {run.failure}"
+            except ValueError as exc:
+                said[node] = f"the launcher on {node}: {exc}"
+        for sender, receiver in directed:
+            if (sender, receiver) not in out:
+                out[(sender, receiver)] = self._measured(sender, receiver, said, evidence, seconds)
+        return out
+
+    def _measured(self, sender: Endpoint, receiver: Endpoint, said: dict[str, dict[str, Any] | str],
+                  evidence: dict[str, tuple[str, ...]], seconds: int) -> Measured:
+        name = link_name(sender, receiver)
+        files = evidence.get(sender[0], ()) + evidence.get(receiver[0], ())
+        sides = said.get(sender[0]), said.get(receiver[0])
+        for side in sides:
+            if not isinstance(side, dict):
+                return Measured(None, str(side), evidence=files)
+        s_side, r_side = sides
+        assert isinstance(s_side, dict) and isinstance(r_side, dict)
+        client = next((t for t in s_side.get("tools", []) if t.get("name") == name and t.get("role") == "client"), None)
+        server = next((t for t in r_side.get("tools", []) if t.get("name") == name and t.get("role") == "server"), None)
+        if client is None or server is None:
+            return Measured(None, f"the node's side did not report {'the client' if client is None else 'the server'}",
+                            evidence=files)
+        for tool, where in ((client, sender), (server, receiver)):
+            failure = _tool_failure(tool, where)
+            if failure is not None:
+                return Measured(None, failure, evidence=files)
+        try:
+            asked = ib_write_bw.parse_ib_write_bw(strip_escapes(str(client.get("stdout", ""))))
+            served = ib_write_bw.parse_ib_write_bw(strip_escapes(str(server.get("stdout", ""))), rows_needed=False)
+        except ParseError as exc:
+            return Measured(None, str(exc), evidence=files)
+        wrong = _wrong_peer(asked, self.info[receiver[0]][receiver[1]], receiver, "the client") or \
+            _wrong_peer(served, self.info[sender[0]][sender[1]], sender, "the server")
+        if wrong is not None:
+            return Measured(None, wrong, evidence=files)
+        claimed = asked.last[2]
+        sent = counted(s_side["before"].get(sender[1]), s_side["after"].get(sender[1]), "port_xmit_data", COUNTER_WORD)
+        got = counted(r_side["before"].get(receiver[1]), r_side["after"].get(receiver[1]), "port_rcv_data", COUNTER_WORD)
+        source = f"{sender[0]}'s {sender[1]} port_xmit_data (its sysfs, 4-byte words)"
+        wall = float(client.get("seconds") or 0.0)
+        busy = busiest(s_side.get("samples", {}).get(sender[1]) or [], "port_xmit_data", COUNTER_WORD, float(seconds))
+        if wall >= seconds and busy is not None and busy.monotonic_s:
+            # Read while the tools ran: the figure is held to the port's busiest stretch of the time asked, its own
+            # clocks, whatever the connect took (start-up is no transfer, on a loaded node or a large fabric)
+            second = rate_check(claimed, Rated(ib_write_bw.TOOL, busy.monotonic_s, busy.monotonic_s), busy,
+                                ("port_xmit_data", f"{source}, in its busiest {busy.monotonic_s:.2f} s of the run"))
+        else:
+            second = rate_check(claimed, Rated(ib_write_bw.TOOL, float(seconds), wall), sent, ("port_xmit_data", source))
+        details = {**second.details, "client": " ".join(map(str, client.get("argv", []))), "round_seconds": seconds}
+        if got.counted_bytes is not None:
+            details["received_bytes"] = got.counted_bytes
+        refuted = second.refuted
+        if refuted is None and sent.counted_bytes and got.counted_bytes is not None \
+                and got.counted_bytes < RECEIVED_FRACTION * sent.counted_bytes:
+            refuted = (f"{sender[0]}'s {sender[1]} port_xmit_data counted {sent.counted_bytes} bytes sent, but "
+                       f"{receiver[0]}'s {receiver[1]} port_rcv_data (its sysfs) only {got.counted_bytes}: the bytes did "
+                       f"not arrive through {receiver[0]}:{receiver[1]}")
+        elif refuted is None and got.unread and sent.counted_bytes is not None:
+            details["receiver_unconfirmed"] = got.unread
+        counted_rate = details.get("counted_gbit_s")
+        return Measured(claimed, None, refuted, counted_rate if isinstance(counted_rate, float) else None,
+                        second.shown if refuted is None else "", details, files)
+
+
+def _gid_flag(found: dict[str, Any]) -> list[str]:
+    """`-x <index>`: the GID index of the port's IPv4 (RoCE v2), as its own node's sysfs gives it; none on IB."""
+    return ["-x", str(found["gid_index"])] if found.get("gid_index") is not None else []
+
+
+def _tool_failure(tool: dict[str, Any], where: Endpoint) -> str | None:
+    role = f"ib_write_bw's {tool.get('role')} on {where[0]} ({where[1]})"
+    if tool.get("error"):
+        return f"{role} did not start: {tool['error']}"
+    if tool.get("timed_out"):
+        return f"{role} timed out after {tool.get('seconds')} s and was killed"
+    if tool.get("returncode") != 0:
+        lines = [line.strip() for line in f"{tool.get('stderr', '')}\n{tool.get('stdout', '')}".splitlines() if line.strip()]
+        tail = next((line for line in lines if ib_write_bw._FAILURE.search(line)), lines[-1] if lines else "")
+        return f"{role} exited with code {tool.get('returncode')}" + (f": {tail[:200]}" if tail else "")
+    return None
+
+
+def _wrong_peer(run: ib_write_bw.WriteBw, peer: dict[str, Any], end: Endpoint, who: str) -> str | None:
+    """Whether the tool's `remote address` is the peer's device as the peer's own sysfs gives it (RoCE: the IPv4 of
+    its GID; IB: its LID): a run that reached another port measured another link."""
+    remote = run.remote
+    if remote is None:
+        return f"{who}'s ib_write_bw printed no remote address: nothing says it reached {end[0]}:{end[1]}"
+    lid, gid = remote
+    want_ip = ib_write_bw.gid_ipv4(peer.get("gid"))
+    if want_ip is not None:
+        got = ib_write_bw.gid_ipv4(gid)
+        if got != want_ip:
+            return (f"{who}'s ib_write_bw reached GID {gid or 'none'} ({got or 'no IPv4'}), but {end[0]}:{end[1]}'s own "
+                    f"sysfs gives {want_ip}: it measured another port")
+        return None
+    want_lid = peer.get("lid")
+    if want_lid and lid and int(lid, 16) != int(str(want_lid), 16):
+        return f"{who}'s ib_write_bw reached LID {lid}, but {end[0]}:{end[1]}'s own sysfs gives LID {want_lid}"
+    return None
