@@ -3,7 +3,9 @@
 `record-nvml OUT.json`: record this host's NVML readings in the format `--gpuaccept-nvml` reads.
 `contracts [--copy NAME [DEST]]`: list the shipped example contracts (presets), or copy one to edit.
 `doctor --contract FILE|PRESET`: what each clause needs on this host, what is missing, how to get it.
-`compare OLD NEW`: what got worse between two verified bundles of the same hosts (compare.py)."""
+`compare OLD NEW`: what got worse between two verified bundles of the same hosts (compare.py).
+`node-check --contract FILE --profile P`: the per-node clauses as a scheduler's check: one line, the profile's code.
+`demo [DIR] [--rejected]`: a SIMULATED HGX H100 8-GPU host judged into DIR, and its bundle verified (demo/)."""
 
 from __future__ import annotations
 
@@ -36,23 +38,32 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--contract", required=True, help="a contract file or a preset name")
     doctor.add_argument("--gpuaccept-nvml", dest="nvml", type=Path, default=None,
                         help="judge NVML as available from this recording (as a simulated run would)")
+    _lang_option(doctor)
     node = commands.add_parser("node-run", help="(started by a cluster run on each node) run the per-node suite here "
                                                 "and print its bundle on stdout")
     node.add_argument("--node", required=True, help="this node's name, as the scheduler knows it")
     node.add_argument("--contract-b64", required=True, help="the contract's bytes, base64")
     node.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the login node's options")
     _compare_command(commands)
+    _node_check_command(commands)
+    _demo_command(commands)
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        from .demo import run_demo  # noqa: PLC0415 (lazy: see the imports)
+
+        return run_demo(args.dir, args.rejected, args.lang)
     if args.command == "compare":
         from .compare import run as run_compare  # noqa: PLC0415 (lazy: see the imports)
 
-        return run_compare(args.old, args.new, args.json, args.html, args.max_regression)
+        return run_compare(args.old, args.new, args.json, args.html, args.max_regression, args.allow_different)
+    if args.command == "node-check":
+        return run_node_check(args)
     if args.command == "node-run":
         from .cluster.node import node_run  # noqa: PLC0415 (lazy: see the imports)
 
         return node_run(args.node, args.contract_b64, [a for a in args.pytest_args if a != "--"][:64])
     if args.command == "doctor":
-        return run_doctor(args.contract, args.nvml)
+        return run_doctor(args.contract, args.nvml, args.lang)
     if args.command == "contracts":
         return contracts(args.copy, args.dest)
     if args.command == "record-nvml":
@@ -65,7 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         return run_replay(args.folder, args.contract, args.out)
     from .verifier import run_verify  # noqa: PLC0415 (lazy: see the imports)
 
-    return run_verify(args.folder, args.report, args.allowed_signers, args.rejudged, args.contract, args.ssh_keygen)
+    return run_verify(args.folder, args.report, args.allowed_signers, args.rejudged, args.contract, args.ssh_keygen,
+                      args.lang)
+
+
+def _lang_option(command: argparse.ArgumentParser) -> None:
+    from .i18n import DEFAULT, LANGS  # noqa: PLC0415 (small: the language names)
+
+    command.add_argument("--gpuaccept-lang", dest="lang", default=DEFAULT, choices=LANGS, metavar="LANG",
+                         help=f"the language it speaks: {' or '.join(LANGS)} (default {DEFAULT})")
 
 
 def _ssh_keygen_option(command: argparse.ArgumentParser) -> None:
@@ -107,6 +126,7 @@ def _bundle_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     check.add_argument("--contract", type=Path, default=None, metavar="FILE",
                        help="the contract the bundle must have been judged against (fails naming both SHA-256s)")
     _ssh_keygen_option(check)
+    _lang_option(check)
     signing = commands.add_parser("sign", help="sign a bundle's manifest with an SSH key (ssh-keygen -Y sign)")
     signing.add_argument("folder", type=Path)
     signing.add_argument("--key", type=Path, required=True, help="the private key (its .pub beside it)")
@@ -128,6 +148,50 @@ def _compare_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     compared.add_argument("--html", type=Path, default=None, metavar="FILE", help="write it as a page in the report's style")
     compared.add_argument("--max-regression", type=float, default=0.05, metavar="FRACTION",
                           help="the most a measured value may move the worse way (default 0.05: 5 %%)")
+    compared.add_argument("--allow-different", action="store_true",
+                          help="compare bundles of different hosts, GPUs, contracts or modes (refused otherwise)")
+
+
+def _demo_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = commands.add_parser("demo", help="a SIMULATED HGX H100 8-GPU host from shipped recordings, judged into DIR "
+                                            "and verified: what an ACCEPTED (or --rejected) bundle looks like")
+    demo.add_argument("dir", nargs="?", type=Path, default=None,
+                      help="a new or empty folder for the bundle (default ./gpuaccept-demo)")
+    demo.add_argument("--rejected", action="store_true", help="a host with a PCIe GPU and a slow NVLink instead")
+    demo.add_argument("--gpuaccept-lang", dest="lang", default="en", metavar="LANG",
+                      help="the language of the report and the verdict lines (en, zh-CN)")
+
+
+def _node_check_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from .nodecheck import PROFILES, RUN_TIMEOUT_S  # noqa: PLC0415 (small: no clause module, no pytest)
+
+    check = commands.add_parser("node-check", help="the contract's per-node clauses as a scheduler's check: one line, "
+                                                   "the profile's exit code, a sealed bundle (docs/node-check.md)")
+    check.add_argument("--contract", type=Path, required=True, help="the contract (its node_check.quick sections)")
+    check.add_argument("--profile", required=True, choices=list(PROFILES), help="whose protocol the line and code follow")
+    check.add_argument("--out", type=Path, default=None, metavar="DIR",
+                       help="a new or empty folder for the bundle (default: a fresh one under /var/tmp/gpuaccept-node-check)")
+    check.add_argument("--drain", action="store_true", help="drain this node (scontrol, reason '[gpuaccept] ...') "
+                                                            "unless it passed; a node drained by someone else is left")
+    check.add_argument("--undrain-if-pass", action="store_true",
+                       help="resume this node if it passed and was drained with a '[gpuaccept]' reason")
+    check.add_argument("--gpuaccept-nvml", dest="nvml", type=Path, default=None, metavar="FILE",
+                       help="read NVML from this recording (a SIMULATED check)")
+    check.add_argument("--gpuaccept-sysfs", dest="sysfs", type=Path, default=None, metavar="DIR",
+                       help="where the host's sysfs is mounted (default /sys)")
+    check.add_argument("--node", default=None, help="this node's name in the scheduler (default $SLURMD_NODENAME, "
+                                                    "else the short host name)")
+    check.add_argument("--timeout", type=float, default=RUN_TIMEOUT_S, metavar="SECONDS",
+                       help=f"the judging run's limit (default {RUN_TIMEOUT_S:g}); past it: not run")
+
+
+def run_node_check(args: argparse.Namespace) -> int:
+    from .nodecheck import Request, node_check  # noqa: PLC0415 (lazy: see the imports)
+
+    line, code = node_check(Request(args.contract, args.profile, args.out, args.drain, args.undrain_if_pass, args.nvml,
+                                    args.sysfs, args.node, args.timeout))
+    print(line, flush=True)
+    return code
 
 
 def _allowed_signers(value: str) -> Path:
@@ -138,13 +202,14 @@ def _allowed_signers(value: str) -> Path:
     return path
 
 
-def run_doctor(name: str, nvml: Path | None) -> int:
-    from .contract import ContractError, load_contract  # noqa: PLC0415 (lazy: see the imports)
+def run_doctor(name: str, nvml: Path | None, lang: str = "en") -> int:
+    from .contract import ContractError, load_contract, not_a_contract  # noqa: PLC0415 (lazy: see the imports)
     from .doctor import diagnose, render  # noqa: PLC0415 (lazy: see the imports)
 
-    mistyped = unknown(name)
-    if mistyped is not None:
-        print(mistyped)
+    mistyped = unknown(name) if name.strip() else None
+    nothing = mistyped or not_a_contract(resolve(name))
+    if nothing is not None:
+        print(nothing)
         return 4
     try:
         contract = load_contract(resolve(name))
@@ -152,7 +217,7 @@ def run_doctor(name: str, nvml: Path | None) -> int:
         print("invalid contract:\n" + "\n".join(exc.problems))
         return 4
     found = diagnose(contract, nvml)
-    print(render(found, contract))
+    print(render(found, contract, lang))
     return 1 if any(n.found is None for n in found) else 0
 
 

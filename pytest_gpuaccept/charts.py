@@ -9,6 +9,7 @@ import html
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
+from .i18n import DEFAULT, tr
 from .units import human_bytes
 from .untrusted import escaped
 
@@ -94,10 +95,10 @@ def _level(xs: list[int], ys: list[int]) -> tuple[list[int], list[int]]:
 
 def line_chart(title: str, xs: Sequence[float], lines: Sequence[tuple[str, Sequence[float | None], str]],
                unit: str, threshold: float | None = None, threshold_label: str = "", vline: float | None = None,
-               vline_label: str = "", x_label: str = "t (s)", log2_x: bool = False) -> str:
+               vline_label: str = "", x_label: str = "t (s)", log2_x: bool = False, lang: str = DEFAULT) -> str:
     """One chart: each line a (label, values, colour); an optional horizontal threshold and vertical marker."""
     return multi_chart(title, [(label, xs, values, colour) for label, values, colour in lines], unit, threshold,
-                       threshold_label, vline, vline_label, x_label, log2_x)
+                       threshold_label, vline, vline_label, x_label, log2_x, lang)
 
 
 def _known(label: str, xs: Sequence[float], values: Sequence[float | None], colour: str
@@ -113,12 +114,12 @@ def _known(label: str, xs: Sequence[float], values: Sequence[float | None], colo
 
 def multi_chart(title: str, lines: Sequence[tuple[str, Sequence[float], Sequence[float | None], str]], unit: str,
                 threshold: float | None = None, threshold_label: str = "", vline: float | None = None,
-                vline_label: str = "", x_label: str = "t (s)", log2_x: bool = False) -> str:
+                vline_label: str = "", x_label: str = "t (s)", log2_x: bool = False, lang: str = DEFAULT) -> str:
     """Lines with their own x values (label, xs, values, colour): e.g. one GPU each, sampled at its own times."""
     series = [_known(*line) for line in lines]
     drawn = [(xs, values) for _label, xs, values, _c in series if values]
     if not drawn:
-        return f"<p>{html.escape(title)}: no data</p>"
+        return f"<p>{html.escape(tr(lang, '{title}: no data', title=title))}</p>"
     tx = (lambda x: math.log2(x)) if log2_x else (lambda x: x)
     x_low, x_high = min(min(xs) for xs, _v in drawn), max(max(xs) for xs, _v in drawn)
     x_min, x_max = tx(x_low), tx(x_high)  # both transforms (log2, identity) keep the order
@@ -172,7 +173,7 @@ def _x_tick(x: float, sizes: bool) -> str:
     return human_bytes(x) if sizes else f"{x:.4g}"
 
 
-def timeline_charts(timelines: Sequence[tuple[str, dict[str, Any], GpuSeries]]) -> str:
+def timeline_charts(timelines: Sequence[tuple[str, dict[str, Any], GpuSeries]], lang: str = DEFAULT) -> str:
     """Utilisation (with threshold and warmup), SM clock, power and temperature over the load: one chart each,
     a line per subject (GPU), so that eight GPUs are four charts, and the one that lags stands out. Each
     timeline is (label, its check's `timeline` details, the GPU's NVML samples)."""
@@ -187,23 +188,29 @@ def timeline_charts(timelines: Sequence[tuple[str, dict[str, Any], GpuSeries]]) 
         return [(label, xs, [getattr(s, field) for s in series.samples], colour)
                 for (label, _t, series), xs, colour in zip(timelines, times, colours)]
 
-    charts = [multi_chart("GPU utilisation", lines("util_percent"), "%", threshold,
-                          f"threshold {threshold:g} %" if threshold is not None else "",
-                          warmup, f"warmup {warmup:g} s" if warmup is not None else "")]
-    for title, field, unit in (("SM clock", "sm_clock_mhz", "MHz"), ("power", "power_w", "W"),
-                               ("temperature", "temp_c", "°C")):
-        charts.append(multi_chart(title, lines(field), unit, vline=warmup, vline_label="warmup"))
+    seconds = tr(lang, "t (s)")
+    charts = [multi_chart(tr(lang, "GPU utilisation"), lines("util_percent"), "%", threshold,
+                          tr(lang, "threshold {value} {unit}", value=f"{threshold:g}", unit="%")
+                          if threshold is not None else "",
+                          warmup, tr(lang, "warmup {seconds} s", seconds=f"{warmup:g}") if warmup is not None else "",
+                          seconds, lang=lang)]
+    for title, field, unit in ((tr(lang, "SM clock"), "sm_clock_mhz", "MHz"), (tr(lang, "power"), "power_w", "W"),
+                               (tr(lang, "temperature"), "temp_c", "°C")):
+        charts.append(multi_chart(title, lines(field), unit, vline=warmup, vline_label=tr(lang, "warmup"),
+                                  x_label=seconds, lang=lang))
     return "".join(charts)
 
 
-def busbw_chart(table: list[list[Any]], threshold: float) -> str:
+def busbw_chart(table: list[list[Any]], threshold: float, lang: str = DEFAULT) -> str:
     """busbw over message size (log scale) for one all_reduce run, out-of-place and in-place, and the threshold."""
     body = [row for row in table[1:] if isinstance(row[0], int) and row[0] > 0]
     xs = [row[0] for row in body]
     in_place = [row[2] if isinstance(row[2], (int, float)) else None for row in body]
-    return line_chart("all_reduce busbw over message size", xs,
-                      [("out-of-place", [row[1] for row in body], "#0969da"), ("in-place", in_place, SECOND_LINE)],
-                      "GB/s", threshold, f"threshold {threshold:g} GB/s", x_label="message size (log scale)", log2_x=True)
+    return line_chart(tr(lang, "all_reduce busbw over message size"), xs,
+                      [(tr(lang, "out-of-place"), [row[1] for row in body], "#0969da"),
+                       (tr(lang, "in-place"), in_place, SECOND_LINE)],
+                      "GB/s", threshold, tr(lang, "threshold {value} {unit}", value=f"{threshold:g}", unit="GB/s"),
+                      x_label=tr(lang, "message size (log scale)"), log2_x=True, lang=lang)
 
 
 HEAT_TEXT = TEXT  # a heat map's numbers (the stylesheet's .gh td): at least 5.5:1 on the darkest green

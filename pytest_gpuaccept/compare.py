@@ -166,9 +166,10 @@ def _number(value: Any) -> float | None:
 
 
 def _direction(required: str) -> int:
-    """+1 where higher is better (`>= x`), -1 where lower is (`<= x`), 0 where the check says neither."""
+    """+1 where higher is better (`>= x`), -1 where lower is (`<= x`, and `== 0`: a count of errors), 0 where the check
+    says neither."""
     text = (required or "").strip()
-    return 1 if text.startswith((">", "≥")) else -1 if text.startswith(("<", "≤")) else 0
+    return 1 if text.startswith((">", "≥")) else -1 if text.startswith(("<", "≤")) or text == "== 0" else 0
 
 
 def _fraction(check: dict[str, Any]) -> float | None:
@@ -199,7 +200,28 @@ def compare_check(old: dict[str, Any], new: dict[str, Any], bound: float) -> Row
     status = "regressed" if notes else "worse" if worse_by > 0 else "better" if better else "same"
     return Row(str(new.get("clause")), str(new.get("subject")), status, old.get("measured"), new.get("measured"),
                new.get("unit") or old.get("unit"), change, pct, str(old.get("outcome")), str(new.get("outcome")),
-               str(old.get("subject")), "; ".join(notes))
+               str(old.get("subject")), "; ".join(notes) or _fixed(old, new))
+
+
+def _fixed(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """A check that did not pass in OLD and passes in NEW (what a re-test is for), in words."""
+    return f"fixed: {old.get('outcome')} -> passed" if old.get("outcome") != "passed" and new.get("outcome") == "passed" \
+        else ""
+
+
+def carried(old: dict[str, Any], new: dict[str, Any], old_digest: str) -> Row | None:
+    """NEW's check carried by a re-test (--gpuaccept-rerun-failed) rather than measured: from OLD itself, a row of its
+    own that is no regression (NEW did not measure it again because it passed in OLD); from another bundle, a
+    regression (NEW measured nothing that OLD can be compared with). None where NEW measured it."""
+    details = new.get("details")
+    source = details.get("carried_from") if isinstance(details, dict) else None
+    if not source:
+        return None
+    ours = old_digest and source == old_digest
+    return Row(str(new.get("clause")), str(new.get("subject")), "carried" if ours else "regressed", old.get("measured"),
+               None, new.get("unit") or old.get("unit"), None, None, str(old.get("outcome")), str(new.get("outcome")),
+               str(old.get("subject")), f"carried from {'OLD' if ours else 'another bundle'} ({shown(source, 64)[:16]}): "
+                                        "not measured in NEW")
 
 
 def _key(check: dict[str, Any]) -> tuple[str, str]:
@@ -210,8 +232,10 @@ def _node(check: dict[str, Any]) -> str:
     return str(check.get("node") or "")
 
 
-def compare(old: dict[str, Any], new: dict[str, Any], max_regression: float = DEFAULT_MAX_REGRESSION) -> Comparison:
-    """Every check of OLD beside the same clause and subject in NEW (GPUs matched by UUID and serial)."""
+def compare(old: dict[str, Any], new: dict[str, Any], max_regression: float = DEFAULT_MAX_REGRESSION,
+            old_digest: str = "") -> Comparison:
+    """Every check of OLD beside the same clause and subject in NEW (GPUs matched by UUID and serial); `old_digest`,
+    OLD's manifest SHA-256: a check NEW carried from it is no regression (carried)."""
     mapping, lines = match_gpus(old, new)
     after = {_key(c): c for c in new.get("checks") or [] if isinstance(c, dict)}
     seen: set[tuple[str, str]] = set()
@@ -232,7 +256,7 @@ def compare(old: dict[str, Any], new: dict[str, Any], max_regression: float = DE
                             old_outcome=str(check.get("outcome")), old_subject=subject, note="NEW has no such check"))
             continue
         seen.add((clause, renamed))
-        rows.append(compare_check(check, match, max_regression))
+        rows.append(carried(check, match, old_digest) or compare_check(check, match, max_regression))
     arrived = {(host, index) for host, gpus in _identities(new).items() for index in gpus} - {
         (host, index) for (host, _old), index in mapping.items() if index is not None}
     rows += [Row(k[0], k[1], "only in NEW", None, c.get("measured"), c.get("unit"), new_outcome=str(c.get("outcome")),
@@ -250,6 +274,35 @@ def _side(results: dict[str, Any]) -> dict[str, Any]:
     host = results.get("host") or {}
     return {"verdict": results.get("verdict"), "finished": results.get("finished"), "hostname": host.get("hostname"),
             "contract": (results.get("contract") or {}).get("sha256"), "mode": results.get("mode")}
+
+
+# ------------------------------------------------------------------ the same hosts and contract
+
+def _mode(results: dict[str, Any]) -> str:
+    """How the results were measured: a replay's bundle keeps the mode of the run it replayed."""
+    recorded: dict[str, Any] = results["recorded"] if isinstance(results.get("recorded"), dict) else {}
+    mode = recorded.get("mode") if results.get("mode") == "replay" and recorded.get("mode") else results.get("mode")
+    return str(mode or "live")
+
+
+def _facts(results: dict[str, Any]) -> dict[str, str]:
+    """What makes two bundles comparable, in words: the host, its GPUs, the contract and the mode."""
+    host: dict[str, Any] = results["host"] if isinstance(results.get("host"), dict) else {}
+    gpus = [g for g in host.get("gpus") or [] if isinstance(g, dict)]
+    models = sorted({str(g.get("name")) for g in gpus})
+    nodes = sorted(str(h.get("name")) for h in results.get("hosts") or [] if isinstance(h, dict))
+    contract: dict[str, Any] = results["contract"] if isinstance(results.get("contract"), dict) else {}
+    return {"host name": str(host.get("hostname") or "-"), "GPU count": str(len(gpus)),
+            "GPU model": ", ".join(models) or "none", "cluster nodes": ", ".join(nodes) or "none",
+            "contract SHA-256": str(contract.get("sha256") or "-"), "mode": _mode(results).upper()}
+
+
+def different(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Each way OLD and NEW are not bundles of the same host judged against the same contract, a line each; a
+    comparison of two such bundles would call every difference between two machines a regression."""
+    theirs, ours = _facts(old), _facts(new)
+    return [f"{name}: OLD {shown(theirs[name], 200)}, NEW {shown(ours[name], 200)}" for name in theirs
+            if theirs[name] != ours[name]]
 
 
 # ------------------------------------------------------------------ output
@@ -285,6 +338,9 @@ def render_text(comparison: Comparison, old: Path, new: Path) -> str:
     text += [f"  {shown(line, 1000)}" for line in comparison.gpus]
     text += ["  ".join(shown(cell, 60).ljust(width) for cell, width in zip(line, widths)).rstrip() for line in grid]
     count = len(comparison.regressed)
+    fixed, kept = (sum(row.note.startswith(word) for row in comparison.rows) for word in ("fixed", "carried from OLD"))
+    if fixed or kept:  # a re-test's bundle (docs/rerun.md): what it fixed, what it did not measure again
+        text.append(f"compare: {fixed} fixed, {kept} carried from OLD (not measured in NEW)")
     text.append(f"compare: {count} regressed beyond {comparison.max_regression:.0%}" if count else
                 f"compare: nothing regressed beyond {comparison.max_regression:.0%} over {len(comparison.rows)} checks")
     return "\n".join(text)
@@ -333,8 +389,10 @@ def render_html(comparison: Comparison, old: Path, new: Path) -> str:
             + f"<h2>Before and after</h2>{charts}<h2>Every check</h2>{table(table_rows(ordered))}</body></html>\n")
 
 
-def run(old_path: Path, new_path: Path, json_out: Path | None, html_out: Path | None, max_regression: float) -> int:
-    """The command: 0 when nothing regressed beyond the bound, 1 when something did, 2 when a bundle is refused."""
+def run(old_path: Path, new_path: Path, json_out: Path | None, html_out: Path | None, max_regression: float,
+        allow_different: bool = False) -> int:
+    """The command: 0 when nothing regressed beyond the bound, 1 when something did, 2 when a bundle is refused
+    (or the two are of different hosts or contracts, unless `allow_different`)."""
     if not 0 <= max_regression < 1:
         print(f"--max-regression {max_regression:g}: expected a fraction from 0 to under 1, such as 0.05 (5 %)")
         return 2
@@ -345,12 +403,20 @@ def run(old_path: Path, new_path: Path, json_out: Path | None, html_out: Path | 
         for problem in bundle.problems[:50]:
             print(f"FAIL {label} {shown(path)}: {shown(problem, 1000)}")
         if bundle.problems:
-            print(f"{label} {shown(path)}: bundle does NOT verify ({len(bundle.problems)} problems): refused, not compared")
+            count = f"{len(bundle.problems)} problem" + ("" if len(bundle.problems) == 1 else "s")
+            print(f"{label} {shown(path)}: bundle does NOT verify ({count}): refused, not compared")
             refused = True
         loaded.append(bundle)
     if refused:
         return 2
-    comparison = compare(loaded[0].results, loaded[1].results, max_regression)
+    differs = different(loaded[0].results, loaded[1].results)
+    for line in differs:
+        print(f"{'NOTE' if allow_different else 'FAIL'} OLD and NEW differ: {line}")
+    if differs and not allow_different:
+        print(f"compare: refused: OLD and NEW are not bundles of the same host and contract ({len(differs)} "
+              f"{'difference' if len(differs) == 1 else 'differences'} above); --allow-different compares them anyway")
+        return 2
+    comparison = compare(loaded[0].results, loaded[1].results, max_regression, loaded[0].manifest_sha256)
     comparison.old["manifest_sha256"], comparison.new["manifest_sha256"] = loaded[0].manifest_sha256, loaded[1].manifest_sha256
     print(render_text(comparison, old_path, new_path))
     try:

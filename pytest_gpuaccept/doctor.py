@@ -9,20 +9,34 @@ from __future__ import annotations
 import ctypes.util
 import glob
 import importlib.util
+import json
 import os
 import re
 import subprocess
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, distribution, version
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .clauses import allreduce, cluster, compute, gpus, host_bandwidth, memory_bandwidth, network, nvlink, p2p, utilisation
+from .clauses import (
+    allreduce,
+    cluster,
+    compute,
+    gpus,
+    host_bandwidth,
+    memory_bandwidth,
+    network,
+    nvlink,
+    p2p,
+    sdc,
+    utilisation,
+)
 from .cluster.base import ClusterError
 from .cluster.kubernetes import GPU, Kubernetes, node_state, parse_nodes
 from .contract import Contract
+from .i18n import DEFAULT, tr
 from .probes._run import find_tool
 from .probes.provenance import flags, read_provenance
 
@@ -60,42 +74,85 @@ def _nccl_home() -> str:
     return "<NCCL, e.g. /usr (Debian/Ubuntu: apt install libnccl2 libnccl-dev)>"
 
 
-def _hints() -> dict[str, str]:
-    cuda, nccl = _cuda_home(), _nccl_home()
-    return {
-        "nvidia-smi": "the NVIDIA driver (Debian/Ubuntu: nvidia-driver / nvidia-utils-<version>; RHEL: nvidia-driver "
-                      "from NVIDIA's CUDA repository)",
-        "libnvidia-ml.so.1": "the NVIDIA driver's NVML library (installed with the driver)",
-        "libcuda.so.1": "the NVIDIA driver's CUDA library (installed with the driver)",
-        "pynvml": "pip install nvidia-ml-py (a dependency of pytest-gpuaccept: reinstall it)",
-        "all_reduce_perf": f"git clone https://github.com/NVIDIA/nccl-tests && make -C nccl-tests CUDA_HOME={cuda} "
-                           f"NCCL_HOME={nccl} (for a cluster: MPI=1 MPI_HOME=<Open MPI>, at the same path on every "
-                           "node); then put nccl-tests/build on PATH or set tools.all_reduce_perf",
-        "nvbandwidth": "git clone https://github.com/NVIDIA/nvbandwidth && cd nvbandwidth && cmake . && make "
-                       "(needs libboost-program-options-dev / boost-devel and CUDA); or DCGM 4, which ships it",
-        "p2pBandwidthLatencyTest": "git clone https://github.com/NVIDIA/cuda-samples and build "
-                                   "Samples/5_Domain_Specific/p2pBandwidthLatencyTest with cmake",
-        "torch": "pip install 'pytest-gpuaccept[torch]' (a CUDA build of PyTorch)",
-        "ib_write_bw": "Debian/Ubuntu: apt install perftest; RHEL: dnf install perftest",
-        "ethtool": "Debian/Ubuntu: apt install ethtool; RHEL: dnf install ethtool",
-        TOOL_IPERF3: "Debian/Ubuntu: apt install iperf3; RHEL: dnf install iperf3 (3.16 or newer is multi-threaded)",
-        "ip": "Debian/Ubuntu: apt install iproute2; RHEL: dnf install iproute",
-        "dmesg": "Debian/Ubuntu/RHEL: util-linux; reading the kernel log needs root or kernel.dmesg_restrict=0 "
-                 "(else `journalctl -k` is read: the systemd-journal or adm group)",
-        "scontrol": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm), "
-                    "on the login node",
-        "srun": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm)",
-        "slurmctld": "Slurm's controller must answer this login node: slurm.conf where Slurm looks for it (or SLURM_CONF "
-                     "naming it), munge running with the cluster's key, slurmctld up (systemctl status slurmctld)",
-        "mpirun": "Open MPI (Debian/Ubuntu: apt install openmpi-bin; RHEL: dnf install openmpi) on every node, "
-                  "and ssh from the login node to each",
-        "kubectl": "kubectl (https://kubernetes.io/docs/tasks/tools/, or your cloud's CLI: gcloud components install "
-                   "kubectl, az aks install-cli) with a kubeconfig for the cluster (KUBECONFIG or ~/.kube/config)",
-        KUBERNETES: "a kubeconfig context that reaches the cluster and may list nodes (RBAC: docs/cluster.md); "
-                    "`kubectl get nodes` must answer from this machine",
-        IMAGE: "set cluster.kubernetes.image: an image with python3, this version of pytest-gpuaccept and the per-node "
-               "tools (docs/cluster.md), by digest (@sha256:...)",
-    }
+DISTRIBUTION = "pytest-gpuaccept"
+
+
+def project_source() -> str:
+    """Where this copy of pytest-gpuaccept was installed from (its folder or wheel), as pip takes it again: no index
+    has the project (and a name on an index is anyone's to register), so `pip install pytest-gpuaccept[...]` would
+    fetch nothing, or someone else's code."""
+    try:
+        direct = distribution(DISTRIBUTION).read_text("direct_url.json")
+        url = str(json.loads(direct).get("url", "")) if direct else ""
+    except (PackageNotFoundError, ValueError, AttributeError):
+        url = ""
+    if url.startswith("file://"):
+        return url.removeprefix("file://")
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file():
+        return str(checkout)
+    return "<this project's folder or wheel, as you installed it>"
+
+
+def torch_requirement() -> str:
+    """The PyTorch the project's `torch` extra asks for (`torch>=2.1`), read from this install's metadata."""
+    try:
+        required = distribution(DISTRIBUTION).requires or []
+    except PackageNotFoundError:
+        required = []
+    for line in required:
+        spec, _, marker = line.partition(";")
+        if spec.strip().startswith("torch") and "torch" in marker:
+            return spec.strip().replace(" ", "")
+    return "torch"
+
+
+# How to get each need, as templates (i18n): {cuda}, {nccl}, {torch} and {project} are this host's (_hints).
+HINTS = {
+    "nvidia-smi": "the NVIDIA driver (Debian/Ubuntu: nvidia-driver / nvidia-utils-<version>; RHEL: nvidia-driver "
+                  "from NVIDIA's CUDA repository)",
+    "libnvidia-ml.so.1": "the NVIDIA driver's NVML library (installed with the driver)",
+    "libcuda.so.1": "the NVIDIA driver's CUDA library (installed with the driver)",
+    "pynvml": "pip install nvidia-ml-py (a dependency of pytest-gpuaccept: reinstall it)",
+    "all_reduce_perf": "git clone https://github.com/NVIDIA/nccl-tests && make -C nccl-tests CUDA_HOME={cuda} "
+                       "NCCL_HOME={nccl} (for a cluster: MPI=1 MPI_HOME=<Open MPI>, at the same path on every "
+                       "node); then put nccl-tests/build on PATH or set tools.all_reduce_perf",
+    "nvbandwidth": "git clone https://github.com/NVIDIA/nvbandwidth && cd nvbandwidth && cmake . && make "
+                   "(needs libboost-program-options-dev / boost-devel and CUDA); or DCGM 4, which ships it",
+    "p2pBandwidthLatencyTest": "git clone https://github.com/NVIDIA/cuda-samples and build "
+                               "Samples/5_Domain_Specific/p2pBandwidthLatencyTest with cmake",
+    "torch": "pip install '{torch}' (a CUDA build of PyTorch: https://pytorch.org/get-started/locally/), or this "
+             "project's extra from where it was installed: pip install '{project}[torch]'",
+    "ib_write_bw": "Debian/Ubuntu: apt install perftest; RHEL: dnf install perftest",
+    "ethtool": "Debian/Ubuntu: apt install ethtool; RHEL: dnf install ethtool",
+    TOOL_IPERF3: "Debian/Ubuntu: apt install iperf3; RHEL: dnf install iperf3 (3.16 or newer is multi-threaded)",
+    "ip": "Debian/Ubuntu: apt install iproute2; RHEL: dnf install iproute",
+    "dmesg": "Debian/Ubuntu/RHEL: util-linux; reading the kernel log needs root or kernel.dmesg_restrict=0 "
+             "(else `journalctl -k` is read: the systemd-journal or adm group)",
+    "scontrol": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm), "
+                "on the login node",
+    "srun": "Slurm's client commands (Debian/Ubuntu: apt install slurm-client; RHEL: dnf install slurm)",
+    "slurmctld": "Slurm's controller must answer this login node: slurm.conf where Slurm looks for it (or SLURM_CONF "
+                 "naming it), munge running with the cluster's key, slurmctld up (systemctl status slurmctld)",
+    "mpirun": "Open MPI (Debian/Ubuntu: apt install openmpi-bin; RHEL: dnf install openmpi) on every node, "
+              "and ssh from the login node to each",
+    "kubectl": "kubectl (https://kubernetes.io/docs/tasks/tools/, or your cloud's CLI: gcloud components install "
+               "kubectl, az aks install-cli) with a kubeconfig for the cluster (KUBECONFIG or ~/.kube/config)",
+    KUBERNETES: "a kubeconfig context that reaches the cluster and may list nodes (RBAC: docs/cluster.md); "
+                "`kubectl get nodes` must answer from this machine",
+    IMAGE: "set cluster.kubernetes.image: an image with python3, this version of pytest-gpuaccept and the per-node "
+           "tools (docs/cluster.md), by digest (@sha256:...)",
+}
+
+
+# Under ib_write_bw where the rdma section has no peer: what its figure measures, and what measures the fabric.
+LOOPBACK_NOTE = ("rdma without a peer measures the HCA only (loopback to localhost: no cable or switch); the fabric "
+                 "between nodes: cluster.links.rdma (a cluster section, run from the login node)")
+
+
+def _hints(lang: str = DEFAULT) -> dict[str, str]:
+    fields = {"cuda": _cuda_home(), "nccl": _nccl_home(), "torch": torch_requirement(), "project": project_source()}
+    return {name: tr(lang, template, **fields) for name, template in HINTS.items()}
 
 
 @dataclass
@@ -106,7 +163,8 @@ class _Needs:
     found: dict[str, Need] = field(default_factory=dict)
 
     def add(self, name: str, kind: str, clause: str) -> None:
-        need = self.found.setdefault(name, Need(name, kind, self.hints.get(name, f"install {name}")))
+        hint = self.hints.get(name) or tr(DEFAULT, "install {name}", name=name)
+        need = self.found.setdefault(name, Need(name, kind, hint))
         if clause not in need.clauses:
             need.clauses.append(clause)
 
@@ -163,6 +221,11 @@ def _gpu_host(contract: Contract, table: _Needs) -> None:
         table.add(copier, "python" if copier == "torch" else "tool", memory_bandwidth.SECTION.name)
     if compute.SECTION.name in sections:
         table.add("torch", "python", compute.SECTION.name)
+    checked = sdc.SECTION.get(contract)
+    if checked is not None:  # the checked all_reduce always; the seeded GEMM unless `gemm: false`
+        table.add("all_reduce_perf", "tool", sdc.SECTION.name)
+        if checked.gemm is not False:
+            table.add("torch", "python", sdc.SECTION.name)
 
 
 def _network_and_load(contract: Contract, table: _Needs) -> None:
@@ -172,6 +235,8 @@ def _network_and_load(contract: Contract, table: _Needs) -> None:
         table.add("ethtool", "tool", network.NICS.name)
     if network.RDMA.name in sections:
         table.add("ib_write_bw", "tool", network.RDMA.name)
+        if getattr(sections[network.RDMA.name], "peer", None) is None:
+            table.found["ib_write_bw"].lines.append(LOOPBACK_NOTE)
     if network.IPERF3.name in sections:
         table.add(TOOL_IPERF3, "tool", network.IPERF3.name)
         table.add("ip", "tool", network.IPERF3.name)
@@ -320,27 +385,33 @@ def diagnose(contract: Contract, nvml_recording: Path | None = None, provenance:
     return [kubernetes_answers(need, contract) if need.kind == KUBERNETES else need for need in found]
 
 
-def render(found: list[Need], contract: Contract) -> str:
+def render(found: list[Need], contract: Contract, lang: str = DEFAULT) -> str:
+    """The doctor's screen, in the language asked (the names, paths and the tools' own words as they are)."""
     missing = [n for n in found if n.found is None]
-    lines = [f"pytest-gpuaccept doctor: {contract.path}", ""]
+    hints = _hints(lang) if lang != DEFAULT else {}
+    ok, absent = tr(lang, "ok"), tr(lang, "MISSING")
+    lines = [tr(lang, "pytest-gpuaccept doctor: {path}", path=contract.path), ""]
     for need in found:
         clauses = ", ".join(need.clauses)
         if need.found is not None:
-            lines.append(f"  ok       {need.name:26} {need.found}" + (f" ({need.detail})" if need.detail else "")
+            lines.append(f"  {ok:8} {need.name:26} {need.found}" + (f" ({need.detail})" if need.detail else "")
                          + f"  [{clauses}]")
         else:
-            lines.append(f"  MISSING  {need.name:26} needed by {clauses}" + (f" ({need.detail})" if need.detail else ""))
+            lines.append(f"  {absent:8} {need.name:26} " + tr(lang, "needed by {clauses}", clauses=clauses)
+                         + (f" ({need.detail})" if need.detail else ""))
         lines += [f"             {line}" for line in need.lines]
         if need.found is None:
-            lines.append(f"           get it: {need.hint}")
+            hint = hints.get(need.name, tr(lang, "install {name}", name=need.name)) if hints else need.hint
+            lines.append("           " + tr(lang, "get it: {hint}", hint=hint))
     lines.append("")
-    lines.append(f"{len(missing)} of {len(found)} missing: a run now would reject "
-                 f"{', '.join(sorted({c for n in missing for c in n.clauses}))} as not measured" if missing
-                 else f"all {len(found)} present: every clause can be measured")
+    lines.append(tr(lang, "{missing} of {total} missing: a run now would reject {clauses} as not measured",
+                    missing=len(missing), total=len(found),
+                    clauses=", ".join(sorted({c for n in missing for c in n.clauses}))) if missing
+                 else tr(lang, "all {total} present: every clause can be measured", total=len(found)))
     return "\n".join(lines)
 
 
-def summary(contract: Contract, nvml_recording: Path | None) -> str | None:
+def summary(contract: Contract, nvml_recording: Path | None, lang: str = DEFAULT) -> str | None:
     """The one line a run prints at its start (lookups only, no package queries, the scheduler not asked: the run
     asks it at once): None when nothing is missing."""
     looked = [look(n, contract.tools.paths, nvml_recording, provenance=False) for n in needs(contract)
@@ -349,8 +420,9 @@ def summary(contract: Contract, nvml_recording: Path | None) -> str | None:
     if not missing:
         return None
     shown = "; ".join(f"{n.name} ({', '.join(n.clauses)})" for n in missing)
-    return (f"gpuaccept preflight: missing {shown}: those clauses will be not measured. "
-            f"`python -m pytest_gpuaccept doctor --contract {contract.path}` says how to get them")
+    return tr(lang, "gpuaccept preflight: missing {missing}: those clauses will be not measured. "
+                    "`python -m pytest_gpuaccept doctor --contract {path}` says how to get them",
+              missing=shown, path=contract.path)
 
 
 def as_dict(found: list[Need]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .bundle_files import BundleFiles
+    from .cluster.rerun import Previous
     from .contract import Contract
     from .probes._run import ToolRunner
     from .state import State
@@ -42,6 +43,11 @@ _OPTIONS = (
      "where the host's sysfs is mounted (default /sys; e.g. /host/sys in a container)"),
     ("--gpuaccept-node", "gpuaccept_node", "NAME",
      "judge this host as node NAME of the contract's cluster (set by a cluster run on each node)"),
+    ("--gpuaccept-lang", "gpuaccept_lang", "LANG",
+     "the language of the report and the terminal's verdict lines: en (default) or zh-CN (Simplified Chinese)"),
+    ("--gpuaccept-rerun-failed", "gpuaccept_rerun_failed", "BUNDLE",
+     "re-test: measure again only the checks that did not pass in this earlier bundle of the same contract and host; "
+     "the others are carried from it, never counted as passed (docs/rerun.md)"),
 )
 
 
@@ -105,6 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .clauses.advice import advise
     from .clauses.cluster import listing_for
     from .hardening import harden
+    from .i18n import LANGS
     from .settings import settings
     from .state import STATE, State
     from .suite import measurement_fixtures
@@ -115,8 +122,12 @@ def pytest_configure(config: pytest.Config) -> None:
     misplaced = found.misplaced() if workerinput is None else None  # xdist workers re-parse the command line
     if misplaced is not None:
         raise pytest.UsageError(misplaced)
+    if found.lang.value is not None and found.lang.value not in LANGS:
+        raise pytest.UsageError(f"--gpuaccept-lang {found.lang.value}: expected one of {', '.join(LANGS)}")
     judging = not any(getattr(config.option, name, False) for name in _NOT_JUDGING)
     replay, nvml_recording = _replay(found.replay.value), found.nvml.value
+    previous = _previous(config, found.rerun_failed.value, contract, replay is not None, found.json.value) \
+        or _replayed_retest(replay)
     if nvml_recording is not None and not Path(nvml_recording).is_file():
         raise pytest.UsageError(f"--gpuaccept-nvml: file not found: {nvml_recording}")
     report_path, json_path, evidence_dir = _outputs(config, judging, workerinput, replay, found.json.value)
@@ -133,6 +144,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                 advice=advise(contract), listing=listing_for(contract))
     harden(config)  # before any tool runs: memory closed (PR_SET_DUMPABLE), the tools' user (hardening.py)
     config.pluginmanager.register(measurement_fixtures(), "gpuaccept-measurements")
+    if previous is not None:
+        from .retest import Retest
+
+        config.pluginmanager.register(Retest(config.stash[STATE], previous), "gpuaccept-retest")
     if judging:
         config.pluginmanager.register(report.ReportPlugin(config.stash[STATE], config), "gpuaccept-report")
     else:
@@ -142,19 +157,20 @@ def pytest_configure(config: pytest.Config) -> None:
 def _contract(config: pytest.Config, contract_path: str, node: str | None) -> Contract:
     """The contract --contract names (a file or a preset), for this node where --gpuaccept-node says one."""
     from .clauses import cluster
-    from .contract import ContractError, load_contract
-    from .presets import presets, resolve, unknown
+    from .contract import ContractError, load_contract, not_a_contract
+    from .presets import resolve, unknown
 
-    mistyped = unknown(contract_path)  # a bare name that is no preset: did-you-mean, not "file not found"
+    mistyped = unknown(contract_path) if contract_path.strip() else None  # a bare name that is no preset
     if mistyped is not None:
         raise pytest.UsageError(mistyped)
     contract_path = resolve(contract_path)
+    nothing = not_a_contract(contract_path)  # not a contract that is invalid: no contract at all (no line to name)
+    if nothing is not None:
+        raise pytest.UsageError(nothing)
     try:
         contract = load_contract(contract_path)
     except ContractError as exc:
-        hint = "" if Path(contract_path).exists() else \
-            f"\n(no such file; the shipped presets are: {', '.join(presets()) or 'none'})"
-        raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems) + hint) from None
+        raise pytest.UsageError("invalid contract:\n" + "\n".join(exc.problems)) from None
     if node is not None:
         if cluster.SECTION.get(contract) is None:
             raise pytest.UsageError("--gpuaccept-node: the contract has no cluster section")
@@ -246,6 +262,51 @@ def _runner(contract: Contract, evidence_dir: Path, replay: BundleFiles | None, 
 
 # Options of pytest's that show or collect without running: with them nothing is measured or judged.
 _NOT_JUDGING = ("collectonly", "showfixtures", "show_fixtures_per_test", "markers", "help", "version")
+
+
+def _replayed_retest(replay: BundleFiles | None) -> Previous | None:
+    """A replay (or re-judge) of a re-test's bundle deselects and carries the checks the re-test carried, as its
+    retest.json states them: judged anew, it would pass a carried check from readings the re-test took for another."""
+    from .cluster.rerun import NotRetestable, carried_record
+    from .retest import RETEST_FILE
+
+    if replay is None or not replay.has(RETEST_FILE):
+        return None
+    try:
+        return carried_record(replay.read_json(RETEST_FILE))
+    except NotRetestable as exc:
+        raise pytest.UsageError(f"--gpuaccept-replay: {exc}") from None
+
+
+def _previous(config: pytest.Config, bundle: str | None, contract: Contract, replay: bool,
+              json_option: str | None) -> Previous | None:
+    """The bundle --gpuaccept-rerun-failed names, opened as data and verified before this run writes anything (its
+    report, results and evidence must not land inside it): None where the option was not given."""
+    from .cluster.rerun import NotRetestable, previous
+
+    if bundle is None:
+        return None  # (a replay of a re-test's bundle carries what it carried: _replayed_retest)
+    if replay:
+        raise pytest.UsageError("--gpuaccept-rerun-failed measures this host again: it cannot be given with "
+                                "--gpuaccept-replay, which measures nothing")
+    try:
+        found = previous(Path(bundle), contract.sha256)
+    except NotRetestable as exc:
+        raise pytest.UsageError(f"--gpuaccept-rerun-failed: {exc}") from None
+    if found.complete and not found.failed():
+        raise pytest.UsageError(f"--gpuaccept-rerun-failed: every check of the bundle {bundle} passed: nothing to "
+                                "measure again (without the option, a run measures everything anew)")
+    report = Path(config.option.htmlpath or DEFAULT_REPORT).resolve()
+    root = Path(bundle).resolve()
+    root = root.parent if root.name == EVIDENCE_DIR else root
+    for what, path in (("the report (--html)", report), ("the evidence", report.parent / EVIDENCE_DIR),
+                       ("the results (--gpuaccept-json)", Path(json_option or DEFAULT_JSON).resolve())):
+        if path == root or root in path.parents:
+            raise pytest.UsageError(f"--gpuaccept-rerun-failed: {what} would be written to {path}, inside the bundle "
+                                    f"{root} that this re-test starts from; write elsewhere, e.g. --html=OTHER/report.html")
+    return found
+
+
 def _progress(config: pytest.Config) -> Any:
     """Lines on the terminal while long work runs (a tool's start and end, the load's elapsed time and lowest
     GPU): written past output capture, never under xdist workers (their controller shows the dots)."""
@@ -273,8 +334,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [f"gpuaccept warning: {line}" for line in state.advice]
     if state.mode != "replay":
         from .doctor import summary
+        from .i18n import language
 
-        missing = summary(state.contract, state.nvml_recording)
+        missing = summary(state.contract, state.nvml_recording, language(config))
         lines += [missing] if missing else []
     return lines
 
@@ -404,6 +466,23 @@ def _subject(item: pytest.Item) -> str:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> list[pytest.Item] | None:
+    """The test of a clause the contract does not have is never made: "deselected" in pytest's count is the
+    user's own word (-k, -m), never ours; the report lists the clauses the contract left out."""
+    state = _state(collector.config)
+    if state is None or not callable(obj):
+        return None
+    marks = getattr(obj, "pytestmark", None)
+    clause = next((m.args[0] for m in marks if getattr(m, "name", None) == "gpuaccept" and m.args), None) \
+        if isinstance(marks, list) else None
+    if clause is None:
+        return None
+    from .clauses.registry import present_clauses
+
+    return None if clause in {c.key for c in present_clauses(state.contract)} else []
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Drop the tests of clauses the contract does not have; tag the others with clause and subject."""
     state = _state(config)
@@ -413,15 +492,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     from .report import ITEM_PROPERTY
 
     present = {clause.key for clause in present_clauses(state.contract)}
-    keep, absent = [], []
+    keep = []
     looked: set[int] = set()  # the items of one test function share its fixture info: looked at once
     for item in items:
         marker = item.get_closest_marker("gpuaccept")
         if marker is not None:
             clause = marker.args[0]
             if clause not in present:
-                absent.append(item)  # not in the contract: not checked, and the report says so
-                continue
+                continue  # a user's test of a clause the contract lacks (its class marked): not made, as above
             info = id(getattr(item, "_fixtureinfo", item))
             if info not in looked:
                 looked.add(info)
@@ -429,6 +507,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             test = f"suites/{item.path.name}::{item.name}"
             item.user_properties.append((ITEM_PROPERTY, json.dumps({"clause": clause, "subject": _subject(item), "test": test})))
         keep.append(item)
-    if absent:
-        config.hook.pytest_deselected(items=absent)
-    items[:] = keep
+    # The clauses judged on readings taken after the run's last measurement run last (clauses/errors.py)
+    from .clauses.registry import AFTER_RUN
+
+    late = [getattr(item.get_closest_marker("gpuaccept"), "args", ("",))[0] in AFTER_RUN for item in keep]
+    items[:] = [item for item, after in zip(keep, late) if not after] + [item for item, after in zip(keep, late) if after]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Before the first test, and so before any measurement: the readings the run is judged against at its end
+    (the error counters, clauses/errors.py). In the controller only: xdist's workers read them from the evidence."""
+    state = _state(session.config)
+    if state is None or not state.is_controller or session.config.option.collectonly:
+        return
+    from .clauses.registry import BEFORE_RUN
+
+    for take in BEFORE_RUN:
+        take(state)

@@ -16,7 +16,8 @@ from typing import Any
 # The options that choose where readings come from, and why only the command line may give them.
 COMMAND_LINE_ONLY = {"gpuaccept_nvml": "a recording or replay replaces what this host measures",
                      "gpuaccept_replay": "a recording or replay replaces what this host measures",
-                     "gpuaccept_sysfs": "another sysfs tree replaces this host's own"}
+                     "gpuaccept_sysfs": "another sysfs tree replaces this host's own",
+                     "gpuaccept_rerun_failed": "an earlier bundle chooses what is measured again and what is not"}
 COMMAND_LINE = "the command line"
 
 
@@ -40,11 +41,13 @@ class Settings:
     nvml: Setting
     sysfs: Setting
     node: Setting
+    lang: Setting
+    rerun_failed: Setting
 
     def misplaced(self) -> str | None:
         """The usage error where an option that replaces the host's readings was given anywhere but on the command
         line (as well as there, or instead); None where it was given there alone, or not at all."""
-        for setting in (self.nvml, self.replay, self.sysfs):
+        for setting in (self.nvml, self.replay, self.sysfs, self.rerun_failed):
             elsewhere = [place for place in setting.places if place != COMMAND_LINE]
             if elsewhere:
                 return (f"{setting.flag} may only be given on the command line, not in {elsewhere[0]}: "
@@ -73,4 +76,5 @@ def settings(config: Any, options: tuple[tuple[str, str, str, str], ...]) -> Set
             value = config.getini(ini) or None
         found[ini] = Setting(flag, ini, None if value is None else str(value), _places(config, flag, ini))
     return Settings(found["gpuaccept_contract"], found["gpuaccept_json"], found["gpuaccept_replay"],
-                    found["gpuaccept_nvml"], found["gpuaccept_sysfs"], found["gpuaccept_node"])
+                    found["gpuaccept_nvml"], found["gpuaccept_sysfs"], found["gpuaccept_node"], found["gpuaccept_lang"],
+                    found["gpuaccept_rerun_failed"])

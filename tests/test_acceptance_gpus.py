@@ -200,14 +200,14 @@ def test_a_missing_contract_file_is_a_usage_error(pytester, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     result = pytester.runpytest_inprocess("--contract=missing.yaml")
     assert result.ret == 4
-    result.stderr.fnmatch_lines(["*missing.yaml:0: contract: file not found*"])
+    result.stderr.fnmatch_lines(["ERROR: --contract missing.yaml: no such file; *"])
     assert fake_tools.calls() == []
 
 
 def test_collection_runs_no_tool_and_reads_no_gpu(accept, fake_tools):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt")
     run = accept(H100_8, nvml_recording("h100_sxm5_8gpu.json"), "--collect-only")
-    run.result.stdout.fnmatch_lines(["*55/* tests collected (* deselected)*"])
+    run.result.stdout.fnmatch_lines(["*55 tests collected*"])
     assert fake_tools.calls() == []
     assert not (run.path / "gpuaccept-evidence" / "nvml-host.json").exists()
 

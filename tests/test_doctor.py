@@ -217,3 +217,16 @@ def test_on_the_real_h200_doctor_found_everything_its_preset_needs():
     assert "3 of 8 missing: a run now would reject allreduce, host_bandwidth, p2p, rdma as not measured" in h100
     run = (DATA / "h200" / "accepted-by-preset-pytest.txt").read_text()
     assert "gpuaccept: workload_builtin 40/50 s, lowest GPU 100 %" in run and "gpuaccept verdict: ACCEPTED" in run
+
+
+def test_doctor_names_what_the_sdc_clause_needs():
+    # In process: the checked all_reduce's nccl-tests always, PyTorch for the seeded GEMM unless `gemm: false`
+    from pytest_gpuaccept.contract import parse_contract
+    from pytest_gpuaccept.doctor import needs
+
+    def needed(extra: str) -> dict[str, list[str]]:
+        contract = parse_contract(f"gpuaccept: 1\nvendor: V\ngpus: {{count: 8}}\nsdc: {{iterations: 20{extra}}}\n")
+        return {need.name: need.clauses for need in needs(contract)}
+
+    assert needed("")["all_reduce_perf"] == ["sdc"] and needed("")["torch"] == ["sdc"]
+    assert "torch" not in needed(", gemm: false") and needed(", gemm: false")["all_reduce_perf"] == ["sdc"]

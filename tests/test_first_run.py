@@ -100,7 +100,7 @@ def test_a_plain_verify_of_a_changed_signed_bundle_fails_and_still_says_the_sign
     assert cli(["verify", str(bundle / "gpuaccept-evidence")]) == 1
     assert capsys.readouterr().out.splitlines()[4:] == [
         f"{RECOMPUTED}: none (the bundle does not verify, so its evidence was not judged)",
-        f"bundle does NOT verify (1 problems); manifest SHA-256 {_manifest_sha(bundle)}",
+        f"bundle does NOT verify (1 problem); manifest SHA-256 {_manifest_sha(bundle)}",
         "FAIL changed: nvidia-smi_topo_-m.txt",
         f"signatures NOT checked: signatures/1.sig (who signed is not known; to check: "
         f"python -I -m pytest_gpuaccept verify {bundle / 'gpuaccept-evidence'} --allowed-signers FILE)"]

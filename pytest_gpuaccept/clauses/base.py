@@ -170,17 +170,18 @@ class ReportPart:
     `gather`, where checks stand for other runs (a cluster's nodes), merges those runs' checks in from the sealed
     evidence and gives the results' `hosts` (None where it gathered nothing). A part drawn from the run's own records
     rather than its checks (the schedule of its tool runs) has a `key`: `record` reads it from the sealed evidence as
-    the run is judged, the results carry it under that key, and `draw` draws it from there."""
+    the run is judged, the results carry it under that key, and `draw` draws it from there. `render` and `draw` take
+    the report's language (i18n) last and say their own words in it."""
 
-    render: Callable[[Sequence[Check]], str]
+    render: Callable[[Sequence[Check], str], str]
     gather: Callable[[Sequence[Check], Evidence], tuple[Sequence[Check], list[dict[str, Any]] | None]] | None = None
     key: str = ""
     record: Callable[[Evidence], Any] | None = None
-    draw: Callable[[Any], str] | None = None
+    draw: Callable[[Any, str], str] | None = None
 
-    def drawn(self, records: Mapping[str, Any]) -> str:
+    def drawn(self, records: Mapping[str, Any], lang: str) -> str:
         """This part's drawing of what it recorded of the run ("" for a part drawn from checks alone)."""
-        return self.draw(records.get(self.key)) if self.draw is not None else ""
+        return self.draw(records.get(self.key), lang) if self.draw is not None else ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: one record per clause

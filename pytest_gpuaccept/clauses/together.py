@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from .. import schedule
 from ..charts import PALETTE
 from ..evidence import ForeignEvidence
+from ..i18n import DEFAULT, tr
 from ..probes import nvbandwidth
 from . import compute, host_bandwidth, memory_bandwidth, network, p2p, utilisation
 from .base import ReportPart
@@ -139,11 +140,11 @@ BAR_WIDTH = 360  # the time line's width in the report, in pixels
 ROW_PER_RUN = 60  # up to this many runs, a row each; past it (a cluster's thousands), a row per kind of run
 
 
-def draw(recorded: dict[str, Any] | None) -> str:
+def draw(recorded: dict[str, Any] | None, lang: str = DEFAULT) -> str:
     """The report's part: the runs on the run's time line, so that what ran at once shows one above the other; a
     row per run (a host's few dozen), or past ROW_PER_RUN a row per kind of run (`pair`, `link`, `node-run`: the key
     up to its first word with a digit) with the spans its runs covered; every run stays in the results' `schedule`.
-    "" where no tool ran."""
+    "" where no tool ran. Its own words are said in the report's language (i18n.tr)."""
     if not recorded or not recorded.get("runs"):
         return ""
     wall = max(float(recorded.get("wall_s") or 0.0), 1e-9)
@@ -151,18 +152,21 @@ def draw(recorded: dict[str, Any] | None) -> str:
     if len(runs) <= ROW_PER_RUN:
         rows = [(key, tool, f"{start:.1f}", f"{seconds:.1f}", _bar(wall, [(start, seconds)]))
                 for key, tool, start, seconds in runs]
-        head = "<th>run<th>tool<th>start (s)<th>seconds"
+        head = "".join(f"<th>{html.escape(tr(lang, word), quote=False)}"
+                       for word in ("run", "tool", "start (s)", "seconds", "time line"))
     else:
         rows = _kinds(runs, wall)
-        head = "<th>runs<th>tool<th>first start (s)<th>seconds, all its runs"
+        head = "".join(f"<th>{html.escape(tr(lang, word), quote=False)}"
+                       for word in ("runs", "tool", "first start (s)", "seconds, all its runs", "time line"))
     lines = "".join(f"<tr><td>{html.escape(a)}<td>{html.escape(b)}<td>{c}<td>{d}<td>{bar}" for a, b, c, d, bar in rows)
-    return ('<div class="gpuaccept-schedule"><h3>Schedule</h3>'
-            f"<p>The tools ran for {float(recorded['wall_s']):.1f} s from the first start to the last end "
-            f"({float(recorded['busy_s']):.1f} s with a tool running); one after another they would have taken "
-            f"{float(recorded['tools_s']):.1f} s. Runs side by side held nothing in common (schedule.py)."
-            + (f" {len(runs)} runs, a row per kind; each run is in the results' schedule." if len(runs) > ROW_PER_RUN
-               else "") + "</p>"
-            f'<table class="gt"><tr>{head}<th>time line{lines}</table></div>')
+    said = tr(lang, "The tools ran for {wall} s from the first start to the last end ({busy} s with a tool running); "
+                    "one after another they would have taken {tools} s. Runs side by side held nothing in common "
+                    "(schedule.py).", wall=f"{float(recorded['wall_s']):.1f}", busy=f"{float(recorded['busy_s']):.1f}",
+              tools=f"{float(recorded['tools_s']):.1f}")
+    if len(runs) > ROW_PER_RUN:
+        said += tr(lang, " {n} runs, a row per kind; each run is in the results' schedule.", n=len(runs))
+    return (f'<div class="gpuaccept-schedule"><h3>{html.escape(tr(lang, "Schedule"))}</h3><p>{html.escape(said, quote=False)}</p>'
+            f'<table class="gt"><tr>{head}{lines}</table></div>')
 
 
 def kind(key: str) -> str:
@@ -204,7 +208,7 @@ def _bar(wall: float, spans: list[tuple[float, float]]) -> str:
     return f'<svg width="{BAR_WIDTH}" height="12" role="img" aria-label="{label}">{rects}</svg>'
 
 
-def _no_checks(checks: Sequence[Check]) -> str:
+def _no_checks(checks: Sequence[Check], lang: str) -> str:
     return ""  # drawn from the run's records (draw), not from its checks
 
 

@@ -4,7 +4,7 @@ the run at the session's end, writes the results, and seals the bundle once pyte
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,12 +14,13 @@ from _pytest.junitxml import xml_key
 
 from .. import __version__
 from ..bundle import RESULTS_COPY, evidence_digest, write_manifest
+from ..i18n import DEFAULT, language, tr
 from ..probes._run import last_line
 from ..state import State
-from ..verdict import Outcome, Verdict
+from ..verdict import Check, Outcome, Verdict
 from .collect import audit_code, environment, fallback, judged
 from .page import banner
-from .results import Results, json_chunks, root_cause, verdict_line, write_chunks
+from .results import Results, json_chunks, root_cause, shown_message, verdict_line, write_chunks
 from .table import TableHooks, check_of, compact_report, item_of
 
 
@@ -66,7 +67,7 @@ class ReportPlugin(TableHooks):
                                     session: pytest.Session) -> None:
         if self.results is not None:
             prefix.append(banner(self.results, self.state.runner.evidence, self.manifest_digest,
-                                 environment(session.config)))
+                                 environment(session.config), language(self.config)))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -110,23 +111,34 @@ class ReportPlugin(TableHooks):
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None]:
         """The root cause first, above pytest's failures (one line, where one source left the checks unmeasured);
-        the verdict with its counts last, above pytest's own count."""
+        pytest's short summary of the shipped tests folded to one line per clause (`-r f` and `-r E` are given back
+        for the user's own tests only); where the run's files are. The verdict is the terminal's end
+        (pytest_unconfigure)."""
         cause = root_cause(self.results) if self.results is not None else ""
         if cause:
-            terminalreporter.write_line(f"gpuaccept: {cause}", red=True, bold=True)
+            terminalreporter.write_line(tr(language(self.config), TOP_CAUSE, cause=cause), red=True, bold=True)
+        asked = terminalreporter.reportchars
+        if self.results is not None:
+            terminalreporter.reportchars = asked.replace("f", "").replace("E", "")
         try:
             return (yield)
         finally:
+            terminalreporter.reportchars = asked
             if self.results is not None:
-                self._summary(terminalreporter, self.results)
+                self._summary(terminalreporter, self.results, asked)
 
-    def _summary(self, terminalreporter: Any, results: Results) -> None:
-        counts = results.counts()
-        word = results.verdict.upper()
-        incomplete = "" if results.complete else ", INCOMPLETE"
-        terminalreporter.write_sep(
-            "=", f"gpuaccept: {word}{incomplete}: {counts[Outcome.PASSED]} passed, {counts[Outcome.FAILED]} failed, "
-                 f"{counts[Outcome.NOT_MEASURED]} not measured", green=word == "ACCEPTED", red=word != "ACCEPTED", bold=True)
+    def _summary(self, terminalreporter: Any, results: Results, asked: str) -> None:
+        lang = language(self.config)
+        summary = not getattr(self.config.option, "no_summary", False) and ("f" in asked or "E" in asked)
+        lines = folded(results.checks, lang) if summary else []
+        for char, stat, word in (("f", "failed", "FAILED"), ("E", "error", "ERROR")):  # the user's own tests'
+            if summary and char in asked:
+                lines += [f"{word} {report.nodeid}{_crash(report)}" for report in terminalreporter.stats.get(stat, [])
+                          if item_of(report) is None]
+        if lines:
+            terminalreporter.write_sep("=", tr(lang, SUMMARY_TITLE), red=True, bold=True)
+            for line in lines:
+                terminalreporter.write_line(line)
         terminalreporter.write_line(f"results: {self.state.json_path}")
         terminalreporter.write_line(f"evidence: {self.state.evidence_dir} (evidence digest {self.manifest_digest})")
 
@@ -135,14 +147,81 @@ class ReportPlugin(TableHooks):
         if self.results is None:
             return
         state, results = self.state, self.results
-        compact_report(state.report_path)
+        compact_report(state.report_path, language(config))
         write_manifest(state.evidence_dir, [state.report_path, state.json_path, Path(state.contract.path).resolve()], {
             "verdict": results.verdict, "mode": state.mode, "gpuaccept": __version__,
             "recorded": _recorded(results, state.started)})
         terminal = config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
-            terminal.write_line(verdict_line(results), bold=True,
-                                green=results.verdict == "accepted", red=results.verdict != "accepted")
+            accepted = results.verdict == "accepted"
+            for line in ending(results, state.report_path, language(config)):
+                terminal.write_line(line, bold=True, green=accepted, red=not accepted)
+            terminal.write_line(verdict_line(results, language(config)), bold=True, green=accepted, red=not accepted)
+
+
+MESSAGE_CHARS = 160  # of a clause's first failure, on its folded line
+
+# The English templates of the terminal's verdict lines, each given to i18n.tr (its catalogs are checked against
+# TEMPLATES): the folded summary's title and lines, the counts, the one cause, the report's path, and their words.
+SUMMARY_TITLE = "gpuaccept: what failed, one line per clause"
+FOLDED = ("{word} {clause}: {bad} of {total} subject (first: {subject}: {message})",
+          "{word} {clause}: {bad} of {total} subjects (first: {subject}: {message})")
+COUNTS = "gpuaccept: {verdict}{incomplete}: {passed} passed, {failed} failed, {not_measured} not measured"
+ROOT_CAUSE = "gpuaccept root cause: {cause}"
+TOP_CAUSE = "gpuaccept: {cause}"  # the same cause, above pytest's failures
+FIRST = {Outcome.FAILED: "gpuaccept first failure: {clause} {subject}: {message}",
+         Outcome.NOT_MEASURED: "gpuaccept first not measured: {clause} {subject}: {message}"}
+REPORT = "gpuaccept report: {path}"
+WORDS = ("FAILED", "NOT MEASURED", "ACCEPTED", "REJECTED", ", INCOMPLETE")
+TEMPLATES = (SUMMARY_TITLE, *FOLDED, COUNTS, ROOT_CAUSE, TOP_CAUSE, *FIRST.values(), REPORT, *WORDS)
+
+
+def folded(checks: Iterable[Check], lang: str = DEFAULT) -> list[str]:
+    """pytest's FAILED lines of the shipped tests, one line per clause in the order judged: how many of its subjects
+    failed or were not measured, and the first of them (`FAILED gpus.model: 8 of 8 subjects (first: GPU0: ...)`)."""
+    clauses: dict[str, list[Any]] = {}  # clause: [subjects, not passed, the first not passed, any failed]; checks
+    for check in checks:                 # are counted as they stream past (a cluster's are never all held)
+        seen = clauses.setdefault(check.clause, [0, 0, None, False])
+        seen[0] += 1
+        if check.outcome is not Outcome.PASSED:
+            seen[1] += 1
+            seen[2] = seen[2] or check
+            seen[3] = seen[3] or check.outcome is Outcome.FAILED
+    lines = []
+    for clause, (total, bad, first, failed) in clauses.items():
+        if not bad:
+            continue
+        message = shown_message(first)
+        message = message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS - 3] + "..."
+        lines.append(tr(lang, FOLDED[total != 1], word=tr(lang, "FAILED" if failed else "NOT MEASURED"), clause=clause, bad=bad,
+                        total=total, subject=first.subject, message=message))
+    return lines
+
+
+def _crash(report: pytest.TestReport) -> str:
+    """` - ` and the first line of why a user's own test failed, as pytest's short summary gives it."""
+    message = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
+    return f" - {message.splitlines()[0][:MESSAGE_CHARS]}" if message else ""
+
+
+def ending(results: Results, report: Path, lang: str = DEFAULT) -> list[str]:
+    """The terminal's last lines above the verdict line: the counts, the one cause (the source every check needed,
+    where one was missing; else the first failure), and the report's path."""
+    counts = results.counts()
+    lines = [tr(lang, COUNTS, verdict=tr(lang, results.verdict.upper()), incomplete="" if results.complete else tr(lang, ", INCOMPLETE"),
+                passed=counts[Outcome.PASSED], failed=counts[Outcome.FAILED],
+                not_measured=counts[Outcome.NOT_MEASURED])]
+    cause = root_cause(results)
+    if cause:
+        lines.append(tr(lang, ROOT_CAUSE, cause=cause))
+    else:
+        first = next((c for c in results.checks if c.outcome is Outcome.FAILED), None) or \
+            next((c for c in results.checks if c.outcome is Outcome.NOT_MEASURED), None)
+        if first is not None:
+            lines.append(tr(lang, FIRST[first.outcome], clause=first.clause, subject=first.subject,
+                            message=last_line(shown_message(first), 300)))
+    lines.append(tr(lang, REPORT, path=report))
+    return lines
 
 
 def _recorded(results: Results, started: str) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """The report's own page above pytest-html's table: the verdict and every check that did not pass first, then a
 summary per clause, each section's own part (looked up in the registry), signatures, and what an auditor needs.
-Its stylesheet makes every text readable (WCAG AA, pytest-html's greys overridden) and prints the verdict
-header once per page."""
+Its stylesheet makes every text readable (WCAG AA, pytest-html's greys overridden), wraps what is wider than the
+window (a raw output of one long line), and prints the verdict and the run's mode at the top of every page. Every
+word of it is said in the report's language (i18n.tr); figures, units and clause keys are fields."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from typing import Any, Sequence
@@ -12,6 +14,7 @@ from typing import Any, Sequence
 from ..charts import FAIL_RED, HEAT_TEXT, TEXT, safe_text, table
 from ..clauses import registry
 from ..evidence import Evidence
+from ..i18n import DEFAULT, tr
 from ..verdict import Check, Outcome
 from .details import measurements, raw_outputs
 from .pairs import pairs_html
@@ -44,12 +47,16 @@ LAYOUT_CSS = """
 .gh { border-collapse: collapse; } .gh td, .gh th { padding: 2px 6px; text-align: right; font-size: 11px; border: 1px solid #fff; }
 .gc { background: #fff; border: 1px solid #ddd; margin: 4px; }
 .gpuaccept-sign td { padding: 18px 12px 2px 0; border-bottom: 1px solid #999; min-width: 150px; }
+pre, .log { white-space: pre-wrap; overflow-wrap: anywhere; }
+td, th, li, p { overflow-wrap: break-word; }
+#gpuaccept-warnings { border: 2px solid #9a6700; padding: 4px 8px; margin: 8px 0; }
 """
 
-# The verdict header of every printed page: one page margin box, nothing in the page's flow (a fixed element
-# printed it a second time on each page).
+# The verdict and the mode at the top of every printed page: one page margin box, nothing in the page's flow (a fixed
+# element printed it a second time on each page). Chromium prints margin boxes since 131 (Debian's is 156).
 PRINT_CSS = """
-@page { size: A4; margin: 16mm 12mm; @top-center { content: "%(head)s"; font-size: 9pt; } }
+@page { size: A4; margin: 16mm 12mm; @top-center { content: "%(head)s"; font-size: 9pt; }
+  @top-right { content: "%(mode)s"; font-size: 9pt; font-weight: bold; } }
 @media print {
   .gpuaccept-raw, .controls, .filters, .summary__reload, .logwrapper, .extras-row, .gpuaccept-env,
   .summary__spacer, #results-table-head .sortable::after { display: none !important; }
@@ -63,25 +70,74 @@ MAX_SUBJECTS_SHOWN = 60  # in one failure line: a cluster's 1,000 nodes failing 
 MAX_FAILURE_LINES = 300
 
 
-def stylesheet(head: str) -> str:
-    # Inside <style> nothing is decoded or escaped: the vendor's words reach CSS only as plain characters.
-    return READABLE_CSS + LAYOUT_CSS + PRINT_CSS % {"head": re.sub(r"[^A-Za-z0-9 ._:/()·+-]", "_", head)}
+def stylesheet(head: str, mode: str = "") -> str:
+    # Inside <style> nothing is decoded or escaped: the vendor's words reach CSS only as letters, digits (of any script)
+    # and a few plain marks; never a quote, backslash, brace or angle bracket.
+    def plain(text: str) -> str:
+        return "".join(c if c.isalnum() or c in " ._:/()·+-" else "_" for c in text)
+
+    return READABLE_CSS + LAYOUT_CSS + PRINT_CSS % {"head": plain(head), "mode": plain(mode)}
 
 
-def _line(check: Check, subjects: list[str]) -> str:
+def heading(lang: str, template: str) -> str:
+    """A heading or label of ours (no vendor's words in it), in the language, as HTML text."""
+    return html.escape(tr(lang, template), quote=False)
+
+
+def verdict_word(verdict: str, lang: str) -> str:
+    """ACCEPTED or REJECTED, in the report's language (the English word beside a translation)."""
+    return tr(lang, "ACCEPTED") if verdict == "accepted" else tr(lang, "REJECTED")
+
+
+def mode_word(results: Results, lang: str) -> str:
+    """The run's mode in a word, as the top of every printed page says it."""
+    mode = results.mode or "live"
+    return {"simulated": tr(lang, "SIMULATED"), "replay": tr(lang, "REPLAY")}.get(mode, tr(lang, "LIVE"))
+
+
+def outcome_word(outcome: Outcome, lang: str) -> str:
+    return {Outcome.PASSED: tr(lang, "passed"), Outcome.FAILED: tr(lang, "failed"),
+            Outcome.NOT_MEASURED: tr(lang, "not measured")}[outcome]
+
+
+def required_text(check: Check, lang: str = DEFAULT) -> str:
+    """What the contract asks, always with its unit: `>= 80 GB/s`, never a bare number; where no figure is known
+    (no published figure to take a fraction of), says so, with the unit it would be in."""
+    required, unit = check.required.strip(), (check.unit or "").strip()
+    if not required or required == "—":
+        return tr(lang, "not known ({unit})", unit=unit) if unit else tr(lang, "not known")
+    if unit and re.search(r"\d$", required):
+        return f"{required} {unit}"
+    return required
+
+
+def measured_text(check: Check, lang: str = DEFAULT) -> str:
+    """The measured value with its unit; where there is none, why (never a bare dash beside another)."""
+    if check.measured is not None:
+        return f"{check.measured} {check.unit or ''}".strip()
+    return tr(lang, "not measured") if check.outcome is Outcome.NOT_MEASURED else tr(lang, "none")
+
+
+def _line(check: Check, subjects: list[str], lang: str = DEFAULT) -> str:
     """One failure as a signer reads it: clause subject(s), measured vs required, the published share, why."""
     measured = "—" if check.measured is None else f"{check.measured} {check.unit or ''}".strip()
     share = check.details.get("fraction_of_published")
-    published = f", {share:.0%} of published" if isinstance(share, (int, float)) else ""
-    named = subjects[:MAX_SUBJECTS_SHOWN] + ([f"… {len(subjects) - MAX_SUBJECTS_SHOWN} more"]
+    published = tr(lang, ", {share} of published", share=f"{share:.0%}") if isinstance(share, (int, float)) else ""
+    named = subjects[:MAX_SUBJECTS_SHOWN] + ([tr(lang, "… {n} more", n=len(subjects) - MAX_SUBJECTS_SHOWN)]
                                              if len(subjects) > MAX_SUBJECTS_SHOWN else [])
     who = subjects[0] if len(subjects) == 1 else f"{', '.join(named)} ({len(subjects)})"
-    return (f"<li class=gpuaccept-fail><b>{safe_text(check.clause)} {safe_text(who)}</b>: "
-            f"{safe_text(check.outcome.value.replace('_', ' '))}, measured {safe_text(measured)}, required "
-            f"{safe_text(check.required or '—')}{published} — {safe_text(shown_message(check), 300)}")
+    fields = {"outcome": outcome_word(check.outcome, lang), "measured": measured,
+              "required": required_text(check, lang), "published": published}
+    said = (tr(lang, "{outcome}, required {required}{published}", **fields) if check.outcome is Outcome.NOT_MEASURED
+            else tr(lang, "{outcome}, measured {measured}, required {required}{published}", **fields))
+    why = safe_text(shown_message(check), 300)
+    if lang != DEFAULT:  # the judge's words are evidence: kept as written, labelled (report/table.py's rows too)
+        label = safe_text(tr(lang, "The check's message (original):"))
+        why = f'{label}<span lang="en" class="gpuaccept-original">{why}</span>'
+    return f"<li class=gpuaccept-fail><b>{safe_text(check.clause)} {safe_text(who)}</b>: {safe_text(said)} — {why}"
 
 
-def failure_lines(not_passed: list[Check]) -> list[str]:
+def failure_lines(not_passed: list[Check], lang: str = DEFAULT) -> list[str]:
     """A line per failure; checks of one clause that failed for the same reason with nothing measured (e.g.
     28 pairs of a matrix the tool never printed) share one line that names every subject."""
     groups: dict[tuple[str, ...], list[Check]] = {}
@@ -89,135 +145,186 @@ def failure_lines(not_passed: list[Check]) -> list[str]:
         key = ((check.clause, check.outcome.value, check.required, check.message)
                if check.measured is None else (check.clause, check.subject))
         groups.setdefault(key, []).append(check)
-    lines = [_line(group[0], [c.subject for c in group]) for group in list(groups.values())[:MAX_FAILURE_LINES]]
+    lines = [_line(group[0], [c.subject for c in group], lang) for group in list(groups.values())[:MAX_FAILURE_LINES]]
     if len(groups) > MAX_FAILURE_LINES:
         rest = sum(len(g) for g in list(groups.values())[MAX_FAILURE_LINES:])
-        lines.append(f"<li class=gpuaccept-fail>… and {rest} more checks that did not pass: every one is in the "
-                     "results file and, for a cluster's node, in that node's own report</li>")
+        more = tr(lang, "… and {rest} more checks that did not pass: every one is in the results file and, for a "
+                        "cluster's node, in that node's own report", rest=rest)
+        lines.append(f"<li class=gpuaccept-fail>{safe_text(more)}</li>")
     return lines
 
 
-def per_clause_html(checks: Sequence[Check]) -> str:
+def per_clause_html(checks: Sequence[Check], lang: str = DEFAULT) -> str:
     rows: dict[str, dict[Outcome, int]] = {}
     for check in checks:
         counts = rows.get(check.clause)
         if counts is None:
             counts = rows[check.clause] = dict.fromkeys(Outcome, 0)
         counts[check.outcome] += 1
-    return table([["clause", "passed", "failed", "not measured"]] + [[clause, *counts.values()]
-                                                                       for clause, counts in rows.items()])
+    head = [tr(lang, "clause"), tr(lang, "passed"), tr(lang, "failed"), tr(lang, "not measured")]
+    return table([head] + [[clause, *counts.values()] for clause, counts in rows.items()])
 
 
-def _facts(results: Results, digest: str) -> str:
-    """Who and what: vendor, contract, host (or the cluster), when, the evidence digest."""
-    host, contract = results.host, results.contract
+def host_text(host: dict[str, Any], lang: str = DEFAULT) -> str:
+    """The host as a sentence: its name, its GPUs, driver and CUDA; what NVML did not give is said, not dashed."""
     models: dict[str, int] = {}
     for gpu in host.get("gpus", []):
         models[gpu["name"]] = models.get(gpu["name"], 0) + 1
-    gpus = ", ".join(f"{n}x {name}" for name, n in models.items()) or "none"
+    gpus = ", ".join(f"{n}x {name}" for name, n in models.items()) or tr(lang, "no GPU read")
+    driver = host.get("driver")
+    cuda = host.get("cuda")
+    return "; ".join((host.get("hostname") or tr(lang, "unnamed"), gpus,
+                      tr(lang, "driver {version}", version=driver) if driver else tr(lang, "driver not read"),
+                      tr(lang, "CUDA {version}", version=cuda) if cuda else tr(lang, "CUDA not read")))
+
+
+def _facts(results: Results, digest: str, lang: str = DEFAULT) -> str:
+    """Who and what: vendor, contract, host (or the cluster), when, the evidence digest."""
+    host, contract = results.host, results.contract
     facts = [
-        ("vendor", contract["vendor"]), ("reference", contract["reference"] or "—"),
-        ("host", f"{host.get('hostname', '')}: {gpus}; driver {host.get('driver') or '—'}, CUDA {host.get('cuda') or '—'}"),
-        ("contract", f"{contract['path']} (SHA-256 {contract['sha256']})"),
-        ("run", f"{results.started} to {results.finished}"), ("evidence digest (SHA-256)", digest),
+        (tr(lang, "vendor"), contract["vendor"]), (tr(lang, "reference"), contract["reference"] or "—"),
+        (tr(lang, "host"), host_text(host, lang)),
+        (tr(lang, "contract"), tr(lang, "{path} (SHA-256 {sha256})", path=contract["path"], sha256=contract["sha256"])),
+        (tr(lang, "run"), tr(lang, "{started} to {finished}", started=results.started, finished=results.finished)),
+        (tr(lang, "evidence digest (SHA-256)"), digest),
     ]
     if results.hosts is not None:
         good = sum(h.get("verdict") == "accepted" for h in results.hosts)
-        facts[2] = ("cluster", f"{len(results.hosts)} nodes, {good} accepted on their own checks; the login node: "
-                               f"{host.get('hostname', '')}")
+        facts[2] = (tr(lang, "cluster"), tr(lang, "{nodes} nodes, {good} accepted on their own checks; the login node: "
+                                                  "{login}", nodes=len(results.hosts), good=good,
+                                            login=host.get("hostname", "")))
     elif host.get("error"):
         facts.append(("NVML", host["error"]))
     if results.replayed_from is not None:
-        facts.append(("replayed from", results.replayed_from))
+        facts.append((tr(lang, "replayed from"), results.replayed_from))
     if results.sources:
-        facts.append(("sources", "; ".join(f"{k}: {v}" for k, v in results.sources.items())))
-    return "".join(f"<tr><th>{k}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts)
+        facts.append((tr(lang, "sources"), "; ".join(f"{k}: {v}" for k, v in results.sources.items())))
+    return "".join(f"<tr><th>{safe_text(k)}</th><td>{safe_text(str(v))}</td></tr>" for k, v in facts)
 
 
-def _notes(results: Results) -> str:
+def _notes(results: Results, lang: str = DEFAULT) -> str:
     """What qualifies the verdict: its mode, an incomplete run, a node of a cluster contract."""
-    notes = "" if (results.mode or "live") == "live" else f"<p><b>{safe_text(mode_label(results))}</b></p>"
+    notes = "" if (results.mode or "live") == "live" else f"<p><b>{safe_text(mode_label(results, lang))}</b></p>"
     if not results.complete:
-        notes += "<p><b>INCOMPLETE RUN</b>: not every check ran (interrupted, crashed or deselected); the run is rejected.</p>"
+        notes += "<p><b>{}</b>: {}</p>".format(
+            safe_text(tr(lang, "INCOMPLETE RUN")),
+            safe_text(tr(lang, "not every check ran (interrupted, crashed or deselected); the run is rejected.")))
     if results.cluster_node:
-        notes += (f"<p><b>NODE {safe_text(results.cluster_node)} of a cluster contract</b>: judged on its own "
-                  "sections only; the cluster's verdict is the login node's report.</p>")
+        notes += "<p><b>{}</b>: {}</p>".format(
+            safe_text(tr(lang, "NODE {node} of a cluster contract", node=results.cluster_node)),
+            safe_text(tr(lang, "judged on its own sections only; the cluster's verdict is the login node's report.")))
     return notes
 
 
-def _warnings(results: Results) -> str:
+def warnings_html(results: Results, lang: str = DEFAULT) -> str:
+    """What the buyer must read beside the verdict, in a box of its own below it (never inside the verdict's colour):
+    foreign files or code (the run is rejected), and the contract's warnings (not failures)."""
     def items(lines: list[str]) -> str:
         return "".join(f"<li>{safe_text(line)}</li>" for line in lines)
 
+    def said(title: str, text: str, lines: list[str]) -> str:
+        return f"<p><b>{safe_text(tr(lang, title))}</b>{safe_text(tr(lang, text))}</p><ul>{items(lines)}</ul>"
+
     warnings = ""
     if results.foreign_evidence:
-        warnings += ("<p><b>FOREIGN FILES IN THE EVIDENCE FOLDER</b>: written by something other than this run, "
-                     f"or changed after capture; never read, and the run is rejected:</p><ul>{items(results.foreign_evidence)}</ul>")
+        warnings += said("FOREIGN FILES IN THE EVIDENCE FOLDER", ": written by something other than this run, or "
+                         "changed after capture; never read, and the run is rejected:", results.foreign_evidence)
     if results.foreign_code:
-        warnings += ("<p><b>FOREIGN CODE</b>: pytest-gpuaccept's own code was replaced; the run is rejected:</p>"
-                     f"<ul>{items(results.foreign_code)}</ul>")
+        warnings += said("FOREIGN CODE", ": pytest-gpuaccept's own code was replaced; the run is rejected:",
+                         results.foreign_code)
     if results.contract_warnings:
-        warnings += ("<p><b>Contract warnings</b> (not failures: the contract is the buyer's word):</p>"
-                     f"<ul>{items(results.contract_warnings)}</ul>")
-    return warnings
+        warnings += said("Contract warnings", " (not failures: the contract is the buyer's word):",
+                         results.contract_warnings)
+    return f'<div id="gpuaccept-warnings">{warnings}</div>' if warnings else ""
 
 
-def verdict_box(results: Results, digest: str) -> str:
+def _verdict_said(results: Results, lang: str, colour: str) -> str:
+    """The verdict in the report's language, in large type under the English word (which `verify` reads: the verdict
+    box's heading is ACCEPTED or REJECTED in every language)."""
+    if lang == DEFAULT:
+        return ""
+    said = tr(lang, "the run is ACCEPTED") if results.verdict == "accepted" else tr(lang, "the run is REJECTED")
+    return f'<p style="color:{colour};font-size:1.5em;font-weight:bold;margin:0">{safe_text(said)}</p>'
+
+
+def verdict_box(results: Results, digest: str, lang: str = DEFAULT) -> str:
     """The first screen: the verdict, its root cause where one source left most checks unmeasured, the counts,
-    who and what, every check that did not pass (one line each), and the warnings."""
+    who and what, every check that did not pass (one line each); the warnings follow it, outside its box."""
     colour = PASS_GREEN if results.verdict == "accepted" else FAIL_RED
     counts = results.counts()
     not_passed = ([c for c in results.checks if c.outcome is Outcome.FAILED]
                   + [c for c in results.checks if c.outcome is Outcome.NOT_MEASURED])
-    failures = (f"<h3>Did not pass ({len(not_passed)})</h3><ul>{''.join(failure_lines(not_passed))}</ul>"
-                if not_passed else "<p>Every check passed.</p>")
+    failures = ("<h3>{}</h3><ul>{}</ul>".format(safe_text(tr(lang, "Did not pass ({n})", n=len(not_passed))),
+                                                "".join(failure_lines(not_passed, lang)))
+                if not_passed else f"<p>{safe_text(tr(lang, 'Every check passed.'))}</p>")
     cause = root_cause(results)
     cause_html = f'<p id="gpuaccept-root-cause"><b>{safe_text(cause)}</b></p>' if cause else ""
+    counted = tr(lang, "{passed} passed, {failed} failed, {not_measured} not measured of {total} checks.",
+                 passed=counts[Outcome.PASSED], failed=counts[Outcome.FAILED],
+                 not_measured=counts[Outcome.NOT_MEASURED], total=len(results.checks))
     return (f'<div id="gpuaccept-verdict" class="gpuaccept-first" data-verdict="{results.verdict}" '
             f'data-evidence-digest="{digest}" style="border:3px solid {colour};padding:8px;margin:8px 0">'
-            f'<h2 style="color:{colour};margin:0">{results.verdict.upper()}</h2>{cause_html}{_notes(results)}'
-            f"<p>{counts[Outcome.PASSED]} passed, {counts[Outcome.FAILED]} failed, "
-            f"{counts[Outcome.NOT_MEASURED]} not measured of {len(results.checks)} checks.</p>"
-            f"<table>{_facts(results, digest)}</table>"
-            f'<div id="gpuaccept-failures">{failures}</div>{_warnings(results)}</div>')
+            f'<h2 style="color:{colour};margin:0">{results.verdict.upper()}</h2>{_verdict_said(results, lang, colour)}'
+            f"{cause_html}{_notes(results, lang)}<p>{safe_text(counted)}</p>"
+            f'<table>{_facts(results, digest, lang)}</table><div id="gpuaccept-failures">{failures}</div></div>'
+            f"{warnings_html(results, lang)}")
 
 
-def _audit(results: Results, environment: dict[str, Any]) -> tuple[str, str]:
+def _audit(results: Results, environment: dict[str, Any], lang: str = DEFAULT) -> tuple[str, str]:
     """The tools run (provenance), and the auditor's environment with the other plugins loaded."""
-    tools = [["tool", "path", "SHA-256", "kind", "package", "verified", "look twice"]] + [
+    verified = {True: tr(lang, "yes"), False: tr(lang, "CHANGED"), None: "—"}
+    tools = [[tr(lang, word) for word in ("tool", "path", "SHA-256", "kind", "package", "verified", "look twice")]] + [
         [t.get("tool", ""), t.get("resolved", ""), t.get("sha256", "—"), t.get("kind", "—"),
-         t.get("package") or t.get("package_note") or "—", {True: "yes", False: "CHANGED", None: "—"}[t.get("verified")],
+         t.get("package") or t.get("package_note") or "—", verified[t.get("verified")],
          "; ".join(t.get("flags", [])) or "—"] for t in results.tools or []]
-    plugins = [["plugin", "file", "SHA-256", "from"]] + [
+    plugins = [[tr(lang, word) for word in ("plugin", "file", "SHA-256", "from")]] + [
         [p["name"], p["file"], p["sha256"], p["distribution"]] for p in results.plugins or []]
-    env = [["key", "value"]] + [[k, v if isinstance(v, str) else json.dumps(v)] for k, v in environment.items()]
-    tools_html = f"<h3>Tools run (provenance)</h3>{table(tools) if len(tools) > 1 else '<p>none</p>'}"
-    env_html = (f'<div class="gpuaccept-env"><h3>The auditor\'s environment</h3>{table(env) if len(env) > 1 else ""}'
-                f"<h4>Other plugins and conftest files loaded</h4>{table(plugins) if len(plugins) > 1 else '<p>none</p>'}</div>")
+    env = [[tr(lang, "key"), tr(lang, "value")]] + [[k, v if isinstance(v, str) else json.dumps(v)]
+                                                    for k, v in environment.items()]
+    none = f"<p>{safe_text(tr(lang, 'none'))}</p>"
+    tools_html = f"<h3>{safe_text(tr(lang, 'Tools run (provenance)'))}</h3>{table(tools) if len(tools) > 1 else none}"
+    auditor = heading(lang, "The auditor's environment")
+    env_html = (f'<div class="gpuaccept-env"><h3>{auditor}</h3>'
+                f"{table(env) if len(env) > 1 else ''}"
+                f"<h4>{safe_text(tr(lang, 'Other plugins and conftest files loaded'))}</h4>"
+                f"{table(plugins) if len(plugins) > 1 else none}</div>")
     return tools_html, env_html
 
 
-def banner(results: Results, evidence: Evidence | None, digest: str, environment: dict[str, Any] | None = None) -> str:
+def page_head(results: Results, lang: str = DEFAULT) -> str:
+    """The line at the top of every printed page: verdict, vendor, reference (or the contract's digest); the mode is
+    beside it, at the page's top right."""
+    contract = results.contract
+    return " · ".join((verdict_word(results.verdict, lang), contract["vendor"],
+                       contract["reference"] or contract["sha256"][:12]))
+
+
+def banner(results: Results, evidence: Evidence | None, digest: str, environment: dict[str, Any] | None = None,
+           lang: str = DEFAULT) -> str:
     """The first screen is the verdict, who and what, and every check that did not pass (one line each);
     then a summary per clause, each section's part, the signatures, and tools, raw outputs, environment."""
-    contract, checks = results.contract, results.checks
-    head = f"{results.verdict.upper()} · {contract['vendor']} · {contract['reference'] or contract['sha256'][:12]}"
-    sign = "".join(f"<tr><th>{who}</th><td>name</td><td>role</td><td>date</td><td>signature</td></tr>"
-                   for who in ("Buyer", "Vendor"))
-    gpu_ids = "".join(
-        f"<li>GPU{g['index']}: {safe_text(g['name'])}, uuid {safe_text(g['uuid'])}, serial {safe_text(g['serial'] or 'n/a')}, "
-        f"PCI {safe_text(g.get('pci_bus_id', ''))}</li>" for g in results.host.get("gpus", []))
-    tools_html, env_html = _audit(results, environment or {})
+    checks = results.checks
+    sign = "".join("<tr><th>{}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
+        *(safe_text(tr(lang, word)) for word in (who, "name", "role", "date", "signature")))
+        for who in ("Buyer", "Vendor"))
+    gpu_ids = "".join("<li>{}</li>".format(safe_text(tr(
+        lang, "GPU{index}: {name}, uuid {uuid}, serial {serial}, PCI {pci}", index=g["index"], name=g["name"],
+        uuid=g["uuid"], serial=g["serial"] or "n/a", pci=g.get("pci_bus_id", ""))))
+        for g in results.host.get("gpus", []))
+    gpus_html = f"<h3>{safe_text(tr(lang, 'GPUs'))}</h3><ul>{gpu_ids}</ul>" if gpu_ids and results.hosts is None else ""
+    tools_html, env_html = _audit(results, environment or {}, lang)
+    not_in = ", ".join(results.not_in_contract or []) or tr(lang, "none")
+    every = tr(lang, "The table below: one row per check, failures first, but none for a pair that passed (its "
+                     "clause's row in Pairs counts it; the results file lists every check); open a row for its "
+                     "message, facts and links to its charts and raw output.")
     return (
-        f"<style>{stylesheet(head)}</style>{verdict_box(results, digest)}"
-        f"<h3>Per clause</h3>{per_clause_html(checks)}{pairs_html(checks)}"
-        f"<p>Not in contract (not checked): {safe_text(', '.join(results.not_in_contract or []) or 'none')}</p>"
-        + "".join(part.render(checks) + part.drawn(results.records) for part in registry.REPORT_PARTS)
-        + f'<h3>Signatures</h3><table class="gpuaccept-sign">{sign}</table>'
-        f"{'' if results.hosts is not None else f'<h3>GPUs</h3><ul>{gpu_ids}</ul>'}"
-        f"{tools_html}{measurements(checks, evidence)}"
-        f"{raw_outputs(evidence, checks) if evidence is not None else ''}{env_html}"
-        f"<h3>Every check</h3><p>The table below: one row per check, failures first, but none for a pair that "
-        f"passed (its clause's row in Pairs counts it; the results file lists every check); open a row for its "
-        f"message, facts and links to its charts and raw output.</p>"
+        f"<style>{stylesheet(page_head(results, lang), mode_word(results, lang))}</style>"
+        f"{verdict_box(results, digest, lang)}"
+        f"<h3>{safe_text(tr(lang, 'Per clause'))}</h3>{per_clause_html(checks, lang)}{pairs_html(checks, lang)}"
+        f"<p>{safe_text(tr(lang, 'Not in contract (not checked): {clauses}', clauses=not_in))}</p>"
+        + "".join(part.render(checks, lang) + part.drawn(results.records, lang) for part in registry.REPORT_PARTS)
+        + f'<h3>{safe_text(tr(lang, "Signatures"))}</h3><table class="gpuaccept-sign">{sign}</table>'
+        f"{gpus_html}{tools_html}{measurements(checks, evidence, lang)}"
+        f"{raw_outputs(evidence, checks, lang) if evidence is not None else ''}{env_html}"
+        f"<h3>{safe_text(tr(lang, 'Every check'))}</h3><p>{safe_text(every)}</p>"
     )

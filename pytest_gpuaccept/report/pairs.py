@@ -2,7 +2,7 @@
 a check of the results, but the report shows its passing pairs as one row: the clause's counts and, up to MAP_ENDS
 ends, its heat map. Each pair that did not pass keeps its row in the table below (table.py). A cluster's nodes'
 pairs are one row per clause over every node, naming the nodes whose pairs did not pass (each node's own report
-has its heat map)."""
+has its heat map). Its own words are said in the report's language (i18n.tr)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Sequence
 from ..charts import heat_map, safe_text
 from ..clauses import registry
 from ..clauses.base import Clause
+from ..i18n import DEFAULT, tr
 from ..verdict import Check, Outcome
 
 MAP_ENDS = 32  # a heat map up to this many ends a side (32 x 32 cells); above, the ends of the pairs that did not pass
@@ -79,7 +80,7 @@ def groups(checks: Sequence[Check]) -> list[Group]:
     return list(found.values())
 
 
-def _map(group: Group) -> str:
+def _map(group: Group, lang: str = DEFAULT) -> str:
     """The group's heat map: a row per end, a column per end; a pair both ways in both its cells."""
     ends = [_ends(group.clause, check) for check in group.checks]
     names = list(dict.fromkeys(name for pair in ends if pair for name in pair))
@@ -97,31 +98,36 @@ def _map(group: Group) -> str:
         if not ordered:
             cells[(b, a)] = cells[(a, b)]
     return heat_map(group.clause.key, cells, group.clause.unit or "", names,
-                    "row: from, column: to" if ordered else "each pair in both cells")
+                    tr(lang, "row: from, column: to") if ordered else tr(lang, "each pair in both cells"))
 
 
-def _line(group: Group) -> str:
+def _line(group: Group, lang: str = DEFAULT) -> str:
     """N pairs: P passed, F failed, M not measured; where some did not pass, the ends (or nodes) they name."""
-    counts, where = group.counts(), " on every node" if group.nodes else ""
-    text = (f"{len(group.checks)} pairs{where}: {counts[Outcome.PASSED]} passed, {counts[Outcome.FAILED]} failed, "
-            f"{counts[Outcome.NOT_MEASURED]} not measured")
+    counts = group.counts()
+    template = ("{pairs} pairs on every node: {passed} passed, {failed} failed, {not_measured} not measured"
+                if group.nodes else "{pairs} pairs: {passed} passed, {failed} failed, {not_measured} not measured")
+    text = tr(lang, template, pairs=len(group.checks), passed=counts[Outcome.PASSED], failed=counts[Outcome.FAILED],
+              not_measured=counts[Outcome.NOT_MEASURED])
     troubled = group.troubled()
     if troubled:
         named = ", ".join(f"{name} ({n})" for name, n in list(troubled.items())[:ENDS_NAMED])
-        more = f", … {len(troubled) - ENDS_NAMED} more" if len(troubled) > ENDS_NAMED else ""
-        text += f"; {'nodes' if group.nodes else 'ends'} in pairs that did not pass: {named}{more}"
+        more = tr(lang, ", … {n} more", n=len(troubled) - ENDS_NAMED) if len(troubled) > ENDS_NAMED else ""
+        which = ("; nodes in pairs that did not pass: {named}{more}" if group.nodes
+                 else "; ends in pairs that did not pass: {named}{more}")
+        text += tr(lang, which, named=named, more=more)
     return safe_text(text)
 
 
-def pairs_html(checks: Sequence[Check]) -> str:
+def pairs_html(checks: Sequence[Check], lang: str = DEFAULT) -> str:
     """The pair clauses, a row each: its counts and its heat map. Every pair is a check of the results file; one
     that did not pass also has its own row in the table of every check."""
     found = groups(checks)
     if not found:
         return ""
     rows = "".join(f'<tr id="pairs-{safe_text(g.clause.key)}{"-nodes" if g.nodes else ""}"><td>'
-                   f"<b>{safe_text(g.clause.key)}</b><td>{_line(g)}{_map(g)}" for g in found)
-    return ("<h3>Pairs</h3><p>Each pair is judged on its own and is a check of the results file; here each clause of "
-            "pairs is one row, its heat map shaded by the measured value (failed red, not measured grey). A pair that "
-            "did not pass also has its own row in the table of every check.</p>"
-            f"<table class=gt><tr><th>clause<th>pairs{rows}</table>")
+                   f"<b>{safe_text(g.clause.key)}</b><td>{_line(g, lang)}{_map(g, lang)}" for g in found)
+    said = tr(lang, "Each pair is judged on its own and is a check of the results file; here each clause of pairs is "
+                    "one row, its heat map shaded by the measured value (failed red, not measured grey). A pair that "
+                    "did not pass also has its own row in the table of every check.")
+    return (f"<h3>{safe_text(tr(lang, 'Pairs'))}</h3><p>{safe_text(said)}</p>"
+            f"<table class=gt><tr><th>{safe_text(tr(lang, 'clause'))}<th>{safe_text(tr(lang, 'pairs'))}{rows}</table>")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator, Sequence
 
+from ..i18n import DEFAULT, tr
 from ..rejudge import RECOMPUTED
 from ..verdict import NOT_MEASURED_PREFIX, Check, Outcome
 
@@ -132,26 +133,30 @@ def junit_properties(check: Check) -> list[tuple[str, str]]:
         (f"gpuaccept_{key}", "" if value is None else str(value)) for key, value in facts]
 
 
-def verdict_line(results: Results) -> str:
-    """The one line a script or a person reads last: verdict, completeness and mode when not live."""
-    word = results.verdict.upper() + ("" if results.complete else " (INCOMPLETE)")
-    node = (f" [NODE {results.cluster_node} of a cluster contract: its own sections only, not the cluster's "
-            "verdict]" if results.cluster_node else "")
-    mode = f" [{mode_label(results)}]" if (results.mode or "live") != "live" else ""
-    return f"gpuaccept verdict: {word}{mode}{node}"
+def verdict_line(results: Results, lang: str = DEFAULT) -> str:
+    """The one line a script or a person reads last: verdict, completeness and mode when not live. In another
+    language the verdict keeps its English word beside the translation (`通过 (ACCEPTED)`), which scripts read."""
+    word = tr(lang, "ACCEPTED") if results.verdict == "accepted" else tr(lang, "REJECTED")
+    word += "" if results.complete else tr(lang, " (INCOMPLETE)")
+    node = (tr(lang, " [NODE {node} of a cluster contract: its own sections only, not the cluster's verdict]",
+               node=results.cluster_node) if results.cluster_node else "")
+    mode = f" [{mode_label(results, lang)}]" if (results.mode or "live") != "live" else ""
+    return tr(lang, "gpuaccept verdict: {word}{mode}{node}", word=word, mode=mode, node=node)
 
 
-def mode_label(results: Results) -> str:
-    """How a run that was not measured live says so, next to its verdict."""
+def mode_label(results: Results, lang: str = DEFAULT) -> str:
+    """How a run that was not measured live says so, next to its verdict (the terminal, the report's banner)."""
     if results.mode == "replay":
         recorded = results.recorded or {}
-        simulated = " (a SIMULATED run: NVML readings from a recording)" if recorded.get("mode") == "simulated" else ""
-        return (f"REPLAY of host {recorded.get('host') or 'unnamed'} recorded "
-                f"{recorded.get('started') or 'at an unknown time'}{simulated}: judged from a bundle, not measured "
-                f"now; {RECOMPUTED}")
+        simulated = (tr(lang, " (a SIMULATED run: NVML readings from a recording)")
+                     if recorded.get("mode") == "simulated" else "")
+        return tr(lang, "REPLAY of host {host} recorded {started}{simulated}: judged from a bundle, not measured now; "
+                        "{recomputed}", host=recorded.get("host") or tr(lang, "unnamed"),
+                  started=recorded.get("started") or tr(lang, "at an unknown time"), simulated=simulated,
+                  recomputed=tr(lang, RECOMPUTED))
     if results.mode == "simulated":
-        return "SIMULATED: NVML readings from a recording, not from this host's driver"
-    return "LIVE"
+        return tr(lang, "SIMULATED: NVML readings from a recording, not from this host's driver")
+    return tr(lang, "LIVE")
 
 
 def sources(sys_root: Path, nvml_recording: Path | None, replay: Path | None) -> dict[str, str]:
