@@ -21,6 +21,7 @@ from conftest import DATA, SYSTEM_PATH, nccl_log, nvml_recording, pci_port, pci_
 from pytest_gpuaccept.probes import nvml
 from pytest_gpuaccept.probes.imex_channels import parse_listing, parse_major
 from pytest_gpuaccept.probes.nvlink_counters import GpuLinks, Traffic, parse_throughput
+from pytest_gpuaccept.probes.port_errors import IB_ERRORS
 from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 # ------------------------------------------------------------------ the evidence bundle (test_bundle.py)
@@ -218,15 +219,20 @@ health:
 
 # ------------------------------------------------------------------ RDMA ports (test_network_acceptance.py)
 
-def sysfs_tree(root, devices: dict[str, dict[str, str]]) -> str:
+def sysfs_tree(root, devices: dict[str, dict[str, str]], errors: bool = False) -> str:
     """A sysfs tree with the files the kernel provides for each RDMA port (state, phys_state, rate, link_layer),
-    each device a function of its own PCI device (0000:1N:00.0, mlx5_core) as on a real host."""
+    each device a function of its own PCI device (0000:1N:00.0, mlx5_core) as on a real host; with `errors`, each port's
+    error counters (counters/symbol_error, ...) at 0."""
     (root / "class" / "net").mkdir(parents=True, exist_ok=True)
     for n, (device, files) in enumerate(devices.items()):
         port = pci_port(root, "infiniband", device, f"0000:{0x18 + 16 * n:02x}:00.0") / "ports" / "1"
         port.mkdir(parents=True)
         for name, value in files.items():
             (port / name).write_text(value + "\n")
+        if errors:  # the error counters of a port that saw none (rdma.errors)
+            (port / "counters").mkdir()
+            for name in IB_ERRORS:
+                (port / "counters" / name).write_text("0\n")
     return f"--gpuaccept-sysfs={root}"
 
 
@@ -237,7 +243,7 @@ RDMA_CONTRACT = "gpuaccept: 1\nvendor: V\nrdma:\n  devices: {devices}\n  min_fra
 def counting_port(root, device: str, words: int = 1000):
     """ports/1/counters of `device` (port_xmit_data, port_rcv_data: 4-byte words) under a sysfs_tree."""
     folder = root / "class" / "infiniband" / device / "ports" / "1" / "counters"
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     for name in ("port_xmit_data", "port_rcv_data"):
         (folder / name).write_text(f"{words}\n")
     return folder
@@ -246,10 +252,12 @@ def counting_port(root, device: str, words: int = 1000):
 # ------------------------------------------------------------------ every clause at once (test_every_clause.py)
 
 # The clauses a contract with every other clause cannot have: nics and rdma with `count` (the same sections without),
-# and gpus.mig (MIG slices refuse the sections that judge whole GPUs: test_mig_and_declared_boards.py)
-APART_CLAUSES = {"nics.count", "rdma.count", "gpus.mig"}
+# and gpus.mig (MIG slices refuse the sections that judge whole GPUs: test_mig_and_declared_boards.py); allreduce.algo
+# (NVLS needs NVSwitches, which the every-clause host, four H100s with NV6 to each other, has not: test_allreduce_nvls.py)
+APART_CLAUSES = {"nics.count", "rdma.count", "gpus.mig", "allreduce.algo"}
 # The cluster section's clauses are judged on a cluster's login node, and there only (test_cluster_slurm.py).
-CLUSTER_CLAUSES = {"cluster.nodes", "cluster.allreduce", "cluster.pairs", "cluster.links", "cluster.nvlink_domain.fabric",
+CLUSTER_CLAUSES = {"cluster.nodes", "cluster.allreduce", "cluster.pairs", "cluster.links", "cluster.links.rdma",
+                   "cluster.fabric", "cluster.utilisation", "cluster.nvlink_domain.fabric",
                    "cluster.nvlink_domain.imex", "cluster.nvlink_domain.min_busbw"}
 EVERY_CLAUSE_CONTRACT = """\
 gpuaccept: 1
@@ -264,12 +272,13 @@ memory_bandwidth: {min_bandwidth: "10 GB/s", tool: torch}
 compute: {dtype: fp32, min_tflops: 0.0001, duration: "3 s", n: 256}
 host_bandwidth: {min_bandwidth: "50 GB/s"}
 allreduce: {min_busbw: "35 GB/s", min_bytes: "8 B", max_bytes: "128 MiB"}
-nics: {interfaces: ["ens*"], min_speed: "25 Gb/s"}
-rdma: {devices: ["mlx5_*"], min_fraction_of_line_rate: 0.9}
+sdc: {iterations: 1}
+nics: {interfaces: ["ens*"], errors: true, min_speed: "25 Gb/s"}
+rdma: {devices: ["mlx5_*"], errors: true, min_fraction_of_line_rate: 0.9}
 iperf3: {server: 10.0.0.2, min_throughput: "1.5 Gb/s", streams: 1, duration: "1 s"}
 utilisation: {min_percent: 80, duration: "1.5 s", warmup: "1 s", workload: ["train-job"]}
 health: {ecc: true, row_remapping: true, throttle: true, pcie_gen: 5, pcie_width: 16, power_limit: default,
-         max_remapped_rows: 0, xid: true, clocks: true}
+         max_remapped_rows: 0, xid: true, clocks: true, pcie_aer: {max_correctable_per_hour: 100}}
 burnin: {duration: "2 min", workload: ["burn-job"], min_percent: 90}
 dcgm: {level: 1}
 """
@@ -418,3 +427,97 @@ def moves(folder: Path, gbit_s: float, seconds: float):
             path = folder / name
             path.write_text(str(int(path.read_text()) + int(gbit_s * 1e9 * seconds / 8 / 4)))
     return moved
+
+
+# ------------------------------------------------------------------ a node for node-check (test_node_check*.py)
+
+NODE_CHECK_CONTRACT = """\
+gpuaccept: 1
+vendor: "Trial cluster"
+tools: {{nvidia-smi: "{smi}", timeout: "30 s"}}
+node_check: {{quick: [gpus, nvlink]}}
+gpus:
+  count: 8
+  model: "H100"
+nvlink:
+  every_pair: true
+  min_links: 17
+  links_per_gpu: 18
+allreduce:
+  min_busbw: "450 GB/s"
+"""
+
+
+def node_check_node(folder: Path, down: set[tuple[int, int]] = frozenset()) -> Path:
+    """A simulated H100 node in `folder`: its NVML recording (nvml.json) and sysfs tree (sys/), and the files a fake
+    `nvidia-smi` prints for it (topo.txt: a real 8-GPU NV18 matrix; nvlink-s.txt: the real H100 block per GPU).
+    `down`: (GPU, link) NVLinks down, as NVML and `nvlink -s` both see them. Call again to swap the fault in or out."""
+    folder.mkdir(parents=True, exist_ok=True)
+    reading = json.loads((DATA / "nvml" / "h100_sxm5_8gpu.json").read_text())
+    for gpu in reading["gpus"]:
+        gpu["uuid"] = gpu["uuid"].replace("GPU-h100-", f"GPU-{folder.name}-")
+        for link in gpu["nvlinks"]:
+            link["active"] = (gpu["index"], link["link"]) not in down
+    (folder / "nvml.json").write_text(json.dumps(reading))
+    if not (folder / "sys").is_dir():
+        pci_tree(folder / "sys")
+    shutil.copy(DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt", folder / "topo.txt")
+    (folder / "nvlink-s.txt").write_text(h100_status(8, inactive=set(down)))
+    return folder
+
+
+def node_check_smi(path: Path, nodes: str) -> Path:
+    """A fake `nvidia-smi` that prints the files of the node it runs on: `nodes`/$(hostname)/ (a node of the namespace
+    cluster has its own host name), `topo -m` and `nvlink -s` as recorded there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"""#!/bin/sh
+d="{nodes}/$(hostname)"
+case "$*" in
+  "topo -m") exec cat "$d/topo.txt" ;;
+  "nvlink -s") exec cat "$d/nvlink-s.txt" ;;
+esac
+echo "fake nvidia-smi: $*: not recorded" >&2
+exit 9
+""")
+    path.chmod(0o755)
+    return path
+
+
+# The report a signer reads (tests/test_report_first_hour.py, tests/test_lang_zh.py): the full H100 preset on an 8-GPU
+# fake host, every tool replaying a real output, in a process of its own, in the language asked.
+SIGNER_SHEET = "h100_sxm5_8gpu_acceptance_sheet.json"
+
+
+def signer_run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`pytest --contract=<the H100 preset, shortened> --gpuaccept-nvml=<8 GPUs>` in `folder` with fake tools first on
+    PATH (NVLink, nvbandwidth, all_reduce from real outputs; no PyTorch, no RDMA: rejected); returns the run."""
+    from conftest import FakeTools  # noqa: PLC0415 (the fake tools of conftest, as tests/test_report_for_signers.py)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "fakebin").mkdir()
+    tools = FakeTools(folder / "fakebin", folder / "fake-tools.log")
+    tools.add("nvidia-smi", DATA / "topo" / "h100_8gpu_nv18_no_legend_mlengineering.txt", when="topo")
+    tools.add("nvidia-smi", h100_status(8), when="nvlink -s")
+    tools.add("nvidia-smi", h100_errors(8), when="nvlink -e")
+    tools.add("nvbandwidth", DATA / "nvbandwidth" / "h100_8gpu_v0.10.0_five_runs_cov_latency_spreadsheet_quoted.txt")
+    tools.add_nccl(nccl_log(DATA / "allreduce" / "aws_batch_p5_mpirun_tagged_table_only.txt", SIGNER_SHEET), iters=1)
+    tools.add("train-job", "training\n", hang=120)
+    reading = json.loads((DATA / "nvml" / SIGNER_SHEET).read_text())
+    reading["utilisation"] = {"interval_s": 0.2, "fields": UTILISATION_FIELDS, "gpus": [
+        {"index": i, "samples": series(seconds=3.0), "xid": {"events": []},
+         "health": {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "retired_pages_pending": None,
+                    "power_limit_enforced_w": 700.0, "power_limit_default_w": 700.0}} for i in range(8)]}
+    recording = folder / "nvml.json"
+    recording.write_text(json.dumps(reading))
+    full = (Path(__file__).resolve().parent.parent / "contracts" / "h100_sxm5_8gpu.yaml").read_text()
+    contract = (full.replace('duration: "60 s"', 'duration: "2 s"').replace('warmup: "10 s"', 'warmup: "1 s"')
+                .replace("workload: builtin", "workload: [train-job]").replace('duration: "30 s"', 'duration: "1 s"')
+                .replace("repeats: 2", "repeats: 1\n  args: ['-n', '1']")
+                .replace('max_bytes: "8 GiB"', 'max_bytes: "16 GiB"'))  # the P5 log's sweep ends at 16 GiB
+    (folder / "vendor.yaml").write_text(contract)
+    argv = [sys.executable, "-m", "pytest", "--contract", str(folder / "vendor.yaml"), "-p", "no:cacheprovider",
+            f"--basetemp={folder / 'basetemp'}", f"--gpuaccept-nvml={recording}",
+            pci_tree(folder / "sys", recording=SIGNER_SHEET), *args]
+    env = {**os.environ, "PATH": f"{folder / 'fakebin'}:{SYSTEM_PATH}"}
+    return subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=900, check=False)

@@ -27,6 +27,7 @@ from pytest_gpuaccept.clauses.plausible import nvbandwidth_work, p2p_latency_wor
 from pytest_gpuaccept.probes.nccl_tests import parse_all_reduce
 from pytest_gpuaccept.probes.nvbandwidth import parse_nvbandwidth
 from pytest_gpuaccept.probes.p2p_latency import parse_p2p_latency
+from pytest_gpuaccept.probes.port_errors import NET_ERRORS, NET_RECORDED
 from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 DATA = Path(__file__).parent / "data"
@@ -214,6 +215,7 @@ def pci_tree(root: Path, device: str | None = None, recording: str | Path = "h10
         for name, value in (("vendor", "0x10de"), ("device", device or gpu["pci_device_id"]), ("class", "0x030200"),
                             ("local_cpulist", local)):
             (folder / name).write_text(value + "\n")
+        clean_aer(folder)
     for bus in NVSWITCH_BUS_IDS:
         (devices / bus).mkdir(parents=True, exist_ok=True)
         for name, value in (("vendor", "0x10de"), ("device", "0x22a3"), ("class", "0x068000")):
@@ -222,13 +224,32 @@ def pci_tree(root: Path, device: str | None = None, recording: str | Path = "h10
     return f"--gpuaccept-sysfs={root}"
 
 
+# The kernel's AER statistics of a function that saw no error (its format since 5.8: one `NAME COUNT` a line)
+CLEAN_AER = {"aer_dev_correctable": "RxErr BadTLP BadDLLP Rollover Timeout NonFatalErr CorrIntErr HeaderOF TOTAL_ERR_COR",
+             "aer_dev_fatal": "Undefined DLP SDES TLP FCP CmpltTO CmpltAbrt UnxCmplt RxOF MalfTLP ECRC UnsupReq ACSViol "
+                              "UncorrIntErr BlockedTLP AtomicOpBlocked TLPBlockedErr PoisonTLPBlocked TOTAL_ERR_FATAL"}
+CLEAN_AER["aer_dev_nonfatal"] = CLEAN_AER["aer_dev_fatal"].replace("TOTAL_ERR_FATAL", "TOTAL_ERR_NONFATAL")
+
+
+def clean_aer(function: Path) -> None:
+    """A PCI function's aer_dev_* files, every counter 0, as the kernel keeps them for an AER-capable device."""
+    for file, names in CLEAN_AER.items():
+        (function / file).write_text("".join(f"{name} 0\n" for name in names.split()))
+
+
 def pci_port(root: Path, kind: str, name: str, address: str, driver: str | None = "mlx5_core", vf: bool = False,
              phys_port_id: str | None = None) -> Path:
     """class/<kind>/<name> as the kernel lays out a port of a PCI device: a link into devices/pci0000:00/<address>/
-    <kind>/<name>, whose `device` leads to the PCI function, bound to `driver`; an SR-IOV VF has `physfn`."""
+    <kind>/<name>, whose `device` leads to the PCI function, bound to `driver`; an SR-IOV VF has `physfn`. The function
+    is listed under bus/pci/devices (where no GPU of that address is), with its AER statistics."""
     function = root / "devices" / "pci0000:00" / address
     entry = function / kind / name
     entry.mkdir(parents=True, exist_ok=True)
+    listed = root / "bus" / "pci" / "devices" / address
+    if not listed.exists() and not listed.is_symlink():
+        listed.parent.mkdir(parents=True, exist_ok=True)
+        listed.symlink_to(function)
+        clean_aer(function)
     (entry / "device").symlink_to(Path("../..")) if not (entry / "device").exists() else None
     if driver and not (function / "driver").exists():
         (root / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
@@ -260,6 +281,8 @@ def routed_nic(fake_tools: FakeTools, root: Path, dev: str = "ens6f0", server: s
     (entry / "statistics").mkdir()
     for counter in ("rx_bytes", "tx_bytes"):
         (entry / "statistics" / counter).write_text("1000\n")
+    for counter in NET_ERRORS + NET_RECORDED:  # the error statistics of a port that saw none
+        (entry / "statistics" / counter).write_text("0\n")
     fake_tools.add("ip", json.dumps([{"dst": server, "gateway": "10.0.0.1", "dev": dev, "prefsrc": "10.0.0.9",
                                       "flags": [], "uid": 0, "cache": []}]), when="route get")
     tx = entry / "statistics" / "tx_bytes"

@@ -195,6 +195,8 @@ def judge(contract: str, outputs: dict[str, Output], folder: Path, nvml: str | P
     state = session(parsed, folder, recordings, nvml if isinstance(nvml, Path) else DATA / "nvml" / nvml, sysfs)
     done: dict[str, Any] = {}
     checks = []
+    for take in registry.BEFORE_RUN:  # as the plugin does before the run's first test (plugin.pytest_runtestloop)
+        take(state)
     for clause in registry.present_clauses(parsed):
         subjects = clause.subjects(parsed, state.listings) or [Subject.whole()]
         m = measured(clause.measure.__name__, state, done)

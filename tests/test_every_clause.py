@@ -73,10 +73,30 @@ def four_rank_rtx_log() -> bytes:
     return log.replace(b"NVIDIA GeForce RTX 5090", b"NVIDIA H100 80GB HBM3")
 
 
+def sdc_gemm_on_four_gpus() -> str:
+    """Our seeded GEMM's real CPU run (tests/data/sdc_gemm), its first four workers as the 4-GPU recording's GPUs and
+    its first repeat only (sdc: {iterations: 1}): device, names, bus IDs and repeats built here."""
+    lines = [json.loads(line) for line in (DATA / "sdc_gemm" / "cpu_8workers_n128_x2_torch2.13.0.txt").read_text()
+             .splitlines()]
+    kept = []
+    for data in lines:
+        if data.get("sdc_gemm"):
+            data.update(device="cuda", repeats=1, gpus=4)
+        if "gpu" in data:
+            if data["gpu"] >= 4:
+                continue
+            data.update(name="NVIDIA H100 80GB HBM3", bus_id=f"00000000:{0x18 + 0x10 * data['gpu']:02X}:00.0",
+                        digests=data["digests"][:1])
+        kept.append(json.dumps(data))
+    return "\n".join(kept) + "\n"
+
+
 def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_path):
     fake_tools.add("nvidia-smi", DATA / "topo" / "h100_4gpu_nv6_4nic_matrix_only.txt", when="topo")
     fake_tools.add("nvidia-smi", h100_status(4), when="nvlink -s")
     fake_tools.add("nvidia-smi", h100_errors(4), when="nvlink -e")
+    # sdc's checked sweep (-n 1 -c 1: its header's iterations set to 1, built here), before the allreduce run's rule.
+    fake_tools.add_nccl(four_rank_rtx_log().replace(b"iters: 20", b"iters: 1"), iters=2, when="-n 1 -c 1")
     fake_tools.add_nccl(four_rank_rtx_log())
     fake_tools.add("nvbandwidth", nv6_nvbandwidth())  # the asked testcases of the B300 run, as four H100s could print
     # The memory workload: the recorded CPU run's two lines, relabelled as GPUs 0-3 (built here, not recorded).
@@ -84,6 +104,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     gpus = [lines[n % 2].replace('"gpu": 0', '"gpu": N').replace('"gpu": 1', '"gpu": N').replace("N", str(n), 1)
             .replace('"device": "cpu"', f'"device": "cuda:{n}"') for n in range(4)]
     fake_tools.add("python", "\n".join([head, *gpus]) + "\n", when="membw")
+    fake_tools.add("python", sdc_gemm_on_four_gpus(), when="sdc_gemm")  # before the "gemm" rule, which it also matches
     # The GEMM workload: the recorded CPU run's windows, as GPUs 0-3 (GPUs 2 and 3 repeat 0 and 1; built here).
     head, *windows = as_gpus((DATA / "torch" / "gemm_cpu_2proc_fp32_n256.txt").read_text()).splitlines()
     more = [w.replace('"gpu": 0', '"gpu": 2').replace('"gpu": 1', '"gpu": 3') for w in windows]
@@ -94,7 +115,7 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     routed_nic(fake_tools, tmp_path / "sys", iperf3_output=DATA / "iperf3" / "json_3.9_tcp_10s_omit3_1.82Gbps.json")
     fake_tools.add("train-job", "training\n", hang=30)
     fake_tools.add("dcgmi", dcgm4_document([f"165232200000{i}" for i in range(4)]))  # constructed: builders.py
-    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP})
+    sysfs = sysfs_tree(tmp_path / "sys", {"mlx5_0": IB_UP}, errors=True)
     pci_tree(tmp_path / "sys", "0x2330", "h100_sxm5_4gpu.json")  # the GPUs' PCI functions: H100 SXM5
     health = {i: {"ecc_volatile_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "power_limit_enforced_w": 700.0,
                   "power_limit_default_w": 700.0} for i in range(4)}
@@ -117,7 +138,9 @@ def test_a_host_that_keeps_every_promise_is_accepted(accept, fake_tools, tmp_pat
     # gpus: count, driver, cuda + model and memory per GPU; 6 pairs; links and errors per GPU; p2p; one each for
     # allreduce, nics, rdma, iperf3; utilisation and eight health clauses per GPU: every check once.
     # p2p: 12 ordered pairs and 6 pairs both ways; memory_bandwidth, compute, form_factor and identity per GPU;
-    # host 4 x 2; persistence_mode per GPU; dcgm's level-1 software test per GPU; seven burn-in clauses per GPU.
-    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 9 + 4 + 4 + 4 * 7
+    # host 4 x 2; persistence_mode per GPU; dcgm's level-1 software test per GPU; seven burn-in clauses per GPU;
+    # PCIe AER per GPU, for ens6f0 and for mlx5_0; rdma.errors and nics.errors one each; sdc one.
+    assert len(run.checks()) == 3 + 4 * 2 + 4 + 6 + 4 * 2 + 12 + 6 + 4 + 4 + 4 + 8 + 4 + 4 * 9 + 4 + 4 + 4 * 7 + 4 + 2 + 2 \
+        + 1
     names = {"net": ["ens6f0"], "infiniband": ["mlx5_0"]}
     assert len(run.checks()) == len(expected_checks(parse_contract(EVERY_CLAUSE_CONTRACT), lambda: names))

@@ -45,7 +45,10 @@ NOT_CLAUSE_NAMES = {
     ("pytest_gpuaccept/clauses/cluster.py", "allreduce"): "the key cluster.allreduce of the cluster section",
     ("pytest_gpuaccept/clauses/cluster.py", "iperf3"): "the key cluster.links.iperf3 of the cluster section",
     ("pytest_gpuaccept/clauses/cluster.py", "rdma"): "the key cluster.links.rdma of the cluster section",
+    ("pytest_gpuaccept/clauses/cluster.py", "utilisation"): "the key cluster.utilisation of the cluster section",
+    ("pytest_gpuaccept/clauses/cluster.py", "cluster.utilisation"): "the dotted key in the section's messages",
     ("pytest_gpuaccept/clauses/dcgm.py", "memory_bandwidth"): "DCGM's test of that name (a level-3 plugin)",
+    ("pytest_gpuaccept/probes/nccl_tests.py", "allreduce"): "NCCL_ALGO's collective name (`allreduce:nvls,ring`)",
 }
 
 
@@ -81,7 +84,7 @@ def test_plan_covers_every_clause_of_a_full_contract():
     assert CLUSTER_CLAUSES == {c.key for c in registry.clauses_of("cluster")}
     with_counts = parse_contract(EVERY_CLAUSE_CONTRACT.replace('min_speed: "25 Gb/s"}', 'min_speed: "25 Gb/s", count: 1}')
                                  .replace("min_fraction_of_line_rate: 0.9}", "min_fraction_of_line_rate: 0.9, count: 1}"))
-    assert set(registry.not_in_contract(with_counts)) == {"nics", "rdma", "gpus.mig"} | CLUSTER_CLAUSES
+    assert set(registry.not_in_contract(with_counts)) == {"nics", "rdma", "gpus.mig", "allreduce.algo"} | CLUSTER_CLAUSES
 
 
 def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on_each_node():
@@ -91,8 +94,9 @@ def test_a_cluster_contract_judges_the_cluster_on_the_login_node_and_the_rest_on
     on_a_node = replace(cluster, node="gpu02")
     assert [c.key for c in registry.present_clauses(on_a_node)] == [
         c for c in registry.ALL_CLAUSES if c not in APART_CLAUSES | CLUSTER_CLAUSES]
-    assert registry.not_in_contract(cluster) == ["gpus.mig", "nics.count", "rdma.count", "cluster.allreduce", "cluster.links",
-                                                 "cluster.nvlink_domain.fabric", "cluster.nvlink_domain.imex",
+    assert registry.not_in_contract(cluster) == ["gpus.mig", "allreduce.algo", "nics.count", "rdma.count", "cluster.allreduce", "cluster.links",
+                                                 "cluster.links.rdma", "cluster.fabric", "cluster.utilisation", "cluster.nvlink_domain.fabric",
+                                                 "cluster.nvlink_domain.imex",
                                                  "cluster.nvlink_domain.min_busbw"]
     listing = {"cluster_nodes": ["gpu01", "gpu02", "gpu03"]}
     nodes = registry.BY_KEY["cluster.nodes"].subjects(cluster, lambda: listing)

@@ -14,8 +14,10 @@ from . import (
     allreduce,
     burnin,
     cluster,
+    cluster_utilisation,
     compute,
     dcgm,
+    errors,
     gpus,
     host_bandwidth,
     memory_bandwidth,
@@ -23,6 +25,7 @@ from . import (
     nvlink,
     nvlink_domain,
     p2p,
+    sdc,
     shared,
     sources,
     together,
@@ -34,8 +37,8 @@ if TYPE_CHECKING:
     from ..contract import Contract
 
 # Modules in the order of the format; within each, its sections and clauses in report order.
-_MODULES = (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, network, utilisation, burnin, dcgm,
-            cluster, nvlink_domain)
+_MODULES = (gpus, nvlink, p2p, memory_bandwidth, compute, host_bandwidth, allreduce, sdc, network, utilisation, burnin, dcgm,
+            cluster, cluster_utilisation, nvlink_domain, errors)
 
 CLAUSES: tuple[Clause, ...] = tuple(clause for module in _MODULES for clause in module.CLAUSES)
 SECTIONS: tuple[Section[Any], ...] = tuple(dict.fromkeys(clause.section for clause in CLAUSES))
@@ -46,6 +49,10 @@ ALL_CLAUSES: tuple[str, ...] = tuple(BY_KEY)
 # The measuring functions, each a session fixture of its own name (suite.measurement_fixtures makes them).
 MEASUREMENTS: tuple[Measure, ...] = tuple(dict.fromkeys(
     measure for module in (shared, together, *_MODULES) for measure in module.MEASUREMENTS))
+# Readings taken as the run's tests start, before any measurement (plugin.py), each given the session; and the clauses
+# whose tests run after every other test (their measurement is the reading after the run's last measurement).
+BEFORE_RUN: tuple[Callable[[Any], None], ...] = errors.BEFORE_RUN
+AFTER_RUN: frozenset[str] = frozenset(errors.AFTER_RUN)
 # The parts of the report a section or engine draws itself (base.ReportPart), in the page's order.
 REPORT_PARTS: tuple[ReportPart, ...] = (sources.REPORT, cluster.REPORT, together.REPORT)
 
