@@ -56,4 +56,6 @@ fi
 # fake tools taking the time the real ones take (an ib_write_bw -D 5 waits 5 s), a worker asleep beside one that
 # computes (on 2 cores: 356 s with 4 workers, 440-510 s with 2). GPUACCEPT_TEST_WORKERS=0 runs them in this process.
 workers=$(( 2 * $(nproc 2>/dev/null || echo 1) ))
-"$python" -m pytest tests -n "${GPUACCEPT_TEST_WORKERS:-$workers}" "$@"
+# --dist loadgroup: the tests marked xdist_group("fabric") (network namespaces moving real bytes) run one at a time,
+# on one worker; every other test is spread as before.
+"$python" -m pytest tests -n "${GPUACCEPT_TEST_WORKERS:-$workers}" --dist loadgroup "$@"

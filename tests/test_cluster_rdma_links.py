@@ -30,7 +30,9 @@ from pytest_gpuaccept.contract import ContractError, parse_contract
 from pytest_gpuaccept.measurements import ClusterRun, NodeOutcome
 from pytest_gpuaccept.probes import ParseError
 from pytest_gpuaccept.probes._run import ToolRunner
+from pytest_gpuaccept.probes.counters import COUNTER_WORD, busiest, counted
 from pytest_gpuaccept.probes.ib_write_bw import gid_ipv4, parse_ib_write_bw
+from pytest_gpuaccept.rates import Rated, rate_check
 from pytest_gpuaccept.state import State
 from pytest_gpuaccept.subjects import Subject
 from pytest_gpuaccept.verdict import Outcome
@@ -297,7 +299,9 @@ def test_a_figure_above_the_line_rate_is_implausible_whatever_its_counters_say()
 
 # ------------------------------------------------------------------ a real fabric in network namespaces
 
-LINE = 25  # Mbit/s a rail: 64 links at once stay far below what two shared cores move
+LINE = 10  # Mbit/s a rail: 64 links at once stay far below what two shared cores move, beside the other tests
+# One fabric at a time (test.sh runs xdist with --dist loadgroup): the three runs share a module's fabric on one worker
+FABRIC_RUN = pytest.mark.xdist_group("fabric")
 CONTRACT = f"""\
 gpuaccept: 1
 vendor: "Trial fabric"
@@ -345,6 +349,7 @@ def measured(fabric: Fabric, folder, text: str, nodes: list[str] | None = None) 
     return checks
 
 
+@FABRIC_RUN
 def test_a_healthy_8_node_4_rail_fabric_is_accepted_every_rail_link_each_way_a_check(fabric, tmp_path):
     fabric.reshape()
     checks = measured(fabric, tmp_path, WITH_FABRIC)
@@ -353,7 +358,7 @@ def test_a_healthy_8_node_4_rail_fabric_is_accepted_every_rail_link_each_way_a_c
     assert [c.message for c in checks.values() if c.outcome is not Outcome.PASSED] == []
     one = links["h2:mlx5_3->h7:mlx5_3"]
     assert one.threshold == 0.6 * LINE / 1000 and one.measured >= one.threshold
-    # held to the port's busiest stretch of the second asked (read every 0.1 s while the tools ran)
+    # held to the most the port moved in any second of the run (read every 0.1 s while the tools ran)
     assert re.search(r"\(port_xmit_data: 0\.0\d Gb/s over (0\.[89]\d|1\.00) s\) >= ", one.message), one.message
     assert one.details["sources"] == ["ib_write_bw", "port_xmit_data"] and one.details["received_bytes"] > 0
     rails = {n: c for n, c in checks.items() if n.startswith("cluster:")}
@@ -361,6 +366,7 @@ def test_a_healthy_8_node_4_rail_fabric_is_accepted_every_rail_link_each_way_a_c
     assert all(0.85 <= c.measured <= 1.15 for c in rails.values()), [c.message for c in rails.values()]  # ~1: no CPU limit
 
 
+@FABRIC_RUN
 def test_one_nodes_rail_2_at_40_percent_blames_its_mlx5_2_and_one_slow_link_blames_that_link(fabric, tmp_path):
     fabric.reshape()
     fabric.slow_port("h3", 2, f"{LINE * 0.4:g}mbit")
@@ -380,6 +386,7 @@ def test_one_nodes_rail_2_at_40_percent_blames_its_mlx5_2_and_one_slow_link_blam
         "; the link h1:mlx5_0 - h6:mlx5_0 itself: both ends pass with every other partner")
 
 
+@FABRIC_RUN
 def test_a_2_to_1_spine_passes_every_link_alone_and_fails_the_fabric_near_one_half_blaming_no_node(fabric, tmp_path):
     """Two nodes of each leaf (h1, h2 and h5, h6) at the line rate each, every rail's spine carrying one: 2:1."""
     fabric.reshape()
@@ -411,24 +418,19 @@ def _samples(rates_per_tenth: list[float]) -> list[dict]:
 
 def test_a_link_whose_connect_took_longer_than_a_second_is_held_to_its_busiest_stretch_not_its_start_up():
     # Honest: 1.8 s of connecting (nothing moved), then 1 s at 0.2 Gb/s; ib_write_bw -D 1 says 0.2 Gb/s.
-    from pytest_gpuaccept.probes.counters import COUNTER_WORD, busiest, counted
-    from pytest_gpuaccept.rates import Rated, rate_check
-
     readings = _samples([0.0] * 18 + [0.2] * 10 + [0.0] * 2)
     whole = counted(readings[0], readings[-1], "port_xmit_data", COUNTER_WORD)
     source = ("port_xmit_data", "h1's mlx5_0 port_xmit_data")
     assert rate_check(0.2, Rated("ib_write_bw", 1, 3.0), whole, source).refuted  # over its wall time less 1 s: refuted
     busy = busiest(readings, "port_xmit_data", COUNTER_WORD, 1.0)
-    assert busy is not None and busy.monotonic_s == pytest.approx(1.0)
-    assert rate_check(0.2, Rated("ib_write_bw", busy.monotonic_s, busy.monotonic_s), busy, source).refuted is None
+    assert busy is not None and 1.0 <= busy.monotonic_s <= 1.2 + 1e-9  # at most two readings' intervals longer
+    assert rate_check(0.2, Rated("ib_write_bw", 1, 1), busy, source).refuted is None
     # The vendor's figure twice what the port moved in any second of the run: refuted, by the busiest stretch too
-    fraud = rate_check(0.4, Rated("ib_write_bw", busy.monotonic_s, busy.monotonic_s), busy, source)
+    fraud = rate_check(0.4, Rated("ib_write_bw", 1, 1), busy, source)
     assert fraud.refuted is not None and fraud.measured == pytest.approx(0.2, abs=0.01)
 
 
-def test_the_busiest_stretch_needs_four_fifths_of_the_time_asked_and_a_reset_counter_is_no_source():
-    from pytest_gpuaccept.probes.counters import COUNTER_WORD, busiest
-
+def test_readings_shorter_than_the_time_asked_hold_no_stretch_and_a_reset_counter_is_no_source():
     assert busiest(_samples([0.2] * 5), "port_xmit_data", COUNTER_WORD, 1.0) is None  # 0.5 s of readings: none
     reset = _samples([0.2] * 12)
     zero = reset[6]["port_xmit_data"]

@@ -15,7 +15,8 @@ import pytest
 from conftest import DATA, SYSTEM_PATH, nvml_recording
 from netns_cluster import Cluster, missing_tools
 
-from pytest_gpuaccept.doctor import slurm_answers
+from pytest_gpuaccept.contract import parse_contract
+from pytest_gpuaccept.doctor import needs, slurm_answers
 
 EVERY_TOOL = """\
 gpuaccept: 1
@@ -221,9 +222,6 @@ def test_on_the_real_h200_doctor_found_everything_its_preset_needs():
 
 def test_doctor_names_what_the_sdc_clause_needs():
     # In process: the checked all_reduce's nccl-tests always, PyTorch for the seeded GEMM unless `gemm: false`
-    from pytest_gpuaccept.contract import parse_contract
-    from pytest_gpuaccept.doctor import needs
-
     def needed(extra: str) -> dict[str, list[str]]:
         contract = parse_contract(f"gpuaccept: 1\nvendor: V\ngpus: {{count: 8}}\nsdc: {{iterations: 20{extra}}}\n")
         return {need.name: need.clauses for need in needs(contract)}

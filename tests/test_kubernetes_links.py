@@ -135,6 +135,7 @@ def links_through_pods(folder: Path, nodes: Cluster) -> dict[str, object]:
             for name in ("h1:eth0->h2:eth0", "h2:eth0->h1:eth0")}
 
 
+@pytest.mark.xdist_group("fabric")  # one namespace fabric at a time (test.sh: --dist loadgroup)
 def test_a_healthy_and_a_degraded_link_through_kubernetes_pods(nodes, standin, tmp_path):
     """h2 sends at a quarter of the line rate: h1->h2 (h1 sends) passes, h2->h1 (h2 sends, as the -R server) fails."""
     nodes.shape(2, "50mbit")
@@ -230,6 +231,7 @@ def test_a_node_whose_device_plugin_offers_no_rdma_resource_leaves_its_links_not
     assert not api.pods()
 
 
+@pytest.mark.xdist_group("fabric")  # one namespace fabric at a time (test.sh: --dist loadgroup)
 def test_a_fabric_through_kubernetes_pods_blames_the_degraded_rail_on_its_node(fabric, tmp_path, monkeypatch):
     """h2's rail 1 (its mlx5_1) at a quarter of the line rate: every rail-0 link and every rail-1 link without h2 passes;
     h2's rail-1 links fail, each blamed on h2's mlx5_1. Each node's side (rdma_side) runs in a pod on its node's

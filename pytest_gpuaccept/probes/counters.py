@@ -104,29 +104,29 @@ def counted(before: dict[str, Any] | None, after: dict[str, Any] | None, name: s
 
 
 def busiest(samples: list[dict[str, Any]], name: str, scale: int, seconds: float) -> Counted | None:
-    """The most a counter moved in any stretch of at most `seconds` (and at least 4/5 of it) between readings taken
-    while a tool ran (every SAMPLE_S): the bytes over that stretch's own clocks. A tool asked to send for `seconds`
-    sends at its rate for that long once connected, however long its start-up took; a figure above what the port
-    moved in its busiest stretch is not a measurement. None where the readings hold no such stretch."""
+    """The most a counter can have moved in any `seconds` of a run, from readings taken while the tool ran (every
+    SAMPLE_S, in time order): for each reading, the bytes from it to the first reading at least `seconds` after the
+    next one (or to the last reading), a stretch that holds every `seconds`-long window starting between the two:
+    at most two reading intervals longer than `seconds`. A tool asked to send for `seconds` sends at its rate for
+    that long once connected, however long its start-up took: a figure above this bound, over `seconds`, is not a
+    measurement; readings taken late only widen the bound. None where the readings span less than `seconds`; a
+    reset counter is no source (`backwards`)."""
     readings = [r for r in samples if name in r and isinstance(r.get("monotonic_s"), (int, float))]
     for earlier, later in zip(readings, readings[1:]):
         if int(later[name]) < int(earlier[name]):  # reset while the tool ran: no stretch of it counts
             return counted(earlier, later, name, scale)
-    best: tuple[float, Counted] | None = None
-    last = 0  # the latest reading at most `seconds` after the start (readings are in time order)
-    for i, start in enumerate(readings):
-        last = max(last, i)
-        while last + 1 < len(readings) and readings[last + 1]["monotonic_s"] - start["monotonic_s"] <= seconds:
-            last += 1
-        if readings[last]["monotonic_s"] - start["monotonic_s"] < 0.8 * seconds:
-            continue
-        window = counted(start, readings[last], name, scale)
-        if window.counted_bytes is None or not window.monotonic_s:
-            continue
-        rate = window.counted_bytes / window.monotonic_s
-        if best is None or rate > best[0]:
-            best = (rate, window)
-    return best[1] if best is not None else None
+    if len(readings) < 2 or readings[-1]["monotonic_s"] - readings[0]["monotonic_s"] < seconds:
+        return None
+    best: Counted | None = None
+    end = 0
+    for i in range(len(readings) - 1):
+        end = max(end, i + 1)
+        while end < len(readings) - 1 and readings[end]["monotonic_s"] - readings[i + 1]["monotonic_s"] < seconds:
+            end += 1  # the last reading ends every stretch that finds no later one: still a bound
+        window = counted(readings[i], readings[end], name, scale)
+        if window.counted_bytes is not None and (best is None or window.counted_bytes > (best.counted_bytes or 0)):
+            best = window
+    return best
 
 
 def _elapsed(start: object, end: object) -> float | None:
