@@ -27,6 +27,9 @@ from pytest_gpuaccept.report.page import banner
 from pytest_gpuaccept.report.results import Results
 from pytest_gpuaccept.verdict import Check, Outcome
 
+# Its tests share a module fixture (one whole run): one worker builds it once (test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_lang_zh")
+
 PACKAGE = Path(pytest_gpuaccept.__file__).parent
 DOCS = PACKAGE.parent / "docs"
 ZH = "zh-CN"

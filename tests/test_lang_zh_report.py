@@ -22,6 +22,9 @@ from pytest_gpuaccept.cluster import summary
 from pytest_gpuaccept.report.results import Results, verdict_line
 from pytest_gpuaccept.verdict import Check, Outcome
 
+# Its tests share a module fixture (one whole run): one worker builds it once (test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_lang_zh_report")
+
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 # Kept in every language (the glossary: figures, units, clause keys, subjects, paths, digests and the tools' own words
 # stay as they are): product, interface and tool names and the abbreviations the Chinese text uses beside its words.

@@ -19,6 +19,9 @@ from pytest_gpuaccept.report.page import banner, host_text, measured_text, requi
 from pytest_gpuaccept.report.results import Results, mode_label
 from pytest_gpuaccept.verdict import Check, Outcome
 
+# Its tests share a module fixture (one whole run): one worker builds it once (test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_report_first_hour")
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 HEADLESS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=10000"]
 WIDTH = """<script>window.addEventListener("load", () => setTimeout(() => {

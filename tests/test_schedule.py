@@ -18,6 +18,9 @@ from pytest_gpuaccept import schedule
 from pytest_gpuaccept.clauses import together
 from pytest_gpuaccept.schedule import GPUS, NVLINK, Bar, Job, Timeline, plan, planned_seconds, port
 
+# Its tests share a module fixture (one whole run): one worker builds it once (test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_schedule")
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import realistic  # noqa: E402
 
