@@ -5,7 +5,9 @@ from __future__ import annotations
 import html
 import itertools
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +33,7 @@ from pytest_gpuaccept.probes.port_errors import NET_ERRORS, NET_RECORDED
 from pytest_gpuaccept.probes.sysfs import sysfs_bus_id
 
 DATA = Path(__file__).parent / "data"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -397,3 +400,36 @@ def staged_recording(tmp_path: Path, source: str | Path, change) -> str:
     out = tmp_path / f"nvml-{path.stem}-staged.json"
     out.write_text(json.dumps(reading))
     return f"--gpuaccept-nvml={out}"
+
+
+@dataclass(frozen=True)
+class FreshInstall:
+    """A fresh virtual environment with the project's folder pip-installed into it, as a new user makes one."""
+
+    venv: Path
+    env: dict[str, str]  # a new user's shell: the venv activated, the system's tools, none of this run's settings
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def fresh_install(tmp_path_factory) -> FreshInstall:
+    """The README's install line (`python -m pip install /path/to/pytest-gpuaccept`) into a fresh venv, from a copy of
+    the project's folder as it is now: one install a worker for the tests that start from it (test_readme's first
+    command, the demo), which share an xdist group so that it is made once. pip's cache is the user's own."""
+    root = tmp_path_factory.mktemp("fresh")
+    source = root / "pytest-gpuaccept"
+    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(".venv*", "__pycache__", ".git", "*.egg-info",
+                                                                      "gpuaccept-*", ".pytest_cache", ".mypy_cache",
+                                                                      ".ruff_cache"))
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("PYTHON", "PYTEST", "VIRTUAL_ENV", "GPUACCEPT"))}
+    env.update(PATH=f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", VIRTUAL_ENV=str(venv))
+    installed = subprocess.run(["python", "-m", "pip", "install", "-q", str(source)], env=env, cwd=root,
+                               capture_output=True, text=True, timeout=900)
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-3000:]
+    return FreshInstall(venv, env)

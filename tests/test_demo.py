@@ -6,11 +6,9 @@ second sources."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,31 +19,6 @@ from pytest_gpuaccept.__main__ import main as cli
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 PREFIX = "SIMULATED | "
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """A fresh virtual environment with the project's folder pip-installed into it (a copy of the folder as it is
-    now, uncommitted files too): the one install of this module. Its `python`."""
-    root = tmp_path_factory.mktemp("fresh")
-    source = root / "pytest-gpuaccept"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".venv*", "__pycache__", ".git", "*.egg-info",
-                                                                 "gpuaccept-*", ".pytest_cache", ".mypy_cache",
-                                                                 ".ruff_cache"))
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(source)],
-                               env=_user_env(venv), cwd=root, capture_output=True, text=True, timeout=900)
-    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-3000:]
-    return venv / "bin" / "python"
-
-
-def _user_env(venv: Path) -> dict[str, str]:
-    """A new user's shell: the venv activated, the system's tools, none of this test run's settings."""
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("PYTHON", "PYTEST", "VIRTUAL_ENV", "GPUACCEPT"))}
-    env.update(PATH=f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", VIRTUAL_ENV=str(venv))
-    return env
 
 
 def _pdf_pages(report: Path, tmp_path: Path) -> list[str]:
@@ -67,10 +40,11 @@ def _pdf_pages(report: Path, tmp_path: Path) -> list[str]:
                            text=True, timeout=60, check=True).stdout for n in range(1, count + 1)]
 
 
-def test_a_fresh_install_runs_the_demo_into_an_accepted_bundle_that_verifies(installed, tmp_path):
+@pytest.mark.xdist_group("fresh-install")  # the install shared with test_readme's first command: made once
+def test_a_fresh_install_runs_the_demo_into_an_accepted_bundle_that_verifies(fresh_install, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = _user_env(installed.parent.parent)
+    env = fresh_install.env
     done = subprocess.run(["python", "-m", "pytest_gpuaccept", "demo"], cwd=empty, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

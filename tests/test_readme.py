@@ -5,11 +5,8 @@ and is REJECTED because NVML could not start."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,31 +34,12 @@ def test_every_link_in_the_readme_and_docs_leads_to_a_file():
                 assert (page.parent / target).exists(), f"{page.name} links to {target}"
 
 
-def _copy_of_the_repository(dest: Path) -> None:
-    """A clone of what is committed (a new user gets no uncommitted edits); a plain copy where there is no git."""
-    if (REPO / ".git").exists() and shutil.which("git"):
-        subprocess.run(["git", "clone", "-q", str(REPO), str(dest)], check=True, timeout=120)
-    else:
-        shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".venv*", "__pycache__", ".git", "*.egg-info"))
-
-
 @pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="this machine has an NVIDIA driver: the verdict differs")
-def test_the_first_command_from_an_empty_folder_as_a_new_user(tmp_path):
-    # The README's install line: a clone URL cannot be reached from here, so the clone is of this repository's
-    # path, and the install is the README's other line, `python -m pip install /path/to/pytest-gpuaccept`.
-    source = tmp_path / "pytest-gpuaccept"
-    _copy_of_the_repository(source)
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    # A new user's shell: the venv activated, the system's tools, none of this test run's settings.
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("PYTHON", "PYTEST", "VIRTUAL_ENV", "GPUACCEPT"))}
-    env.update(PATH=f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", VIRTUAL_ENV=str(venv))
-    # pip's cache is kept (the user's own ~/.cache/pip): the dependencies come from the index once, then reused.
-    installed = subprocess.run(["python", "-m", "pip", "install", "-q", str(source)], env=env, cwd=tmp_path,
-                               capture_output=True, text=True, timeout=900)
-    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-3000:]
-
+@pytest.mark.xdist_group("fresh-install")  # the install shared with the demo's test: made once
+def test_the_first_command_from_an_empty_folder_as_a_new_user(fresh_install, tmp_path):
+    # The README's install line: a clone URL cannot be reached from here, so the install is the README's other line,
+    # `python -m pip install /path/to/pytest-gpuaccept`, into a fresh venv (conftest's fresh_install).
+    venv, env = fresh_install.venv, fresh_install.env
     empty = tmp_path / "empty"
     empty.mkdir()
     done = subprocess.run(["pytest", "--contract=h100-sxm5-8gpu"], cwd=empty, env=env, capture_output=True, text=True,
