@@ -162,12 +162,11 @@ def judge_sweep(found: Findings, m: SdcRuns, gpus: int) -> dict[str, Any]:
         found.unmeasured.append(f"all_reduce: {m.sweep.failure}")
         return {}
     details: dict[str, Any] = {"tables": [(f"checked sweep: {run.command}", checked_rows(result))]}
-    wrong = [r for r in result.rows if (r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0]
+    wrong = result.wrong_rows
     if wrong:
         found.wrong += sum((r.oop_wrong or 0) + (r.ip_wrong or 0) for r in wrong)
-        sizes = ", ".join(f"{human_bytes(r.size_bytes)} ({r.oop_wrong or 0} out-of-place, {r.ip_wrong or 0} in-place)"
-                          for r in wrong[:5])
-        found.failed.append(f"all_reduce returned wrong sums: #wrong at {sizes}, over {rank_gpus(result, m.host, gpus)} "
+        found.failed.append(f"all_reduce returned wrong sums: #wrong at {result.wrong_sizes(human_bytes)}, "
+                            f"over {rank_gpus(result, m.host, gpus)} "
                             "(nccl-tests counts wrong elements over all ranks together)")
     if result.validation_off or result.check_column != "#wrong" or any(r.oop_wrong is None for r in result.rows):
         found.unmeasured.append("all_reduce: the results were not checked (`validation: 0`, or #wrong N/A): "

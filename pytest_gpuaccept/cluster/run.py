@@ -453,9 +453,7 @@ def pair_result(number: int, run: ToolRun, ranks: int, human: Callable[[float], 
 def wrong_sums(parsed: nccl_tests.NcclResult, human: Callable[[float], str]) -> str:
     """What a checked all_reduce found wrong (`-c`: every rank's result compared with the expected sum): the sizes with
     their #wrong, and the nodes its ranks ran on (nccl-tests counts wrong elements over all ranks together)."""
-    rows = [r for r in parsed.rows if (r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0]
-    sizes = ", ".join(f"{human(r.size_bytes)} ({r.oop_wrong or 0} out-of-place, {r.ip_wrong or 0} in-place)"
-                      for r in rows[:4])
+    sizes = parsed.wrong_sizes(human)
     hosts = sorted({line.host for line in parsed.rank_lines})
     where = f" over ranks on {', '.join(hosts[:8])}" if hosts else " (no rank lines: which nodes is not printed)"
     return f"all_reduce returned wrong sums: #wrong at {sizes}{where}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import ParseError, option_value
 from ._run import ToolRun, ToolRunner, slug
@@ -107,7 +107,17 @@ class NcclResult:
     def wrong_nonzero(self) -> bool | None:
         if self.check_column != "#wrong":
             return None
-        return any((r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0 for r in self.rows)
+        return bool(self.wrong_rows)
+
+    @property
+    def wrong_rows(self) -> list[Row]:
+        """The sizes whose checked results were wrong (#wrong above 0, out-of-place or in-place)."""
+        return [r for r in self.rows if (r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0]
+
+    def wrong_sizes(self, human: Callable[[float], str], shown: int = 5) -> str:
+        """The first wrong sizes with their counts, as a message names them: `1 MiB (96 out-of-place, 32 in-place)`."""
+        return ", ".join(f"{human(r.size_bytes)} ({r.oop_wrong or 0} out-of-place, {r.ip_wrong or 0} in-place)"
+                         for r in self.wrong_rows[:shown])
 
 
 def _number(token: str) -> float | None:
